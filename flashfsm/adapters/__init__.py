@@ -1,0 +1,1 @@
+"""I/O: event stores, the RunPod client, the Flash wire format, Hugging Face readers."""

@@ -1,0 +1,80 @@
+"""The Flash wire format: turning a finished job's `output` into the worker's metrics.
+
+Two shapes reach us. A Flash live-function worker answers with an envelope
+`{success, result, json_result?, error?, stdout?}` whose `result` is a base64 cloudpickle
+of the return value. A baked-image worker (client mode) returns its metrics dict directly.
+Either may arrive as a JSON string. Anything else, and any worker-reported error, is an
+`OutputDecodeError` whose message carries the error and the tail of the worker's stdout.
+
+Unpickling runs code chosen by whoever wrote the bytes, so it is bounded: only envelopes,
+only up to `max_pickle_bytes`, and never when the caller passes `allow_pickle=False`
+(then a `json_result` is used when present).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any
+
+from flashfsm.errors import OutputDecodeError
+
+MAX_PICKLE_BYTES = 16 * 1024 * 1024
+_ERROR_CAP = 1500
+_STDOUT_TAIL = 1500
+
+
+def decode_output(
+    output: Any, *, allow_pickle: bool = True, max_pickle_bytes: int = MAX_PICKLE_BYTES
+) -> dict[str, Any]:
+    """The metrics dict a finished job returned, or `OutputDecodeError`."""
+    if isinstance(output, (str, bytes)):
+        try:
+            output = json.loads(output)
+        except (ValueError, RecursionError):
+            text = output if isinstance(output, str) else output.decode("utf-8", "replace")
+            raise OutputDecodeError(f"job output is not JSON: {text[:200]!r}") from None
+    if not isinstance(output, dict):
+        raise OutputDecodeError(f"job output is a {type(output).__name__}, not an object")
+    if "success" in output or "result" in output:
+        return _decode_envelope(output, allow_pickle, max_pickle_bytes)
+    if output.get("error"):
+        raise OutputDecodeError(_failure_message(output["error"], output.get("stdout")))
+    return output
+
+
+def _decode_envelope(envelope: dict[str, Any], allow_pickle: bool, limit: int) -> dict[str, Any]:
+    if not envelope.get("success"):
+        error = envelope.get("error") or "the worker reported no error text"
+        raise OutputDecodeError(_failure_message(error, envelope.get("stdout")))
+    json_result = envelope.get("json_result")
+    if isinstance(json_result, dict):
+        return json_result
+    result = envelope.get("result")
+    if result is None:
+        raise OutputDecodeError("Flash envelope reports success but carries no result")
+    if not allow_pickle:
+        raise OutputDecodeError("Flash envelope holds a pickled result and unpickling is off")
+    if not isinstance(result, str) or len(result) > limit * 4 // 3 + 4:
+        raise OutputDecodeError(f"Flash result is not a base64 string of at most {limit} bytes")
+    try:
+        raw = base64.b64decode(result, validate=True)
+    except (binascii.Error, ValueError):
+        raise OutputDecodeError("Flash result is not valid base64") from None
+    import cloudpickle  # imported late: only envelopes ever need it
+
+    try:
+        value = cloudpickle.loads(raw)
+    except Exception as exc:  # a broken pickle can raise nearly anything
+        raise OutputDecodeError(f"Flash result does not unpickle ({type(exc).__name__})") from None
+    if not isinstance(value, dict):
+        raise OutputDecodeError(f"Flash job returned a {type(value).__name__}, not a metrics dict")
+    return value
+
+
+def _failure_message(error: Any, stdout: Any) -> str:
+    message = f"Remote execution failed: {str(error)[:_ERROR_CAP]}"
+    if stdout:
+        message += "\n--- worker stdout tail ---\n" + str(stdout)[-_STDOUT_TAIL:]
+    return message

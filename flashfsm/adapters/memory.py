@@ -1,0 +1,71 @@
+"""An in-memory event store, for tests and the default of `poll_job`.
+
+It keeps the same guarantees as the durable backends for one process: atomic batches,
+`expected_seq` checks, unique ids, and a `follow` that wakes on every append.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+
+from flashfsm.events.errors import DuplicateEventError
+from flashfsm.events.models import Event
+from flashfsm.events.store import check_batch
+
+
+class MemoryStore:
+    """Streams of events held in a dict; thread-safe."""
+
+    def __init__(self) -> None:
+        self._streams: dict[str, list[Event]] = {}
+        self._ids: set[str] = set()
+        self._changed = threading.Condition()
+
+    def __repr__(self) -> str:
+        return f"MemoryStore({len(self._streams)} streams)"
+
+    def append(self, stream: str, events: Sequence[Event], expected_seq: int) -> None:
+        """Append a batch atomically (see `EventStore.append`)."""
+        if not events:
+            return
+        with self._changed:
+            log = self._streams.get(stream, [])
+            check_batch(stream, events, expected_seq, len(log))
+            for event in events:
+                if event.id in self._ids:
+                    raise DuplicateEventError(stream, event.id)
+            log = self._streams.setdefault(stream, log)
+            log.extend(events)
+            self._ids.update(event.id for event in events)
+            self._changed.notify_all()
+
+    def read(self, stream: str, after: int | None = None) -> list[Event]:
+        """The stream's events with seq > `after` (all when None)."""
+        with self._changed:
+            log = self._streams.get(stream, [])
+            start = 0 if after is None else max(0, after + 1)
+            return log[start:]
+
+    def streams(self) -> list[str]:
+        """Every stream name, sorted."""
+        with self._changed:
+            return sorted(self._streams)
+
+    def follow(
+        self, stream: str, after: int | None = None, *, poll_s: float = 0.2
+    ) -> Iterator[Event]:
+        """Yield events after `after`, then wait for new ones (forever; break to stop)."""
+        last = -1 if after is None else after
+        while True:
+            batch = self.read(stream, last)
+            if batch:
+                yield from batch
+                last = batch[-1].seq
+                continue
+            with self._changed:
+                if len(self._streams.get(stream, [])) <= last + 1:
+                    self._changed.wait(poll_s)
+
+    def close(self) -> None:
+        """Nothing to release."""

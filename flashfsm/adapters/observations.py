@@ -1,0 +1,171 @@
+"""Turn RunPod and worker payloads into event fields.
+
+Each parser accepts whatever arrived (a dict, anything else, keys missing or of the wrong
+type) and returns plain values or raises `MalformedAnswer`; none of them lets a surprise
+escape as a crash. Every string from outside passes through `redact` and is capped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from flashfsm.adapters.flash_wire import decode_output
+from flashfsm.errors import OutputDecodeError
+from flashfsm.events.models import (
+    ERROR_CAP,
+    MESSAGE_CAP,
+    NAME_CAP,
+    STDOUT_CAP,
+    JobCounts,
+    WorkerCounts,
+    cap_text,
+)
+from flashfsm.fsm.rules import TERMINAL_STATUSES
+from flashfsm.redact import redact
+
+METRICS_CAP = 64 * 1024  # bytes of JSON kept for a success's metrics
+_TRUE_STRINGS = frozenset({"true", "1", "yes"})
+
+
+class MalformedAnswer(ValueError):
+    """A payload without the shape the route promises (no `status`, not an object, …)."""
+
+
+def status_fields(payload: Any, *, allow_pickle: bool = True) -> dict[str, Any]:
+    """The `StatusObserved` fields of one status answer, or `MalformedAnswer`."""
+    if not isinstance(payload, dict):
+        raise MalformedAnswer(f"status answer is a {type(payload).__name__}, not an object")
+    status = payload.get("status")
+    if not isinstance(status, str) or not status:
+        raise MalformedAnswer("status answer has no status string")
+    fields: dict[str, Any] = {"status": status[:NAME_CAP]}
+    if status not in TERMINAL_STATUSES:
+        return fields
+    output = payload.get("output")
+    if status == "COMPLETED":
+        try:
+            fields["metrics"] = json_safe(decode_output(output, allow_pickle=allow_pickle))
+        except OutputDecodeError as exc:
+            fields["output_error"] = cap_text(redact(str(exc)), ERROR_CAP + STDOUT_CAP)
+        return fields
+    error = payload.get("error")
+    if error is not None and error != "":
+        text = error if isinstance(error, str) else _dumps(error)
+        fields["error"] = cap_text(redact(text), ERROR_CAP)
+    if isinstance(output, dict) and output.get("stdout"):
+        fields["stdout_tail"] = cap_text(redact(str(output["stdout"])), STDOUT_CAP, tail=True)
+    elif output is not None and "error" not in fields:
+        fields["output_text"] = cap_text(redact(_dumps(output)), ERROR_CAP)
+    return fields
+
+
+def health_fields(payload: Any) -> dict[str, Any]:
+    """The `HealthObserved` fields of one `/health` answer (missing or odd counts are 0)."""
+    if not isinstance(payload, dict):
+        raise MalformedAnswer(f"health answer is a {type(payload).__name__}, not an object")
+    workers = payload.get("workers")
+    jobs = payload.get("jobs")
+    workers = workers if isinstance(workers, dict) else {}
+    jobs = jobs if isinstance(jobs, dict) else {}
+    return {
+        "workers": WorkerCounts(**{k: _count(workers.get(k)) for k in WorkerCounts.model_fields}),
+        "jobs": JobCounts(
+            completed=_count(jobs.get("completed")),
+            failed=_count(jobs.get("failed")),
+            in_progress=_count(jobs.get("inProgress")),
+            in_queue=_count(jobs.get("inQueue")),
+            retried=_count(jobs.get("retried")),
+        ),
+    }
+
+
+def heartbeat_fields(payload: Any) -> dict[str, Any]:
+    """The `HeartbeatObserved` fields of a heartbeat read (`found=False` for nothing usable)."""
+    if not isinstance(payload, dict):
+        return {"found": False}
+    stage = payload.get("stage")
+    return {
+        "found": True,
+        "stage": redact(str(stage))[:NAME_CAP] if stage is not None else None,
+        "step": _integer(payload.get("step")),
+        "ts": _finite(payload.get("ts")),
+        "retriable": _flag(payload.get("retriable")),
+    }
+
+
+def error_fields(exc: BaseException) -> dict[str, Any]:
+    """`error_class`, `http_status` and a redacted, capped `message` for a failed call."""
+    status = getattr(exc, "status_code", None)
+    return {
+        "error_class": type(exc).__name__[:NAME_CAP],
+        "http_status": status if isinstance(status, int) and not isinstance(status, bool) else None,
+        "message": cap_text(redact(str(exc)), MESSAGE_CAP) or "",
+    }
+
+
+def json_safe(value: Any, *, cap: int = METRICS_CAP) -> dict[str, Any]:
+    """A metrics dict reduced to plain JSON (no NaN, no objects), redacted and size-capped."""
+    text = redact(_dumps(_plain(value, 0))) or "{}"
+    if len(text) > cap:
+        return {"_truncated": True, "_bytes": len(text)}
+    result = json.loads(text)
+    return result if isinstance(result, dict) else {"value": result}
+
+
+def _plain(value: Any, depth: int) -> Any:
+    if depth > 32:
+        return "…"
+    if isinstance(value, dict):
+        return {str(k): _plain(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v, depth + 1) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return repr(value)[:200]
+
+
+def _dumps(value: Any) -> str:
+    try:
+        return json.dumps(value, default=repr, allow_nan=True)
+    except (ValueError, TypeError, RecursionError):
+        return repr(value)[:ERROR_CAP]
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0
+    if isinstance(value, float) and not math.isfinite(value):
+        return 0
+    return max(0, int(value))
+
+
+def _integer(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit() and len(value) < 30:
+        return int(value)
+    return None
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _flag(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in _TRUE_STRINGS
+    return value is True or (isinstance(value, (int, float)) and value == 1)

@@ -1,0 +1,66 @@
+"""The event-store protocol every backend implements.
+
+A store holds streams of events. Each stream's seqs are 0, 1, 2 … with no gap; an append
+is atomic for its batch and names the seq its first event must take (`expected_seq`, which
+is the stream's current length), so two writers can never interleave in one stream: the
+slower one gets a `ConcurrencyError` and must re-read. Event ids are unique across the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Protocol, runtime_checkable
+
+from flashfsm.events.errors import ConcurrencyError, DuplicateEventError
+from flashfsm.events.models import Event
+
+
+@runtime_checkable
+class EventStore(Protocol):
+    """What the shell, the supervisor and the CLI need from a store."""
+
+    def append(self, stream: str, events: Sequence[Event], expected_seq: int) -> None:
+        """Append `events` (seqs `expected_seq`, `expected_seq + 1`, …) atomically.
+
+        Raises `ConcurrencyError` when the stream's next seq is not `expected_seq`, and
+        `DuplicateEventError` when an event id is already stored.
+        """
+        ...
+
+    def read(self, stream: str, after: int | None = None) -> list[Event]:
+        """The stream's events in seq order, only those with seq > `after` when given."""
+        ...
+
+    def streams(self) -> list[str]:
+        """Every stream name, sorted."""
+        ...
+
+    def follow(
+        self, stream: str, after: int | None = None, *, poll_s: float = 0.2
+    ) -> Iterator[Event]:
+        """Yield the stream's events after `after`, then each new one as it is appended."""
+        ...
+
+    def close(self) -> None:
+        """Release the store's resources."""
+        ...
+
+
+def check_batch(stream: str, events: Sequence[Event], expected_seq: int, next_seq: int) -> None:
+    """Validate a batch against a stream whose next seq is `next_seq` (shared by backends)."""
+    if expected_seq != next_seq:
+        raise ConcurrencyError(stream, expected_seq, next_seq)
+    ids: set[str] = set()
+    for offset, event in enumerate(events):
+        if event.stream != stream:
+            raise ValueError(
+                f"event {event.id!r} belongs to stream {event.stream!r}, not {stream!r}"
+            )
+        if event.seq != expected_seq + offset:
+            raise ValueError(
+                f"stream {stream!r}: batch seqs must run from {expected_seq} without a gap, "
+                f"found seq {event.seq} at position {offset}"
+            )
+        if event.id in ids:
+            raise DuplicateEventError(stream, event.id)
+        ids.add(event.id)

@@ -1,0 +1,554 @@
+"""The job core: `evolve` folds one event into the state, `decide` says what to do next.
+
+Theory of operation. A watch is a sequence of polls. Each poll opens with a status fetch
+(a `StatusObserved` or a `StatusFetchFailed` event) and may be followed by the reads that
+fetch made due (a health probe, a heartbeat read, or the forced reads after a terminal
+failure); `JobState.pending` lists the reads still due in the current poll. After every
+event `decide` first tries the verdict rules (`rules.VERDICT_RULES`, in order), then asks
+for the next pending read, then waits for the next poll, then checks the client deadline
+and fetches again.
+
+`evolve` is the only function that changes a state, and replay is `evolve` over the log,
+so a state rebuilt from the log equals the live one after every event. The shell's one
+exception is `skip_read`: a regular heartbeat read that returned nothing new is not worth
+an event, so the shell drops it from `pending` directly; the next fetch resets `pending`
+anyway, so live and replayed states agree again at every event boundary.
+
+The machine phase (`JobState.state`) moves through the shared `transitions.Machine`, and
+only when an event changes it — a few times per job — so a replay costs little more than
+decoding the log.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from flashfsm.events.errors import CorruptLogError
+from flashfsm.events.models import (
+    Concluded,
+    Event,
+    FailureDetailObserved,
+    HealthObserved,
+    HealthProbeFailed,
+    HeartbeatObserved,
+    JobSubmitted,
+    StatusFetchFailed,
+    StatusObserved,
+    WatchStarted,
+)
+from flashfsm.fsm import rules
+from flashfsm.fsm.commands import (
+    Command,
+    Conclude,
+    FetchStatus,
+    Finished,
+    ProbeHealth,
+    ReadFailureDetail,
+    ReadHeartbeat,
+    Verdict,
+    Wait,
+)
+from flashfsm.fsm.machine import fire
+from flashfsm.fsm.policy import GracePolicy
+from flashfsm.fsm.table import (
+    CONCLUDE_TRIGGER,
+    INITIAL,
+    RUNNING,
+    TERMINAL,
+    WAITING,
+    JobPhase,
+    trigger_for,
+)
+
+DEFAULT_POLICY = GracePolicy()
+#: Pending-read names and the command each one asks for.
+READ_COMMANDS: dict[str, Command] = {
+    "probe": ProbeHealth(),
+    "heartbeat": ReadHeartbeat(force=False),
+    "forced_heartbeat": ReadHeartbeat(force=True),
+    "failure_detail": ReadFailureDetail(),
+}
+_DUE_EPSILON = 1e-9  # float slack when comparing a virtual clock with a computed due time
+
+
+class NotWatchingError(RuntimeError):
+    """`decide` on a state whose log has no `WatchStarted` yet."""
+
+
+@dataclass(slots=True)
+class JobState:
+    """Everything the rules need about one job, rebuilt from its events.
+
+    Timer anchors are absolute `at` timestamps from the events (DESIGN §3), each with the
+    seq of the event that armed it, which becomes the evidence of a verdict.
+    """
+
+    state: str = INITIAL.value  # the machine phase, driven by the shared Machine
+    stream: str | None = None
+    next_seq: int = 0
+    last_at: float | None = None
+    # submission and watch
+    submitted: JobSubmitted | None = None
+    policy: GracePolicy = DEFAULT_POLICY
+    watch: WatchStarted | None = None
+    first_watch: WatchStarted | None = None
+    # schedule of the next fetch
+    next_fetch_at: float | None = None
+    wait_anchor: float = 0.0
+    wait_s: float = 0.0
+    # the current poll
+    cycle: str | None = None  # "status" or "error" once the poll's fetch is in
+    status: StatusObserved | None = None  # the latest good status answer
+    fetch_error: StatusFetchFailed | None = None
+    pending: tuple[str, ...] = ()
+    health: HealthObserved | None = None  # this poll's probe answer
+    forced_heartbeat: HeartbeatObserved | None = None
+    failure_text: str | None = None
+    failure_seq: int | None = None
+    # progress and timers
+    last_status: str | None = None
+    progress_at: float | None = None
+    progress_seq: int | None = None
+    queued_since: float | None = None
+    queued_seq: int | None = None
+    throttled_since: float | None = None
+    throttled_seq: int | None = None
+    unhealthy_since: float | None = None
+    unhealthy_seq: int | None = None
+    last_probe_at: float | None = None
+    error_seqs: tuple[int, ...] = ()
+    # heartbeats
+    hb_key: tuple[Any, ...] | None = None  # the last heartbeat that counted as progress
+    last_heartbeat: HeartbeatObserved | None = None  # the last one recorded
+    training_seen: bool = False
+    # the end
+    verdict: Concluded | None = None
+    gaps: float = field(default=0.0)  # total blind time charged to no timer (D2)
+
+    # -- derived views ---------------------------------------------------------------
+
+    @property
+    def phase(self) -> JobPhase:
+        """The machine state as an enum."""
+        return JobPhase(self.state)
+
+    @property
+    def done(self) -> bool:
+        """True once the log holds a verdict."""
+        return self.verdict is not None
+
+    @property
+    def submitted_at(self) -> float | None:
+        """When the job was submitted, if the log knows."""
+        return None if self.submitted is None else self.submitted.submitted_at
+
+    @property
+    def deadline_anchor(self) -> float | None:
+        """What the client deadline counts from: submission, else the first watch (D2)."""
+        if self.submitted_at is not None:
+            return self.submitted_at
+        return None if self.first_watch is None else self.first_watch.at
+
+    @property
+    def deadline_evidence(self) -> tuple[int, ...]:
+        """The event the deadline counts from."""
+        if self.submitted is not None and self.submitted.submitted_at is not None:
+            return (self.submitted.seq,)
+        return () if self.first_watch is None else (self.first_watch.seq,)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Every field as a dict (what the replay-equals-live properties compare)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+# --- evolve -------------------------------------------------------------------------------
+
+
+def evolve(s: JobState, event: Event) -> JobState:
+    """Fold one event into the state (in place) and return it.
+
+    Events must arrive in seq order without a gap; a terminal state absorbs every event
+    after the verdict unchanged.
+    """
+    if s.verdict is not None:
+        return s
+    if event.seq != s.next_seq or (s.stream is not None and event.stream != s.stream):
+        raise CorruptLogError(
+            "replay",
+            event.stream,
+            f"expected seq {s.next_seq} of stream {s.stream or event.stream!r}, "
+            f"got seq {event.seq} ({event.kind})",
+            seq=event.seq,
+        )
+    _APPLY[event.kind](s, event)
+    s.stream = event.stream
+    s.next_seq = event.seq + 1
+    s.last_at = event.at
+    return s
+
+
+def _move(s: JobState, dest: JobPhase) -> None:
+    """Fire the trigger to `dest` on the shared machine, only when the phase changes."""
+    if s.state == dest:
+        return
+    trigger = trigger_for(JobPhase(s.state), dest)
+    if trigger is None:
+        raise CorruptLogError(
+            "replay", s.stream, f"no transition from {s.state} to {dest}", seq=s.next_seq
+        )
+    fire(s, trigger)
+
+
+def _on_submitted(s: JobState, e: JobSubmitted) -> None:
+    s.submitted = e
+    s.policy = e.policy
+
+
+def _on_watch(s: JobState, e: WatchStarted) -> None:
+    if s.first_watch is None:
+        s.first_watch = e
+        s.progress_at, s.progress_seq = e.at, e.seq  # step 3: the watch's start is progress
+        s.next_fetch_at = None
+    else:
+        gap = rules.blind_gap(s.last_at, e.at)
+        if gap > 0:
+            _shift_timers(s, gap)
+            # The interrupted poll is stale: start the new watch with a fresh fetch.
+            s.pending = ()
+            s.cycle = None
+            s.health = None
+            s.next_fetch_at = None
+    s.watch = e
+
+
+def _shift_timers(s: JobState, gap: float) -> None:
+    """D2: move every timer anchor forward by the blind gap (the deadline excepted)."""
+    s.gaps += gap
+    if s.progress_at is not None:
+        s.progress_at += gap
+    if s.queued_since is not None:
+        s.queued_since += gap
+    if s.throttled_since is not None:
+        s.throttled_since += gap
+    if s.unhealthy_since is not None:
+        s.unhealthy_since += gap
+    if s.last_probe_at is not None:
+        s.last_probe_at += gap
+
+
+def _interval(s: JobState) -> float:
+    return 10.0 if s.watch is None else s.watch.interval_s
+
+
+def _on_status(s: JobState, e: StatusObserved) -> None:
+    s.cycle = "status"
+    s.status = e
+    s.fetch_error = None
+    s.error_seqs = ()
+    s.health = None
+    s.forced_heartbeat = None
+    s.failure_text = None
+    s.failure_seq = None
+    interval = _interval(s)
+    s.next_fetch_at, s.wait_anchor, s.wait_s = e.at + interval, e.at, interval
+    status = e.status
+    if rules.status_counts_as_progress(s.last_status, status):
+        s.progress_at, s.progress_seq = e.at, e.seq
+    s.last_status = status
+    has_hb = s.watch is not None and s.watch.has_heartbeat_reader
+    if status in rules.TERMINAL_STATUSES:
+        pending: tuple[str, ...] = ()
+        if status == "FAILED" or (status == "COMPLETED" and e.metrics is None):
+            if has_hb:
+                pending += ("forced_heartbeat",)
+            if s.watch is not None and s.watch.has_failure_detail_reader:
+                pending += ("failure_detail",)
+        s.pending = pending
+        return
+    if status == rules.QUEUED_STATUS:
+        if s.queued_since is None:
+            s.queued_since, s.queued_seq = e.at, e.seq
+        if s.state in RUNNING:
+            _move(s, JobPhase.QUEUED)
+        probe = rules.probe_is_due(s.last_probe_at, e.at, s.policy.probe_every_s)
+        s.pending = ("probe",) * probe + ("heartbeat",) * has_hb
+        return
+    # Any other status (IN_PROGRESS, RUNNING, or one we do not know) means a worker has it.
+    s.queued_since = s.queued_seq = None
+    if rules.capacity_timers_clear_on_leaving_queue():
+        s.throttled_since = s.throttled_seq = None
+        s.unhealthy_since = s.unhealthy_seq = None
+    if s.state in WAITING:
+        _move(s, JobPhase.TRAINING if s.training_seen else JobPhase.SETUP)
+    s.pending = ("heartbeat",) if has_hb else ()
+
+
+def _on_fetch_failed(s: JobState, e: StatusFetchFailed) -> None:
+    s.cycle = "error"
+    s.fetch_error = e
+    s.error_seqs = (*s.error_seqs, e.seq)[-s.policy.max_poll_errors :]
+    s.pending = ()
+    s.health = None
+    wait = rules.status_error_backoff(_interval(s), len(s.error_seqs), s.policy.max_backoff_s)
+    s.next_fetch_at, s.wait_anchor, s.wait_s = e.at + wait, e.at, wait
+
+
+def _done_read(s: JobState, name: str) -> None:
+    if name in s.pending:
+        pending = list(s.pending)
+        pending.remove(name)
+        s.pending = tuple(pending)
+
+
+def _on_health(s: JobState, e: HealthObserved) -> None:
+    _done_read(s, "probe")
+    s.last_probe_at = e.at
+    s.health = e
+    unhealthy, throttled = rules.worker_condition(e)
+    if unhealthy:
+        if s.unhealthy_since is None:
+            s.unhealthy_since, s.unhealthy_seq = e.at, e.seq
+    else:
+        s.unhealthy_since = s.unhealthy_seq = None
+    if throttled:
+        if s.throttled_since is None:
+            s.throttled_since, s.throttled_seq = e.at, e.seq
+    else:
+        s.throttled_since = s.throttled_seq = None
+    if s.state in WAITING:
+        if unhealthy:
+            _move(s, JobPhase.UNHEALTHY)
+        elif throttled:
+            _move(s, JobPhase.THROTTLED)
+        else:
+            _move(s, JobPhase.QUEUED)
+
+
+def _on_probe_failed(s: JobState, e: HealthProbeFailed) -> None:
+    _done_read(s, "probe")
+    s.last_probe_at = e.at  # a failed probe still spends the probe slot; it changes no timer
+
+
+def _on_heartbeat(s: JobState, e: HeartbeatObserved) -> None:
+    if e.forced:
+        _done_read(s, "forced_heartbeat")
+        s.forced_heartbeat = e
+    else:
+        _done_read(s, "heartbeat")
+    if not e.found:
+        return
+    s.last_heartbeat = e
+    if rules.is_leftover_heartbeat(e, s.submitted_at):
+        return
+    key = (e.stage, e.step, e.ts)
+    if key == s.hb_key:
+        return
+    s.hb_key = key
+    s.progress_at, s.progress_seq = e.at, e.seq
+    if rules.is_training_stage(e.stage):
+        s.training_seen = True
+        if s.state == JobPhase.SETUP:
+            _move(s, JobPhase.TRAINING)
+
+
+def _on_failure_detail(s: JobState, e: FailureDetailObserved) -> None:
+    _done_read(s, "failure_detail")
+    s.failure_text = e.text
+    s.failure_seq = e.seq
+
+
+def _on_concluded(s: JobState, e: Concluded) -> None:
+    try:
+        dest = JobPhase(e.state)
+    except ValueError:
+        dest = None
+    if dest is None or dest not in TERMINAL:
+        raise CorruptLogError(
+            "replay", e.stream, f"verdict state {e.state!r} is not terminal", seq=e.seq
+        )
+    fire(s, CONCLUDE_TRIGGER[dest])
+    s.verdict = e
+    s.pending = ()
+
+
+_APPLY: dict[str, Callable[[JobState, Any], None]] = {
+    "JobSubmitted": _on_submitted,
+    "WatchStarted": _on_watch,
+    "StatusObserved": _on_status,
+    "StatusFetchFailed": _on_fetch_failed,
+    "HealthObserved": _on_health,
+    "HealthProbeFailed": _on_probe_failed,
+    "HeartbeatObserved": _on_heartbeat,
+    "FailureDetailObserved": _on_failure_detail,
+    "Concluded": _on_concluded,
+}
+
+
+def skip_read(s: JobState, name: str = "heartbeat") -> JobState:
+    """Drop a regular read that returned nothing new (nothing to record) from `pending`."""
+    if name != "heartbeat":
+        raise ValueError(f"only the regular heartbeat read may be skipped, not {name!r}")
+    _done_read(s, name)
+    return s
+
+
+def heartbeat_is_news(s: JobState, hb: HeartbeatObserved) -> bool:
+    """Whether a regular heartbeat read is worth an event (it differs from the last one)."""
+    if not hb.found:
+        return False
+    last = s.last_heartbeat
+    return last is None or (last.stage, last.step, last.ts, last.retriable) != (
+        hb.stage,
+        hb.step,
+        hb.ts,
+        hb.retriable,
+    )
+
+
+# --- decide -------------------------------------------------------------------------------
+
+
+def decide(s: JobState, now: float) -> Command:
+    """The next command for the shell, a pure function of the state and `now`."""
+    if s.verdict is not None:
+        return Finished(verdict_of(s.verdict))
+    if s.watch is None:
+        raise NotWatchingError(f"stream {s.stream!r} has no WatchStarted event: nothing watches it")
+    verdict = rules.judge(s)
+    if verdict is not None:
+        return Conclude(verdict)
+    if s.pending:
+        return READ_COMMANDS[s.pending[0]]
+    if s.next_fetch_at is not None and now < s.next_fetch_at - _DUE_EPSILON:
+        return Wait(max(0.0, s.wait_s - (now - s.wait_anchor)))
+    verdict = rules.rule_client_deadline(s, now)
+    if verdict is not None:
+        return Conclude(verdict)
+    return FetchStatus()
+
+
+def verdict_of(e: Concluded) -> Verdict:
+    """The `Verdict` a `Concluded` event records."""
+    return Verdict(JobPhase(e.state), e.rule, e.detail, tuple(e.evidence), e.metrics)
+
+
+# --- replay and verification --------------------------------------------------------------
+
+
+def replay(events: Iterable[Event], state: JobState | None = None) -> JobState:
+    """The state a log folds to (continuing from `state` when given)."""
+    s = JobState() if state is None else state
+    for event in events:
+        evolve(s, event)
+    return s
+
+
+@dataclass(frozen=True, slots=True)
+class Disagreement:
+    """Where a log and today's rules part ways."""
+
+    seq: int
+    reason: str
+    recorded: str | None = None
+    expected: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """The outcome of `verify`: ok, or the first disagreement."""
+
+    ok: bool
+    events: int
+    verdict: Concluded | None
+    first_disagreement: Disagreement | None = None
+
+    def __str__(self) -> str:
+        if self.ok:
+            tail = (
+                f"verdict {self.verdict.state} by {self.verdict.rule}"
+                if self.verdict
+                else "no verdict yet"
+            )
+            return f"ok: {self.events} events agree with today's rules ({tail})"
+        d = self.first_disagreement
+        assert d is not None
+        text = f"seq {d.seq}: {d.reason}"
+        if d.recorded or d.expected:
+            text += f" (recorded: {d.recorded or '-'}; rules say: {d.expected or '-'})"
+        return text
+
+
+def _describe(v: Verdict) -> str:
+    return f"{v.state.value} by {v.rule}"
+
+
+def verify(events: Iterable[Event]) -> VerifyReport:
+    """Re-decide the log with today's rules and report the first seq where they disagree.
+
+    After each event the rules are asked what they would do at the time of the next event:
+    a recorded verdict must be the one they reach (same rule, same state), and no
+    observation may follow a point where they would already have concluded.
+    """
+    s = JobState()
+    count = 0
+    verdict: Concluded | None = None
+    for count, event in enumerate(events, start=1):
+        expected_seq = count - 1
+        if event.seq != expected_seq:
+            reason = "seq missing from the log" if event.seq > expected_seq else "seq repeated"
+            return VerifyReport(False, count, None, Disagreement(expected_seq, reason))
+        if s.verdict is not None:
+            return VerifyReport(
+                False,
+                count,
+                s.verdict,
+                Disagreement(event.seq, "event after the verdict", event.kind),
+            )
+        if s.watch is not None and not isinstance(event, (WatchStarted, JobSubmitted)):
+            problem = _check_next(s, event)
+            if problem is not None:
+                return VerifyReport(False, count, None, problem)
+        try:
+            evolve(s, event)
+        except CorruptLogError as exc:
+            return VerifyReport(False, count, None, Disagreement(event.seq, str(exc)))
+        if isinstance(event, Concluded):
+            verdict = event
+    return VerifyReport(True, count, verdict)
+
+
+def _check_next(s: JobState, event: Event) -> Disagreement | None:
+    """Does `event` follow from what the rules decide about `s` at `event.at`?"""
+    probe = copy.copy(s)  # a scratch copy keeps `s` untouched by skip_read
+    while True:
+        command = decide(probe, event.at)
+        if (
+            isinstance(command, ReadHeartbeat)
+            and not command.force
+            and not (isinstance(event, HeartbeatObserved) and not event.forced)
+        ):
+            skip_read(probe)  # the regular read returned nothing worth recording
+            continue
+        break
+    if isinstance(event, Concluded):
+        if not isinstance(command, Conclude):
+            return Disagreement(
+                event.seq, "verdict the rules do not reach", f"{event.state} by {event.rule}"
+            )
+        expected = command.verdict
+        if expected.rule != event.rule or expected.state.value != event.state:
+            return Disagreement(
+                event.seq,
+                "a different verdict",
+                f"{event.state} by {event.rule}",
+                _describe(expected),
+            )
+        return None
+    if isinstance(command, Conclude):
+        return Disagreement(
+            event.seq, "the rules had already concluded", event.kind, _describe(command.verdict)
+        )
+    return None

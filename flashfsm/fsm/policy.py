@@ -1,0 +1,61 @@
+"""The grace policy: every tunable number the job rules use, as one frozen value.
+
+A policy is recorded in the job's `JobSubmitted` event, so a replay, a reattach and a
+post-mortem all judge the job by the numbers that were in force when it was submitted.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+#: Grace windows while another GPU class can still be tried, and on the last one (seconds).
+CAPACITY_GRACE_S = 300.0
+LAST_GPU_CAPACITY_GRACE_S = 900.0
+
+
+class GracePolicy(BaseModel):
+    """How long each rule waits before it concludes (seconds), and the poll-error budget.
+
+    The defaults are those of DESIGN §6; `GracePolicy.for_attempt(on_last_gpu)` gives the
+    tuning the run machine uses for an attempt.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    stall_after_s: float = Field(1200.0, gt=0, description="no progress once training")
+    setup_grace_s: float = Field(3000.0, gt=0, description="no progress during cold start")
+    unhealthy_grace_s: float = Field(240.0, ge=0, description="worker stuck unhealthy")
+    throttled_grace_s: float = Field(CAPACITY_GRACE_S, ge=0, description="worker throttled")
+    queue_grace_s: float = Field(CAPACITY_GRACE_S, ge=0, description="job stuck IN_QUEUE")
+    deadline_s: float | None = Field(None, gt=0, description="client deadline from submission")
+    probe_every_s: float = Field(90.0, ge=0, description="health probe spacing while queued")
+    max_poll_errors: int = Field(8, ge=1, description="consecutive status errors tolerated")
+    max_backoff_s: float = Field(60.0, gt=0, description="cap of the status-error backoff")
+
+    @model_validator(mode="after")
+    def _finite(self) -> GracePolicy:
+        for name, value in self:
+            if isinstance(value, float) and value != value:  # NaN compares unequal to itself
+                raise ValueError(f"{name} must be a number, not NaN")
+        return self
+
+    @classmethod
+    def for_attempt(cls, on_last_gpu: bool = False, **overrides: float | None) -> GracePolicy:
+        """The policy for one attempt of a run: `stall_kwargs(on_last_gpu)` plus overrides."""
+        return cls(**{**stall_kwargs(on_last_gpu), **overrides})
+
+
+def stall_kwargs(on_last_gpu: bool = False) -> dict[str, float]:
+    """The `poll_job` keyword arguments for an attempt of a run.
+
+    Capacity backstops (queue and throttled grace) wait 300 s while a further GPU class can
+    still be tried, and 900 s when this attempt is the last one: with nowhere left to walk,
+    waiting out a long queue beats giving up. Stall and setup windows do not depend on it.
+    """
+    grace = LAST_GPU_CAPACITY_GRACE_S if on_last_gpu else CAPACITY_GRACE_S
+    return {
+        "stall_after_s": 1500.0,
+        "setup_grace_s": 3000.0,
+        "queue_grace_s": grace,
+        "throttled_grace_s": grace,
+    }

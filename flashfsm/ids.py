@@ -1,0 +1,30 @@
+"""Time-ordered unique event ids (ULID layout: 48-bit milliseconds, 80 random bits).
+
+Ids sort by creation time, which keeps a store's unique index append-mostly and cheap.
+The milliseconds come from the injected clock, so a virtual-clock test gets ids in
+virtual-time order; the random part keeps them unique across processes.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # Crockford base32
+_lock = threading.Lock()
+_last: tuple[int, int] = (-1, 0)
+
+
+def new_id(at: float) -> str:
+    """A 26-character id for an event made at `at` (seconds); strictly increasing per process."""
+    global _last
+    ms = max(0, int(at * 1000)) & ((1 << 48) - 1)
+    with _lock:
+        last_ms, last_rand = _last
+        if ms <= last_ms:
+            ms, rand = last_ms, last_rand + 1  # same or earlier millisecond: keep ids ordered
+        else:
+            rand = int.from_bytes(os.urandom(10), "big") >> 1  # headroom for increments
+        _last = (ms, rand)
+    value = (ms << 80) | (rand & ((1 << 80) - 1))
+    return "".join(_ALPHABET[(value >> shift) & 31] for shift in range(125, -1, -5))

@@ -1,0 +1,484 @@
+"""The imperative shell: a sync poll loop around the pure core, and `poll_job`.
+
+Theory of operation (DESIGN §2). A `JobWatch` owns one job's stream in a store. Each turn
+of the loop asks the core `decide(state, clock())` for a command, performs the one piece
+of I/O it names through the client or a reader, records the result as an event (appended
+to the store before the state changes, so nothing the state knows is missing from the
+log), and folds the event in with `evolve`. A crash anywhere loses at most the I/O in
+flight; a new `poll_job` on the same stream replays the log and carries on (a reattach).
+
+The shell never decides. Its only judgement is what is worth recording: a regular
+heartbeat read that returned nothing new is dropped with `skip_read`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from flashfsm.adapters import observations as obs
+from flashfsm.errors import JobOwnedElsewhere, RunpodApiError
+from flashfsm.events.errors import ConcurrencyError
+from flashfsm.events.models import (
+    ARTIFACT_CAP,
+    DETAIL_CAP,
+    Concluded,
+    EventBase,
+    FailureDetailObserved,
+    HealthObserved,
+    HealthProbeFailed,
+    HeartbeatObserved,
+    JobSubmitted,
+    StatusFetchFailed,
+    StatusObserved,
+    WatchStarted,
+    cap_text,
+)
+from flashfsm.events.store import EventStore
+from flashfsm.fsm.commands import (
+    Conclude,
+    FetchStatus,
+    Finished,
+    ProbeHealth,
+    ReadFailureDetail,
+    ReadHeartbeat,
+    Verdict,
+    Wait,
+)
+from flashfsm.fsm.job import JobState, decide, evolve, heartbeat_is_news, replay, skip_read
+from flashfsm.fsm.policy import GracePolicy
+from flashfsm.ids import new_id
+from flashfsm.redact import redact
+
+logger = logging.getLogger("flashfsm")
+
+Clock = Callable[[], float]
+Reader = Callable[..., Any]
+Log = Callable[[str], Any] | Any
+
+
+class JobClient(Protocol):
+    """What `poll_job` needs from a RunPod client; both methods raise `RunpodApiError`."""
+
+    def job_status(self, endpoint_id: str, job_id: str) -> dict[str, Any]: ...
+
+    def endpoint_health(self, endpoint_id: str) -> dict[str, Any]: ...
+
+
+@dataclass
+class JobHandle:
+    """Where a submitted job lives: enough for any process to reattach to it."""
+
+    endpoint_id: str
+    endpoint_name: str
+    job_id: str
+    on_last_gpu: bool = False
+    submitted_at: float | None = None
+    gpu_class: str | None = None
+    attempt: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (what an orchestrator persists)."""
+        return {
+            "provider": "runpod",
+            "endpoint_id": self.endpoint_id,
+            "endpoint_name": self.endpoint_name,
+            "job_id": self.job_id,
+            "on_last_gpu": self.on_last_gpu,
+            "submitted_at": self.submitted_at,
+            "gpu_class": self.gpu_class,
+            "attempt": self.attempt,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JobHandle:
+        """Rebuild a handle; unknown keys are ignored and optional ones default."""
+        missing = [k for k in ("endpoint_id", "job_id") if not data.get(k)]
+        if missing:
+            raise ValueError(f"a job handle needs {' and '.join(missing)}")
+        submitted_at = data.get("submitted_at")
+        attempt = data.get("attempt")
+        return cls(
+            endpoint_id=str(data["endpoint_id"]),
+            endpoint_name=str(data.get("endpoint_name") or ""),
+            job_id=str(data["job_id"]),
+            on_last_gpu=bool(data.get("on_last_gpu", False)),
+            submitted_at=float(submitted_at) if isinstance(submitted_at, (int, float)) else None,
+            gpu_class=str(data["gpu_class"]) if data.get("gpu_class") else None,
+            attempt=int(attempt) if isinstance(attempt, int) and attempt >= 0 else 0,
+        )
+
+
+@dataclass
+class PollResult:
+    """The outcome of a watch, as the reference returned it plus the rule and state."""
+
+    ok: bool
+    metrics: dict[str, Any] | None = None
+    failure: str | None = None
+    detail: str | None = None
+    state: str | None = None
+    rule: str | None = None
+
+    @classmethod
+    def from_verdict(cls, verdict: Verdict) -> PollResult:
+        """The result an orchestrator sees for a verdict."""
+        return cls(
+            ok=verdict.ok,
+            metrics=verdict.metrics,
+            failure=verdict.failure,
+            detail=verdict.detail,
+            state=verdict.state.value,
+            rule=verdict.rule,
+        )
+
+
+def default_stream(handle: JobHandle) -> str:
+    """The stream name `poll_job` uses for a handle when none is given."""
+    return f"job-{handle.job_id}"
+
+
+def default_watcher() -> str:
+    """Who is watching: host and process."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def make_say(log: Log | None) -> Callable[[str], None]:
+    """A function that sends one progress line to `log` (a callable or a writable file)."""
+
+    def say(line: str) -> None:
+        line = redact(line) or ""
+        logger.debug("%s", line)
+        if log is None:
+            return
+        if callable(log):
+            log(line)
+        else:
+            print(line, file=log, flush=True)
+
+    return say
+
+
+def _safe_read(reader: Reader | None, force: bool) -> Any:
+    """Call a reader; a reader that raises counts as one that found nothing."""
+    if reader is None:
+        return None
+    try:
+        return reader(force=force)
+    except Exception as exc:  # the contract: a raise is no data
+        logger.debug("reader %r raised %s; treated as no data", reader, type(exc).__name__)
+        return None
+
+
+class JobWatch:
+    """One supervisor's watch over one job stream: state, store and the event factory."""
+
+    def __init__(self, store: EventStore, stream: str, state: JobState, *, watcher: str):
+        self.store = store
+        self.stream = stream
+        self.state = state
+        self.watcher = watcher
+
+    @classmethod
+    def attach(
+        cls,
+        store: EventStore,
+        stream: str,
+        handle: JobHandle,
+        policy: GracePolicy,
+        *,
+        at: float,
+        interval_s: float,
+        has_heartbeat_reader: bool,
+        has_failure_detail_reader: bool,
+        watcher: str | None = None,
+    ) -> JobWatch:
+        """Replay the stream and start (or resume) watching it.
+
+        An empty stream gets `JobSubmitted` and `WatchStarted`; a stream with a submission
+        gets a `WatchStarted`, a reattach when a watch existed. A concluded stream is
+        returned as is: its verdict stands.
+        """
+        state = replay(store.read(stream))
+        watch = cls(store, stream, state, watcher=watcher or default_watcher())
+        if state.done:
+            return watch
+        recorded = state.submitted
+        if recorded is not None and recorded.job_id != handle.job_id:
+            raise ValueError(
+                f"stream {stream!r} records job {recorded.job_id!r}, not {handle.job_id!r}"
+            )
+        batch: list[EventBase] = []
+        if recorded is None and state.next_seq == 0:
+            batch.append(
+                watch._event(
+                    JobSubmitted,
+                    at,
+                    len(batch),
+                    endpoint_id=handle.endpoint_id,
+                    endpoint_name=handle.endpoint_name,
+                    job_id=handle.job_id,
+                    gpu_class=handle.gpu_class,
+                    attempt=handle.attempt,
+                    on_last_gpu=handle.on_last_gpu,
+                    policy=policy,
+                    submitted_at=handle.submitted_at,
+                )
+            )
+        elif recorded is not None and recorded.policy != policy:
+            logger.info("stream %s: judged by its recorded policy, not the one passed", stream)
+        batch.append(
+            watch._event(
+                WatchStarted,
+                at,
+                len(batch),
+                watcher=watch.watcher,
+                reattach=state.first_watch is not None,
+                interval_s=interval_s,
+                has_heartbeat_reader=has_heartbeat_reader,
+                has_failure_detail_reader=has_failure_detail_reader,
+            )
+        )
+        watch._append(batch)
+        return watch
+
+    def _event(self, cls: type[EventBase], at: float, offset: int = 0, **fields: Any) -> Any:
+        return cls(
+            stream=self.stream, seq=self.state.next_seq + offset, id=new_id(at), at=at, **fields
+        )
+
+    def _append(self, events: list[EventBase]) -> None:
+        try:
+            self.store.append(self.stream, events, self.state.next_seq)
+        except ConcurrencyError:
+            newer = [
+                e
+                for e in self.store.read(self.stream, self.state.next_seq - 1)
+                if isinstance(e, WatchStarted)
+            ]
+            if newer:
+                raise JobOwnedElsewhere(self.stream, newer[-1].watcher) from None
+            raise
+        for event in events:
+            evolve(self.state, event)
+
+    def record(self, cls: type[EventBase], at: float, **fields: Any) -> Any:
+        """Build one event at `at`, append it, fold it in, and return it."""
+        event = self._event(cls, at, **fields)
+        self._append([event])
+        return event
+
+
+@dataclass
+class Readers:
+    """The optional worker-side readers of a watch."""
+
+    heartbeat: Reader | None = None
+    failure_detail: Reader | None = None
+
+
+def run_watch(
+    watch: JobWatch,
+    client: JobClient,
+    handle: JobHandle,
+    readers: Readers,
+    *,
+    clock: Clock,
+    sleep: Callable[[float], Any],
+    say: Callable[[str], None],
+    allow_pickle: bool = True,
+) -> Verdict:
+    """Drive one watch to its verdict (the sync poll loop)."""
+    state = watch.state
+    while True:
+        now = clock()
+        command = decide(state, now)
+        match command:
+            case Finished(verdict=verdict):
+                return verdict
+            case Wait(seconds=seconds):
+                sleep(seconds)
+            case FetchStatus():
+                _fetch_status(watch, client, handle, now, say, allow_pickle)
+            case ProbeHealth():
+                _probe_health(watch, client, handle, now, say)
+            case ReadHeartbeat(force=force):
+                _read_heartbeat(watch, readers.heartbeat, force, now, say)
+            case ReadFailureDetail():
+                text = _safe_read(readers.failure_detail, True)
+                text = cap_text(
+                    redact(text if isinstance(text, str) else None), ARTIFACT_CAP, tail=True
+                )
+                watch.record(FailureDetailObserved, now, text=text)
+            case Conclude(verdict=verdict):
+                watch.record(
+                    Concluded,
+                    now,
+                    state=verdict.state.value,
+                    ok=verdict.ok,
+                    failure=verdict.failure,
+                    detail=cap_text(verdict.detail, DETAIL_CAP) or "",
+                    rule=verdict.rule,
+                    evidence=verdict.evidence,
+                    metrics=verdict.metrics,
+                )
+                outcome = "succeeded" if verdict.ok else f"{verdict.failure} ({verdict.rule})"
+                say(f"job {handle.job_id}: {verdict.state.value}: {outcome}")
+
+
+def _fetch_status(
+    watch: JobWatch,
+    client: JobClient,
+    handle: JobHandle,
+    now: float,
+    say: Callable[[str], None],
+    allow_pickle: bool,
+) -> None:
+    try:
+        payload = client.job_status(handle.endpoint_id, handle.job_id)
+        fields = obs.status_fields(payload, allow_pickle=allow_pickle)
+    except (RunpodApiError, obs.MalformedAnswer, Exception) as exc:
+        # Any failure of the status route, including a client bug, is an observation:
+        # it counts toward the poll-error budget instead of killing a healthy job's watch.
+        event = watch.record(StatusFetchFailed, now, **obs.error_fields(exc))
+        say(
+            f"job {handle.job_id}: status fetch failed ({event.error_class}"
+            f"{'' if event.http_status is None else f' HTTP {event.http_status}'}); "
+            f"{len(watch.state.error_seqs)} in a row"
+        )
+        return
+    previous = watch.state.last_status
+    watch.record(StatusObserved, now, **fields)
+    if fields["status"] != previous:
+        say(f"job {handle.job_id}: {fields['status']}")
+
+
+def _probe_health(
+    watch: JobWatch, client: JobClient, handle: JobHandle, now: float, say: Callable[[str], None]
+) -> None:
+    try:
+        fields = obs.health_fields(client.endpoint_health(handle.endpoint_id))
+    except Exception as exc:
+        watch.record(HealthProbeFailed, now, **obs.error_fields(exc))
+        return
+    event = watch.record(HealthObserved, now, **fields)
+    w = event.workers
+    if w.throttled or w.unhealthy or w.initializing or not (w.running or w.ready or w.idle):
+        say(f"job {handle.job_id}: queued; workers: {w.model_dump()}")
+
+
+def _read_heartbeat(
+    watch: JobWatch, reader: Reader | None, force: bool, now: float, say: Callable[[str], None]
+) -> None:
+    fields = obs.heartbeat_fields(_safe_read(reader, force))
+    if force:
+        watch.record(HeartbeatObserved, now, forced=True, **fields)
+        return
+    candidate = HeartbeatObserved(stream=watch.stream, seq=0, id="-", at=now, **fields)
+    if not heartbeat_is_news(watch.state, candidate):
+        skip_read(watch.state)
+        return
+    watch.record(HeartbeatObserved, now, **fields)
+    step = "" if fields["step"] is None else f" step {fields['step']}"
+    say(f"heartbeat: {fields['stage']}{step}")
+
+
+def resolve_store(store: EventStore | str | None) -> EventStore:
+    """A store object from a store, a URL, or None (a fresh in-memory store)."""
+    if store is None:
+        from flashfsm.adapters.memory import MemoryStore
+
+        return MemoryStore()
+    if isinstance(store, str):
+        from flashfsm.adapters.stores import open_store
+
+        return open_store(store)
+    return store
+
+
+def poll_job(
+    handle: JobHandle | Mapping[str, Any],
+    log: Log | None = None,
+    interval_s: float = 10.0,
+    heartbeat_reader: Reader | None = None,
+    failure_detail_reader: Reader | None = None,
+    stall_after_s: float = 1200.0,
+    setup_grace_s: float = 3000.0,
+    unhealthy_grace_s: float = 240.0,
+    throttled_grace_s: float = 300.0,
+    queue_grace_s: float = 300.0,
+    deadline_s: float | None = None,
+    *,
+    client: JobClient | None = None,
+    clock: Clock = time.time,
+    sleep: Callable[[float], Any] = time.sleep,
+    store: EventStore | str | None = None,
+    stream: str | None = None,
+    allow_pickle: bool = True,
+) -> PollResult:
+    """Watch a submitted job until a rule reaches a verdict; every observation is an event.
+
+    The first status fetch happens at `clock()` on entry; after each fetch the loop calls
+    `sleep(interval_s)` (after a fetch error, the backoff `min(60, interval_s × n)`) before
+    the next. `heartbeat_reader(force=False)` and `failure_detail_reader(force=False)` may
+    be None or raise (a raise is no data). `log` receives human-readable progress lines.
+
+    `store` (a store or a URL; an in-memory store by default) keeps the stream (default
+    `job-<job_id>`). When the stream already holds a watch of this job, the log is replayed
+    and the watch continues where it stopped (a reattach): its recorded policy stands and
+    the time nobody watched is charged to no timer. When it already holds a verdict, that
+    verdict is returned without any call. Raises `JobOwnedElsewhere` if a newer watch takes
+    the stream over.
+    """
+    if not isinstance(handle, JobHandle):
+        handle = JobHandle.from_dict(handle)
+    if not (interval_s > 0):
+        raise ValueError(f"interval_s must be positive, got {interval_s!r}")
+    if client is None:
+        client = _default_client()
+    policy = GracePolicy(
+        stall_after_s=stall_after_s,
+        setup_grace_s=setup_grace_s,
+        unhealthy_grace_s=unhealthy_grace_s,
+        throttled_grace_s=throttled_grace_s,
+        queue_grace_s=queue_grace_s,
+        deadline_s=deadline_s,
+    )
+    say = make_say(log)
+    watch = JobWatch.attach(
+        resolve_store(store),
+        stream or default_stream(handle),
+        handle,
+        policy,
+        at=clock(),
+        interval_s=interval_s,
+        has_heartbeat_reader=heartbeat_reader is not None,
+        has_failure_detail_reader=failure_detail_reader is not None,
+    )
+    verdict = run_watch(
+        watch,
+        client,
+        handle,
+        Readers(heartbeat_reader, failure_detail_reader),
+        clock=clock,
+        sleep=sleep,
+        say=say,
+        allow_pickle=allow_pickle,
+    )
+    return PollResult.from_verdict(verdict)
+
+
+def _default_client() -> JobClient:
+    try:
+        from flashfsm.adapters.runpod import RunpodClient  # type: ignore[attr-defined]
+    except ImportError:
+        raise TypeError(
+            "poll_job needs a client: pass client=<object with job_status() and "
+            "endpoint_health()>; this version ships no RunPod REST client yet"
+        ) from None
+    return RunpodClient.from_env()
