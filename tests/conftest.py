@@ -1,0 +1,83 @@
+"""Shared test fixtures: Hypothesis profiles, a virtual clock and a scripted RunPod client."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from flashfsm import RunpodApiError
+
+# `dev` is quick for local runs; `.ci/run` selects `ci`, which tries many more examples.
+settings.register_profile("dev", max_examples=60, deadline=None)
+settings.register_profile(
+    "ci", max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+class VirtualClock:
+    """A clock that only moves when the code under test sleeps; records every sleep."""
+
+    def __init__(self, start: float = 1_000_000.0):
+        self.start = start
+        self.now = start
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds >= 0, f"negative sleep {seconds}"
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+    @property
+    def elapsed(self) -> float:
+        """Virtual seconds since the start."""
+        return self.now - self.start
+
+
+Answer = dict[str, Any] | BaseException
+Script = Callable[[float, int], Answer]
+
+
+@dataclass
+class ScriptedClient:
+    """A `poll_job` client whose answers are functions of (elapsed virtual time, call index).
+
+    A script returns a dict (the answer) or an exception instance (raised). `health=None`
+    makes every probe fail with HTTP 500.
+    """
+
+    clock: VirtualClock
+    status: Script
+    health: Script | None = None
+    status_calls: list[float] = field(default_factory=list)
+    health_calls: list[float] = field(default_factory=list)
+
+    def job_status(self, endpoint_id: str, job_id: str) -> dict[str, Any]:
+        self.status_calls.append(self.clock.elapsed)
+        return self._answer(self.status, len(self.status_calls) - 1)
+
+    def endpoint_health(self, endpoint_id: str) -> dict[str, Any]:
+        self.health_calls.append(self.clock.elapsed)
+        if self.health is None:
+            raise RunpodApiError("health probe failed", status_code=500, route="health")
+        return self._answer(self.health, len(self.health_calls) - 1)
+
+    def _answer(self, script: Script, index: int) -> dict[str, Any]:
+        answer = script(self.clock.elapsed, index)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+
+@pytest.fixture
+def clock() -> VirtualClock:
+    """A fresh virtual clock."""
+    return VirtualClock()
