@@ -103,14 +103,22 @@ class JobHandle:
             raise ValueError(f"a job handle needs {' and '.join(missing)}")
         submitted_at = data.get("submitted_at")
         attempt = data.get("attempt")
+        on_last_gpu = data.get("on_last_gpu", False)
+        if isinstance(on_last_gpu, str):
+            on_last_gpu = on_last_gpu.strip().lower() in ("true", "1", "yes")
+        number = (int, float)
         return cls(
             endpoint_id=str(data["endpoint_id"]),
             endpoint_name=str(data.get("endpoint_name") or ""),
             job_id=str(data["job_id"]),
-            on_last_gpu=bool(data.get("on_last_gpu", False)),
-            submitted_at=float(submitted_at) if isinstance(submitted_at, (int, float)) else None,
+            on_last_gpu=on_last_gpu is True,
+            submitted_at=float(submitted_at)
+            if isinstance(submitted_at, number) and not isinstance(submitted_at, bool)
+            else None,
             gpu_class=str(data["gpu_class"]) if data.get("gpu_class") else None,
-            attempt=int(attempt) if isinstance(attempt, int) and attempt >= 0 else 0,
+            attempt=attempt
+            if isinstance(attempt, int) and not isinstance(attempt, bool) and attempt >= 0
+            else 0,
         )
 
 

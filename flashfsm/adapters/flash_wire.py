@@ -23,6 +23,7 @@ from flashfsm.errors import OutputDecodeError
 MAX_PICKLE_BYTES = 16 * 1024 * 1024
 _ERROR_CAP = 1500
 _STDOUT_TAIL = 1500
+ENVELOPE_KEYS = frozenset({"success", "result", "json_result", "error", "stdout"})
 
 
 def decode_output(
@@ -37,11 +38,22 @@ def decode_output(
             raise OutputDecodeError(f"job output is not JSON: {text[:200]!r}") from None
     if not isinstance(output, dict):
         raise OutputDecodeError(f"job output is a {type(output).__name__}, not an object")
-    if "success" in output or "result" in output:
+    if _is_envelope(output):
         return _decode_envelope(output, allow_pickle, max_pickle_bytes)
     if output.get("error"):
         raise OutputDecodeError(_failure_message(output["error"], output.get("stdout")))
     return output
+
+
+def _is_envelope(output: dict[str, Any]) -> bool:
+    """A Flash envelope carries a boolean `success`, or nothing but envelope keys.
+
+    A metrics dict that merely has a `result` key (`{"result": 0.93, "loss": 0.1}`) is
+    metrics, not an envelope.
+    """
+    if isinstance(output.get("success"), bool):
+        return True
+    return "result" in output and set(output) <= ENVELOPE_KEYS
 
 
 def _decode_envelope(envelope: dict[str, Any], allow_pickle: bool, limit: int) -> dict[str, Any]:
@@ -62,6 +74,10 @@ def _decode_envelope(envelope: dict[str, Any], allow_pickle: bool, limit: int) -
         raw = base64.b64decode(result, validate=True)
     except (binascii.Error, ValueError):
         raise OutputDecodeError("Flash result is not valid base64") from None
+    if len(raw) > limit:
+        raise OutputDecodeError(
+            f"Flash result is {len(raw)} bytes; the cap is at most {limit} bytes"
+        )
     import cloudpickle  # imported late: only envelopes ever need it
 
     try:
