@@ -1,15 +1,88 @@
-"""Open an event store from its URL.
+"""Open an event store from its URL, pick the default one, and move logs between stores.
 
-`memory://` is an in-memory store (a new one per call). Durable backends register their
-schemes in `SCHEMES`.
+Store URLs (`open_store`):
+
+- `memory://` – an in-memory store (a new, empty one per call).
+- `sqlite:///abs/path/events.db` – a SQLite file; the URL's path is the file path, as in
+  `file:` URLs, so three slashes mean an absolute path. `sqlite:////abs/path.db` (the
+  SQLAlchemy spelling of an absolute path) names the same file. A relative path has no
+  slashes after the colon: `sqlite:events.db`, `sqlite:./logs/events.db` (relative to the
+  working directory), `sqlite:~/flashfsm/events.db` (relative to the home directory).
+  Query parameters: `durable=false` (see `SqliteStore`), `busy_timeout_s=30`.
+- `jsonl:///abs/dir`, `jsonl:relative/dir`, `jsonl:~/dir` – a directory of JSONL files,
+  one per stream. Query parameter: `fsync=false` (see `JsonlStore`).
+- `postgresql://user@host:5432/db` or `postgres://…` – a PostgreSQL database (needs the
+  `postgres` extra). Query parameters `table=` and `pool_size=` are the store's own; every
+  other one goes to libpq (`sslmode=require`, `connect_timeout=5`, …).
+
+Characters that are special in URLs are percent-encoded in paths (`%20` for a space).
+`default_store_url()` is `$FLASHFSM_STORE` when set, else a SQLite file in the user's data
+directory. `copy_streams(src, dst)` copies streams between any two stores keeping stream
+names, seqs and event ids; copying one stream into a `jsonl:` store is how a log is
+exported to one portable file.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from urllib.parse import urlsplit
+import os
+import re
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from flashfsm.events.store import EventStore
+
+ENV_VAR = "FLASHFSM_STORE"
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def url_path(url: str) -> Path:
+    """The local path a `sqlite:` or `jsonl:` URL names (see the module docstring)."""
+    parts = urlsplit(url)
+    if parts.netloc:
+        raise ValueError(
+            f"{url!r}: a {parts.scheme} URL names a local path: write "
+            f"{parts.scheme}:///abs/path or {parts.scheme}:relative/path"
+        )
+    raw = unquote(parts.path)
+    if not raw:
+        raise ValueError(f"{url!r} names no path")
+    if raw.startswith("/"):
+        raw = "/" + raw.lstrip("/")  # `////abs` (SQLAlchemy) is `/abs`
+        if re.match(r"^/[A-Za-z]:[/\\]", raw):  # pragma: no cover - Windows drive letter
+            raw = raw[1:]
+    return Path(raw).expanduser()
+
+
+def path_url(scheme: str, path: str | os.PathLike[str]) -> str:
+    """The URL of a local path for a file-based store (`sqlite`, `jsonl`)."""
+    posix = Path(path).expanduser().absolute().as_posix()
+    if not posix.startswith("/"):  # pragma: no cover - Windows: C:/…
+        posix = "/" + posix
+    return f"{scheme}://{quote(posix, safe='/:~')}"
+
+
+def _query(url: str) -> dict[str, str]:
+    return dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
+
+
+def _flag(url: str, params: dict[str, str], name: str, default: bool) -> bool:
+    value = params.pop(name, None)
+    if value is None:
+        return default
+    if value.lower() in _TRUE:
+        return True
+    if value.lower() in _FALSE:
+        return False
+    raise ValueError(f"{url!r}: {name}={value!r} is not a boolean")
+
+
+def _no_more(url: str, params: dict[str, str]) -> None:
+    if params:
+        raise ValueError(f"{url!r}: unknown parameter(s) {', '.join(sorted(params))}")
 
 
 def _memory(url: str) -> EventStore:
@@ -18,15 +91,111 @@ def _memory(url: str) -> EventStore:
     return MemoryStore()
 
 
+def _sqlite(url: str) -> EventStore:
+    from flashfsm.adapters.sqlite import SqliteStore
+
+    params = _query(url)
+    durable = _flag(url, params, "durable", True)
+    busy = float(params.pop("busy_timeout_s", 30.0))
+    _no_more(url, params)
+    return SqliteStore(url_path(url), durable=durable, busy_timeout_s=busy)
+
+
+def _jsonl(url: str) -> EventStore:
+    from flashfsm.adapters.jsonl import JsonlStore
+
+    params = _query(url)
+    fsync = _flag(url, params, "fsync", True)
+    _no_more(url, params)
+    return JsonlStore(url_path(url), fsync=fsync)
+
+
+def _postgres(url: str) -> EventStore:
+    try:
+        from flashfsm.adapters.postgres import PostgresStore
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "the postgres store needs psycopg 3: pip install 'flashfsm[postgres]'"
+        ) from exc
+
+    parts = urlsplit(url)
+    params = parse_qsl(parts.query, keep_blank_values=True)
+    own = {k: v for k, v in params if k in {"table", "pool_size"}}
+    rest = [(k, v) for k, v in params if k not in own]
+    dsn = urlunsplit(parts._replace(query=urlencode(rest)))
+    kwargs: dict[str, Any] = {}
+    if "table" in own:
+        kwargs["table"] = own["table"]
+    if "pool_size" in own:
+        kwargs["pool_size"] = int(own["pool_size"])
+    return PostgresStore(dsn, **kwargs)
+
+
 #: URL scheme -> factory taking the whole URL.
-SCHEMES: dict[str, Callable[[str], EventStore]] = {"memory": _memory}
+SCHEMES: dict[str, Callable[[str], EventStore]] = {
+    "memory": _memory,
+    "sqlite": _sqlite,
+    "jsonl": _jsonl,
+    "postgresql": _postgres,
+    "postgres": _postgres,
+}
 
 
 def open_store(url: str) -> EventStore:
-    """The store a URL names (`memory://`, …); an unknown scheme is a `ValueError`."""
+    """The store a URL names (see the module docstring); an unknown scheme is a `ValueError`."""
     scheme = urlsplit(url).scheme
     factory = SCHEMES.get(scheme)
     if factory is None:
         known = ", ".join(f"{s}://" for s in sorted(SCHEMES))
         raise ValueError(f"unknown store URL scheme {scheme!r} (known: {known})")
     return factory(url)
+
+
+def default_store_url() -> str:
+    """`$FLASHFSM_STORE`, else `sqlite:///<user data dir>/flashfsm/events.db`."""
+    configured = os.environ.get(ENV_VAR, "").strip()
+    if configured:
+        return configured
+    from platformdirs import user_data_dir
+
+    return path_url("sqlite", Path(user_data_dir("flashfsm", appauthor=False)) / "events.db")
+
+
+def copy_streams(
+    src: EventStore | str,
+    dst: EventStore | str,
+    streams: Iterable[str] | None = None,
+    *,
+    batch_size: int = 1000,
+) -> dict[str, int]:
+    """Copy streams (all of `src`'s by default) into `dst`, keeping names, seqs and ids.
+
+    Resumable: the events `dst` already holds of a stream must be the same ones (same ids,
+    in the same order) and only the rest is copied; a stream that has diverged raises
+    `ValueError`. An id `dst` holds in another stream raises `DuplicateEventError`.
+    Returns how many events were copied per stream. URLs are opened and closed here.
+    """
+    source = open_store(src) if isinstance(src, str) else src
+    target = open_store(dst) if isinstance(dst, str) else dst
+    copied: dict[str, int] = {}
+    try:
+        for stream in sorted(source.streams()) if streams is None else streams:
+            events = source.read(stream)
+            have = target.read(stream)
+            mine = [e.id for e in events[: len(have)]]
+            if [e.id for e in have] != mine:
+                raise ValueError(
+                    f"stream {stream!r}: the destination holds {len(have)} events that are "
+                    "not the source's first ones; refusing to merge diverged logs"
+                )
+            rest = events[len(have) :]
+            for start in range(0, len(rest), batch_size):
+                batch = rest[start : start + batch_size]
+                target.append(stream, batch, batch[0].seq)
+            copied[stream] = len(rest)
+    finally:
+        if isinstance(src, str):
+            source.close()
+        if isinstance(dst, str):
+            target.close()
+    return copied

@@ -8,7 +8,7 @@ slower one gets a `ConcurrencyError` and must re-read. Event ids are unique acro
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
 from flashfsm.events.errors import ConcurrencyError, DuplicateEventError
@@ -64,3 +64,26 @@ def check_batch(stream: str, events: Sequence[Event], expected_seq: int, next_se
         if event.id in ids:
             raise DuplicateEventError(stream, event.id)
         ids.add(event.id)
+
+
+def follow_by_polling(
+    read: Callable[[str, int | None], list[Event]],
+    stream: str,
+    after: int | None,
+    poll_s: float,
+    sleep: Callable[[float], None],
+) -> Iterator[Event]:
+    """`follow` for a backend that can only be polled: re-read after the last seq seen.
+
+    The store's `read` and a `sleep` are passed in, so this module still does no I/O itself.
+    """
+    last = -1 if after is None else after
+    while True:
+        batch = read(stream, last)
+        if batch:
+            for event in batch:
+                if event.seq > last:
+                    last = event.seq
+                    yield event
+            continue
+        sleep(poll_s)

@@ -1,0 +1,505 @@
+"""The JSONL event store: one human-readable file per stream.
+
+Theory of operation. A stream lives in `<directory>/<name>.jsonl`, where `<name>` is the
+stream name percent-encoded with nothing left safe (`urllib.parse.quote(stream, safe="")`),
+so any name maps to one file name and back. (A name whose encoding is too long for a file
+system keeps a prefix and adds a hash, `<prefix>%%<sha256>.jsonl`; `%%` never occurs in an
+encoding, and such a file's stream is read from its first event.) Line n (1-based) holds
+the event of seq n - 1, encoded by the codec: the file alone is enough to replay the
+stream (`read_jsonl_file`).
+
+Writers. An append takes, in order: the store's in-process mutex, an exclusive `flock` on
+`<directory>/.flashfsm.lock` (so writers in every process take turns, which is what makes
+event ids unique across streams), then an exclusive `flock` on the stream's file. Under
+those locks it brings its index up to date (per file: inode, size, lines and the ids; only
+bytes appended since the last look are parsed), checks the batch's `expected_seq` and ids,
+and writes the whole batch with one `write` on an `O_APPEND` descriptor, then `fsync`s
+(`fsync=True`, the default; `fsync=False` leaves the flush to the OS, which survives a
+process crash but not a power cut). A new file's directory entry is fsynced too.
+
+Readers take a shared `flock` on the stream's file, so they never see half a write in
+progress. What they can see is what a crash leaves: a last line with no newline, or one
+that is not JSON. That torn line is cut (the file truncated at its start) with a
+`TornLineWarning`: it was never acknowledged to its writer, so nothing that was is lost.
+Anything wrong before the last line is a `CorruptLogError` naming the file and line.
+
+A batch is atomic against other writers and against errors. Against a crash, a batch is
+all-or-nothing up to lines: a crash mid-write may keep a prefix of the batch's complete
+lines (each a whole event, seqs still contiguous) and cut the rest.
+
+File names are compared as the file system compares them: on a case-insensitive file
+system, streams `Job` and `job` share a file (and the store reports a corrupt log). The
+lock is `flock`, so the directory must be local (not NFS). Files are 0600, directories the
+store creates 0700.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote, unquote
+
+from flashfsm.adapters._files import (
+    FILE_MODE,
+    create_private_file,
+    fcntl,
+    fsync_dir,
+    fsync_fd,
+    make_private_dirs,
+)
+from flashfsm.events.codec import decode_many, encode
+from flashfsm.events.errors import CorruptLogError, DuplicateEventError, StoreError
+from flashfsm.events.models import Event
+from flashfsm.events.store import check_batch
+
+logger = logging.getLogger(__name__)
+
+SUFFIX = ".jsonl"
+LOCK_NAME = ".flashfsm.lock"
+_MAX_NAME = 180  # bytes of an encoded stream name before it is shortened with a hash
+_HASHED = "%%"
+
+
+class TornLineWarning(RuntimeWarning):
+    """A JSONL log's last line was cut mid-write by a crash and has been dropped."""
+
+
+def stream_file_name(stream: str) -> str:
+    """The file name (in a store directory) of a stream."""
+    encoded = quote(stream, safe="")
+    if len(encoded) <= _MAX_NAME:
+        return encoded + SUFFIX
+    digest = hashlib.sha256(stream.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return encoded[:120] + _HASHED + digest + SUFFIX
+
+
+def _stream_of_name(name: str) -> str | None:
+    """The stream a file name encodes; None when it is hashed (read the first event)."""
+    stem = name[: -len(SUFFIX)]
+    return None if _HASHED in stem else unquote(stem)
+
+
+# -- parsing --------------------------------------------------------------------------------
+
+
+def _split(data: bytes) -> tuple[list[bytes], bytes]:
+    """Complete lines (without their newline) and the bytes after the last newline."""
+    lines = data.split(b"\n")
+    return lines[:-1], lines[-1]
+
+
+def _is_json(line: bytes) -> bool:
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return True
+
+
+def _trim_torn(lines: list[bytes], tail: bytes) -> tuple[list[bytes], int | None]:
+    """Drop a torn last line: bytes with no newline, else a last line that is not JSON.
+
+    Returns the good lines and the byte length they span when something was dropped.
+    """
+    if tail:
+        return lines, sum(len(line) + 1 for line in lines)
+    if lines and not _is_json(lines[-1]):
+        kept = lines[:-1]
+        return kept, sum(len(line) + 1 for line in kept)
+    return lines, None
+
+
+def _decode_lines(
+    lines: Sequence[bytes], first_seq: int, where: str, stream: str | None
+) -> list[Event]:
+    """Decode lines holding seqs `first_seq`, … of `stream` (None: the first line's)."""
+    events: list[Event] = []
+    try:
+        for event in decode_many(lines):
+            seq = first_seq + len(events)
+            if stream is None:
+                stream = event.stream
+            if event.seq != seq or event.stream != stream:
+                raise ValueError(
+                    f"holds stream {event.stream!r} seq {event.seq} where stream {stream!r} "
+                    f"seq {seq} belongs"
+                )
+            events.append(event)
+    except ValueError as exc:  # EventDecodeError is a ValueError
+        seq = first_seq + len(events)
+        raise CorruptLogError(where, stream, str(exc), line=seq + 1) from exc
+    return events
+
+
+def _envelopes(
+    lines: Sequence[bytes], first_seq: int, where: str, stream: str | None
+) -> tuple[list[str], str | None, CorruptLogError | None]:
+    """The ids of lines holding seqs `first_seq`, …, checking only the envelope.
+
+    Appends need the ids and the seq order, not the payloads: a line written by a newer
+    flashfsm (an unknown event kind) does not stop other writers. Returns the ids up to
+    the first bad line, the stream, and the error that bad line is (None when all are good).
+    """
+    ids: list[str] = []
+    for offset, line in enumerate(lines):
+        seq = first_seq + offset
+        problem = None
+        try:
+            raw = json.loads(line)
+        except ValueError:
+            raw, problem = None, "not JSON"
+        if problem is None and not isinstance(raw, dict):
+            problem = "not a JSON object"
+        if problem is None:
+            assert isinstance(raw, dict)
+            if stream is None and isinstance(raw.get("stream"), str):
+                stream = raw["stream"]
+            if raw.get("stream") != stream or raw.get("seq") != seq:
+                problem = (
+                    f"holds stream {raw.get('stream')!r} seq {raw.get('seq')!r} "
+                    f"where seq {seq} belongs"
+                )
+            elif not isinstance(raw.get("id"), str):
+                problem = "the event has no id"
+        if problem is not None:
+            return ids, stream, CorruptLogError(where, stream, problem, line=seq + 1)
+        ids.append(raw["id"])
+    return ids, stream, None
+
+
+def _warn_torn(path: Path, line: int, dropped: int, *, cut: bool) -> None:
+    action = "cut it" if cut else "ignoring it"
+    message = (
+        f"{path}: line {line} was torn by a crash during an append "
+        f"({dropped} bytes, never acknowledged); {action}"
+    )
+    logger.warning("%s", message)
+    warnings.warn(message, TornLineWarning, stacklevel=3)
+
+
+def _read_locked(path: Path, offset: int = 0) -> tuple[bytes, os.stat_result] | None:
+    """The file's bytes from `offset` under a shared lock, and its stat; None when missing."""
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below; the lock lives with the handle
+    except FileNotFoundError:
+        return None
+    with f:
+        if fcntl is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(f, fcntl.LOCK_SH)
+        st = os.fstat(f.fileno())
+        if offset:
+            f.seek(offset)
+        return f.read(), st
+
+
+def read_jsonl_file(path: str | os.PathLike[str]) -> list[Event]:
+    """Every event of one JSONL stream file; needs nothing but the file (post-mortems).
+
+    A torn last line is ignored with a `TornLineWarning` (the file is not modified);
+    anything else wrong raises `CorruptLogError` naming the file and line.
+    """
+    path = Path(path)
+    loaded = _read_locked(path)
+    if loaded is None:
+        raise FileNotFoundError(path)
+    lines, tail = _split(loaded[0])
+    good, cut = _trim_torn(lines, tail)
+    if cut is not None:
+        _warn_torn(path, len(good) + 1, len(loaded[0]) - cut, cut=False)
+    return _decode_lines(good, 0, str(path), None)
+
+
+# -- the store ------------------------------------------------------------------------------
+
+
+@dataclass
+class _FileState:
+    """What the writer knows about one stream file (as of its last look)."""
+
+    ino: int = -1
+    size: int = 0  # bytes seen, torn tail included
+    mtime_ns: int = 0
+    offset: int = 0  # end of the last good line
+    lines: int = 0  # good lines = the stream's next seq
+    stream: str | None = None
+    ids: list[str] = field(default_factory=list)
+    corrupt: CorruptLogError | None = None  # the first bad line, when there is one
+
+
+class JsonlStore:
+    """An event store of JSONL files in one directory, shared safely by threads and processes."""
+
+    def __init__(self, directory: str | os.PathLike[str], *, fsync: bool = True):
+        if fcntl is None:  # pragma: no cover - Windows
+            raise StoreError("the JSONL store needs POSIX file locks (fcntl)")
+        self.directory = Path(directory).expanduser().absolute()
+        self.fsync = fsync
+        self._mutex = threading.Lock()
+        self._files: dict[str, _FileState] = {}
+        self._ids: dict[str, str] = {}  # event id -> file name
+        make_private_dirs(self.directory)
+
+    def __repr__(self) -> str:
+        return f"JsonlStore({str(self.directory)!r}, fsync={self.fsync})"
+
+    @property
+    def url(self) -> str:
+        """The store's URL (see `flashfsm.adapters.stores`)."""
+        from flashfsm.adapters.stores import path_url
+
+        return path_url("jsonl", self.directory)
+
+    def path_for(self, stream: str) -> Path:
+        """The file that holds `stream`."""
+        return self.directory / stream_file_name(stream)
+
+    # -- writing -----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _writer_lock(self) -> Iterator[None]:
+        """The in-process mutex, then the directory's exclusive lock (every writer's turn)."""
+        with self._mutex:
+            lock_path = self.directory / LOCK_NAME
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                os.close(fd)  # releases the lock
+
+    def _refresh(self) -> None:
+        """Bring the per-file index up to date (call under the writer lock)."""
+        present: set[str] = set()
+        with os.scandir(self.directory) as entries:
+            for entry in entries:
+                if not entry.name.endswith(SUFFIX) or not entry.is_file():
+                    continue
+                present.add(entry.name)
+                st = entry.stat()
+                state = self._files.get(entry.name)
+                if (
+                    state is not None
+                    and state.ino == st.st_ino
+                    and state.size == st.st_size
+                    and state.mtime_ns == st.st_mtime_ns
+                ):
+                    continue
+                self._scan(entry.name, state, st)
+        for name in set(self._files) - present:
+            self._forget(name)
+
+    def _forget(self, name: str) -> None:
+        state = self._files.pop(name, None)
+        if state is not None:
+            for event_id in state.ids:
+                if self._ids.get(event_id) == name:
+                    del self._ids[event_id]
+
+    def _scan(self, name: str, state: _FileState | None, st: os.stat_result) -> None:
+        """Index the file's new lines (all of them when it was replaced or rewritten)."""
+        grown = state is not None and state.ino == st.st_ino and st.st_size > state.size
+        if not grown:
+            self._forget(name)
+            state = _FileState(stream=_stream_of_name(name))
+        assert state is not None
+        path = self.directory / name
+        loaded = _read_locked(path, state.offset)
+        if loaded is None:
+            self._forget(name)
+            return
+        data, st = loaded
+        lines, tail = _split(data)
+        good, _ = _trim_torn(lines, tail)
+        ids, stream, state.corrupt = _envelopes(good, state.lines, str(path), state.stream)
+        if state.corrupt is not None:
+            # Only this stream's appends are refused; the other streams carry on.
+            logger.warning("%s; appends to this stream are refused", state.corrupt)
+            good = good[: len(ids)]
+        for event_id in ids:
+            self._ids.setdefault(event_id, name)
+        state.ids.extend(ids)
+        state.stream = stream
+        state.ino, state.size, state.mtime_ns = st.st_ino, st.st_size, st.st_mtime_ns
+        state.offset += sum(len(line) + 1 for line in good)
+        state.lines += len(good)
+        self._files[name] = state
+
+    def append(self, stream: str, events: Sequence[Event], expected_seq: int) -> None:
+        """Append a batch with one write, under the writer locks (see `EventStore.append`)."""
+        if not events:
+            return
+        data = b"".join(encode(event) + b"\n" for event in events)
+        name = stream_file_name(stream)
+        path = self.directory / name
+        with self._writer_lock():
+            self._refresh()
+            state = self._files.get(name) or _FileState(stream=stream)
+            if state.corrupt is not None:
+                raise state.corrupt
+            check_batch(stream, events, expected_seq, state.lines)
+            for event in events:
+                if event.id in self._ids:
+                    raise DuplicateEventError(stream, event.id)
+            created = create_private_file(path)
+            fd = os.open(path, os.O_RDWR | os.O_APPEND)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                st = os.fstat(fd)
+                if not created and (st.st_ino, st.st_size) != (state.ino, state.size):
+                    raise StoreError(
+                        f"{path} changed while this writer held the store's lock; "
+                        "is something else writing to it?"
+                    )
+                if st.st_size > state.offset:  # a torn line a crash left: cut it first
+                    os.ftruncate(fd, state.offset)
+                    _warn_torn(path, state.lines + 1, st.st_size - state.offset, cut=True)
+                self._write(fd, data, state.offset)
+                if self.fsync:
+                    fsync_fd(fd)
+                    if created:
+                        fsync_dir(self.directory)
+                st = os.fstat(fd)
+            finally:
+                os.close(fd)
+            state.ino, state.size, state.mtime_ns = st.st_ino, st.st_size, st.st_mtime_ns
+            state.offset += len(data)
+            state.lines += len(events)
+            state.stream = stream
+            ids = [event.id for event in events]
+            state.ids.extend(ids)
+            self._ids.update(dict.fromkeys(ids, name))
+            self._files[name] = state
+
+    @staticmethod
+    def _write(fd: int, data: bytes, offset: int) -> None:
+        """Write all of `data`; on an error, cut the file back to `offset` and raise."""
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, offset)
+            raise
+
+    def _repair(self, stream: str) -> None:
+        """Cut a torn last line of `stream`'s file (under the writer locks)."""
+        path = self.path_for(stream)
+        try:
+            with self._writer_lock():
+                fd = os.open(path, os.O_RDWR)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                    size = os.fstat(fd).st_size
+                    with open(fd, "rb", closefd=False) as f:
+                        data = f.read()
+                    lines, tail = _split(data)
+                    good, cut = _trim_torn(lines, tail)
+                    if cut is not None:
+                        os.ftruncate(fd, cut)
+                        if self.fsync:
+                            fsync_fd(fd)
+                        _warn_torn(path, len(good) + 1, size - cut, cut=True)
+                finally:
+                    os.close(fd)
+        except OSError as exc:  # a read-only copy, or the file is gone: leave it alone
+            message = f"{path}: a torn last line is ignored, it cannot be cut ({exc})"
+            logger.warning("%s", message)
+            warnings.warn(message, TornLineWarning, stacklevel=3)
+
+    # -- reading -----------------------------------------------------------------------
+
+    def read(self, stream: str, after: int | None = None) -> list[Event]:
+        """The stream's events with seq > `after` (all when None), in seq order."""
+        path = self.path_for(stream)
+        loaded = _read_locked(path)
+        if loaded is None:
+            return []
+        lines, tail = _split(loaded[0])
+        good, cut = _trim_torn(lines, tail)
+        start = 0 if after is None else max(0, after + 1)
+        events = _decode_lines(good[start:], start, str(path), stream)
+        if cut is not None:
+            self._repair(stream)
+        return events
+
+    def streams(self) -> list[str]:
+        """Every stream with at least one event, sorted."""
+        names: list[str] = []
+        with os.scandir(self.directory) as entries:
+            for entry in entries:
+                if not entry.name.endswith(SUFFIX) or not entry.is_file():
+                    continue
+                if entry.stat().st_size == 0:
+                    continue
+                stream = _stream_of_name(entry.name)
+                if stream is None:
+                    stream = self._first_stream(Path(entry.path))
+                if stream is not None:
+                    names.append(stream)
+        return sorted(names)
+
+    @staticmethod
+    def _first_stream(path: Path) -> str | None:
+        with open(path, "rb") as f:
+            first = f.readline()
+        try:
+            raw = json.loads(first)
+        except ValueError:
+            return None
+        stream = raw.get("stream") if isinstance(raw, dict) else None
+        return stream if isinstance(stream, str) else None
+
+    def follow(
+        self, stream: str, after: int | None = None, *, poll_s: float = 0.2
+    ) -> Iterator[Event]:
+        """Yield events after `after`, then poll the file every `poll_s` for new lines.
+
+        Only the bytes appended since the last poll are read and decoded.
+        """
+        path = self.path_for(stream)
+        last = -1 if after is None else after
+        offset = lines_seen = 0
+        while True:
+            loaded = _read_locked(path, offset)
+            if loaded is not None and loaded[1].st_size < offset:  # replaced: start over
+                offset = lines_seen = 0
+                continue
+            batch: list[Event] = []
+            if loaded is not None:
+                lines, tail = _split(loaded[0])
+                good, _ = _trim_torn(lines, tail)
+                skip = min(len(good), max(0, last + 1 - lines_seen))  # already seen or before
+                batch = _decode_lines(good[skip:], lines_seen + skip, str(path), stream)
+                offset += sum(len(line) + 1 for line in good)
+                lines_seen += len(good)
+            fresh = [event for event in batch if event.seq > last]
+            if fresh:
+                for event in fresh:
+                    last = event.seq
+                    yield event
+            else:
+                time.sleep(poll_s)
+
+    def close(self) -> None:
+        """Nothing is held open between calls; drop the index."""
+        with self._mutex:
+            self._files.clear()
+            self._ids.clear()
+
+    def __enter__(self) -> JsonlStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,275 @@
+"""The PostgreSQL event store: one log shared by many orchestrator replicas.
+
+Theory of operation. The schema is SQLite's (`stream, seq, id, at, kind, body`, primary key
+`(stream, seq)`, unique `id`); `body` is TEXT holding the codec's exact JSON line, so a read
+decodes what was written byte for byte, and `body::jsonb` still works for ad-hoc queries.
+
+An append is one transaction on a pooled connection: it takes a transaction-scoped
+advisory lock on (table, stream), so appends to one stream queue up while appends to
+different streams run side by side; reads the stream's max seq (READ COMMITTED sees every
+append committed before the lock was granted), checks `expected_seq`, inserts the batch and
+`pg_notify`s the table's channel with the stream name as payload. The notification is
+delivered at commit, so a listener never hears of an event it cannot read yet. A unique
+violation is mapped to `DuplicateEventError` (the id index) or `ConcurrencyError` (the
+primary key: a writer that bypassed the lock), and the whole batch is rolled back.
+
+`follow` LISTENs on a dedicated connection (a pooled one would miss notifications between
+uses), reads, then sleeps until a notification for its stream arrives; it re-reads the table
+only every `fallback_s` (default 5 s) in case a notification was lost, and polls every
+`poll_s` while its connection is being re-established. Commits are as durable as the
+server's `synchronous_commit` makes them (on by default: fsynced WAL).
+
+One store object per process: a connection pool does not survive a fork.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import threading
+import time
+import weakref
+from collections.abc import Iterator, Sequence
+
+import psycopg
+from psycopg import sql
+from psycopg_pool import ConnectionPool
+
+from flashfsm.events.codec import decode_many, encode
+from flashfsm.events.errors import ConcurrencyError, CorruptLogError, DuplicateEventError
+from flashfsm.events.models import Event
+from flashfsm.events.store import check_batch
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TABLE = "flashfsm_events"
+_TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,49}$")
+
+
+class PostgresStore:
+    """An event store in one PostgreSQL table."""
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        table: str = DEFAULT_TABLE,
+        pool_size: int = 4,
+        fallback_s: float = 5.0,
+        connect_timeout_s: float = 30.0,
+    ):
+        if not _TABLE_NAME.match(table):
+            raise ValueError(
+                f"table name {table!r}: letters, digits and underscores, at most 50, "
+                "not starting with a digit"
+            )
+        self.dsn = dsn
+        self.table = table
+        self.channel = f"{table}_appended"
+        self.fallback_s = fallback_s
+        self._t = sql.Identifier(table)
+        self._followers: weakref.WeakSet[psycopg.Connection] = weakref.WeakSet()
+        self._followers_lock = threading.Lock()
+        self._pool = ConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=max(1, pool_size),
+            kwargs={"autocommit": True},
+            open=True,
+            name=f"flashfsm-{table}",
+        )
+        try:
+            self._pool.wait(timeout=connect_timeout_s)
+            self._create_table()
+        except BaseException:
+            self._pool.close()
+            raise
+
+    def __repr__(self) -> str:
+        return f"PostgresStore(table={self.table!r})"
+
+    @property
+    def url(self) -> str:
+        """The DSN the store was opened with (with its table as a `table=` parameter)."""
+        sep = "&" if "?" in self.dsn else "?"
+        return self.dsn if self.table == DEFAULT_TABLE else f"{self.dsn}{sep}table={self.table}"
+
+    def _create_table(self) -> None:
+        ddl = sql.SQL(
+            """CREATE TABLE IF NOT EXISTS {t} (
+                stream TEXT NOT NULL,
+                seq BIGINT NOT NULL,
+                id TEXT NOT NULL,
+                at DOUBLE PRECISION NOT NULL,
+                kind TEXT NOT NULL,
+                body TEXT NOT NULL,
+                CONSTRAINT {pkey} PRIMARY KEY (stream, seq),
+                CONSTRAINT {idkey} UNIQUE (id)
+            )"""
+        ).format(
+            t=self._t,
+            pkey=sql.Identifier(f"{self.table}_pkey"),
+            idkey=sql.Identifier(f"{self.table}_id_key"),
+        )
+        with self._pool.connection() as conn, conn.transaction():
+            # Two processes creating the table at once would race in the catalog.
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('flashfsm schema'))")
+            conn.execute(ddl)
+
+    # -- the protocol ------------------------------------------------------------------
+
+    def append(self, stream: str, events: Sequence[Event], expected_seq: int) -> None:
+        """Append a batch in one transaction under the stream's advisory lock."""
+        if not events:
+            return
+        columns = (
+            [e.seq for e in events],
+            [e.id for e in events],
+            [e.at for e in events],
+            [e.kind for e in events],
+            [encode(e).decode() for e in events],
+        )
+        # One statement inserts the whole batch (arrays, not one round trip per row) and
+        # queues the notification, which the server delivers only at commit.
+        insert = sql.SQL(
+            "WITH appended AS ("
+            " INSERT INTO {t} (stream, seq, id, at, kind, body)"
+            " SELECT %s, * FROM unnest(%s::bigint[], %s::text[], %s::float8[], %s::text[],"
+            " %s::text[]))"
+            " SELECT pg_notify(%s, %s)"
+        ).format(t=self._t)
+        with self._pool.connection() as conn:
+            try:
+                with conn.transaction():
+                    conn.execute(
+                        "SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))",
+                        (self.table, stream),
+                    )
+                    (last,) = conn.execute(
+                        sql.SQL("SELECT max(seq) FROM {t} WHERE stream = %s").format(t=self._t),
+                        (stream,),
+                    ).fetchone()  # type: ignore[misc]
+                    check_batch(stream, events, expected_seq, 0 if last is None else last + 1)
+                    conn.execute(insert, (stream, *columns, self.channel, stream))
+            except psycopg.errors.UniqueViolation as exc:
+                raise self._unique_error(conn, exc, stream, events, expected_seq) from None
+
+    def _unique_error(
+        self,
+        conn: psycopg.Connection,
+        exc: psycopg.errors.UniqueViolation,
+        stream: str,
+        events: Sequence[Event],
+        expected_seq: int,
+    ) -> Exception:
+        """Name what the failed insert clashed with (its transaction is rolled back)."""
+        if exc.diag.constraint_name == f"{self.table}_id_key":
+            row = conn.execute(
+                sql.SQL("SELECT id FROM {t} WHERE id = ANY(%s) LIMIT 1").format(t=self._t),
+                ([e.id for e in events],),
+            ).fetchone()
+            return DuplicateEventError(stream, row[0] if row else events[0].id)
+        (last,) = conn.execute(  # type: ignore[misc]
+            sql.SQL("SELECT max(seq) FROM {t} WHERE stream = %s").format(t=self._t), (stream,)
+        ).fetchone()
+        return ConcurrencyError(stream, expected_seq, 0 if last is None else last + 1)
+
+    def read(self, stream: str, after: int | None = None) -> list[Event]:
+        """The stream's events with seq > `after` (all when None), in seq order."""
+        with self._pool.connection() as conn:
+            rows = conn.execute(
+                sql.SQL(
+                    "SELECT seq, body FROM {t} WHERE stream = %s AND seq > %s ORDER BY seq"
+                ).format(t=self._t),
+                (stream, -1 if after is None else after),
+            ).fetchall()
+        return self._decode(stream, rows)
+
+    def _decode(self, stream: str, rows: list[tuple[int, str]]) -> list[Event]:
+        events: list[Event] = []
+        try:
+            for event in decode_many(body for _, body in rows):
+                if event.seq != rows[len(events)][0] or event.stream != stream:
+                    raise ValueError(
+                        f"the body says stream {event.stream!r} seq {event.seq}, not the row's"
+                    )
+                events.append(event)
+        except ValueError as exc:  # EventDecodeError is a ValueError
+            raise CorruptLogError(
+                f"postgres table {self.table}", stream, str(exc), seq=rows[len(events)][0]
+            ) from exc
+        return events
+
+    def streams(self) -> list[str]:
+        """Every stream with at least one event, sorted (by code point, as Python sorts)."""
+        with self._pool.connection() as conn:
+            rows = conn.execute(sql.SQL("SELECT DISTINCT stream FROM {t}").format(t=self._t))
+            return sorted(row[0] for row in rows.fetchall())
+
+    def follow(
+        self, stream: str, after: int | None = None, *, poll_s: float = 0.2
+    ) -> Iterator[Event]:
+        """Yield events after `after`, then each new one as its NOTIFY arrives (forever)."""
+        last = -1 if after is None else after
+        listener: psycopg.Connection | None = None
+        try:
+            while True:
+                if listener is None or listener.closed:
+                    listener = self._listen()  # before the read: nothing slips between
+                batch = self.read(stream, last)
+                if batch:
+                    for event in batch:
+                        last = event.seq
+                        yield event
+                    continue
+                if listener is None:
+                    time.sleep(poll_s)
+                    continue
+                if not self._wait(listener, stream):
+                    with contextlib.suppress(psycopg.Error):
+                        listener.close()
+                    listener = None
+        finally:
+            if listener is not None:
+                with contextlib.suppress(psycopg.Error):
+                    listener.close()
+
+    def _listen(self) -> psycopg.Connection | None:
+        try:
+            conn = psycopg.connect(self.dsn, autocommit=True)
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+        except psycopg.Error as exc:
+            logger.warning("%r: cannot LISTEN (%s); polling the table", self, exc)
+            return None
+        with self._followers_lock:
+            self._followers.add(conn)
+        return conn
+
+    def _wait(self, conn: psycopg.Connection, stream: str) -> bool:
+        """Wait for a notification about `stream`, at most `fallback_s`; False if conn broke."""
+        deadline = time.monotonic() + self.fallback_s
+        try:
+            while (left := deadline - time.monotonic()) > 0:
+                for note in conn.notifies(timeout=left, stop_after=1):
+                    if note.payload == stream:
+                        return True
+        except psycopg.Error as exc:
+            logger.warning("%r: listening connection lost (%s); reconnecting", self, exc)
+            return False
+        return True
+
+    def close(self) -> None:
+        """Close the pool and every follower's listening connection."""
+        with self._followers_lock:
+            followers = list(self._followers)
+        for conn in followers:
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
+        self._pool.close()
+
+    def __enter__(self) -> PostgresStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

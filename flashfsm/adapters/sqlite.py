@@ -1,0 +1,262 @@
+"""The SQLite event store: the embedded default.
+
+Theory of operation. One table holds every stream:
+
+    events(stream, seq, id UNIQUE, at, kind, body, PRIMARY KEY (stream, seq)) WITHOUT ROWID
+
+`body` is the codec's exact JSON line, so a read decodes the bytes it stored. The primary
+key clusters a stream's rows together; the unique id index is cheap because ids are
+time-ordered (they land at the right end of the b-tree).
+
+The file is in WAL mode: readers never block the writer and see a consistent snapshot
+per statement. An append is one `BEGIN IMMEDIATE` transaction: IMMEDIATE takes the write
+lock up front (waiting up to `busy_timeout_s` for another writer, thread or process), so
+the stream's max seq read inside it cannot change before the insert. A stale
+`expected_seq` is a `ConcurrencyError`; an id clash makes the unique index raise, mapped
+to `DuplicateEventError`; either way the transaction is rolled back and nothing of the
+batch remains.
+
+Durability: `durable=True` (default) sets `synchronous=FULL`, so a commit returns only
+after the WAL is fsynced: an acknowledged append survives a power cut. `durable=False`
+sets `synchronous=NORMAL`: still atomic and safe against a process crash, but the last
+commits may be lost on a power cut (they are never half-applied).
+
+Connections: sqlite3 connections must not be shared by two threads at once, so the store
+keeps a small pool; a thread borrows one connection per operation and returns it. A
+process that forks gets a fresh pool (connections never cross a fork). The database file
+is created 0600, missing parent directories 0700; SQLite gives its `-wal` and `-shm`
+files the database file's mode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from flashfsm.adapters._files import create_private_file, make_private_dirs
+from flashfsm.events.codec import decode_many, encode
+from flashfsm.events.errors import (
+    ConcurrencyError,
+    CorruptLogError,
+    DuplicateEventError,
+    StoreError,
+)
+from flashfsm.events.models import Event
+from flashfsm.events.store import check_batch, follow_by_polling
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS events (
+    stream TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    id TEXT NOT NULL UNIQUE,
+    at REAL NOT NULL,
+    kind TEXT NOT NULL,
+    body BLOB NOT NULL,
+    PRIMARY KEY (stream, seq)
+) WITHOUT ROWID
+"""
+
+_INSERT = "INSERT INTO events (stream, seq, id, at, kind, body) VALUES (?, ?, ?, ?, ?, ?)"
+
+# Connections inherited across a fork are kept referenced and never closed by the child:
+# closing them could disturb the parent's locks.
+_inherited: list[sqlite3.Connection] = []
+
+
+class SqliteStore:
+    """An event store in one SQLite file, shared safely by threads and processes."""
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, durable: bool = True, busy_timeout_s: float = 30.0
+    ):
+        self.path = Path(path).expanduser().absolute()
+        self.durable = durable
+        self.busy_timeout_s = busy_timeout_s
+        self._lock = threading.Lock()
+        self._idle: list[sqlite3.Connection] = []
+        self._all: list[sqlite3.Connection] = []
+        self._pid = os.getpid()
+        self._closed = False
+        make_private_dirs(self.path.parent)
+        create_private_file(self.path)
+        self._setup()
+
+    def __repr__(self) -> str:
+        return f"SqliteStore({str(self.path)!r}, durable={self.durable})"
+
+    @property
+    def url(self) -> str:
+        """The store's URL (see `flashfsm.adapters.stores`)."""
+        from flashfsm.adapters.stores import path_url
+
+        return path_url("sqlite", self.path)
+
+    # -- connections -------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path,
+            timeout=self.busy_timeout_s,
+            isolation_level=None,  # autocommit; transactions are explicit
+            check_same_thread=False,  # the pool hands a connection to one thread at a time
+        )
+        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
+        conn.execute(f"PRAGMA synchronous = {'FULL' if self.durable else 'NORMAL'}")
+        if self.durable:  # macOS: fsync stops at the drive's cache, F_FULLFSYNC does not
+            conn.execute("PRAGMA fullfsync = ON")
+        return conn
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            if self._closed:
+                raise StoreError(f"{self!r} is closed")
+            if os.getpid() != self._pid:  # forked: start afresh, leave the parent's alone
+                _inherited.extend(self._all)
+                self._idle, self._all, self._pid = [], [], os.getpid()
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            conn = self._connect()
+            with self._lock:
+                self._all.append(conn)
+        try:
+            yield conn
+        finally:
+            with self._lock:
+                if self._closed or os.getpid() != self._pid:
+                    if conn in self._all:
+                        self._all.remove(conn)
+                    conn.close()
+                else:
+                    self._idle.append(conn)
+
+    def _setup(self) -> None:
+        with self._connection() as conn:
+            # Switching to WAL needs a moment without other connections; a process opening
+            # the same new file at the same time can make it report busy, so retry briefly.
+            deadline = time.monotonic() + self.busy_timeout_s
+            while True:
+                try:
+                    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                    break
+                except sqlite3.OperationalError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.01)
+            if str(mode).lower() != "wal":
+                raise StoreError(f"{self.path}: cannot switch the database to WAL mode ({mode})")
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path}: schema version {version} is newer than this library's "
+                    f"({SCHEMA_VERSION}); upgrade flashfsm"
+                )
+            if version < SCHEMA_VERSION:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    conn.execute(_SCHEMA)
+                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+
+    # -- the protocol ------------------------------------------------------------------
+
+    def append(self, stream: str, events: Sequence[Event], expected_seq: int) -> None:
+        """Append a batch atomically in one IMMEDIATE transaction (see `EventStore.append`)."""
+        if not events:
+            return
+        rows = [(stream, e.seq, e.id, e.at, e.kind, encode(e)) for e in events]
+        with self._connection() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                (last,) = conn.execute(
+                    "SELECT max(seq) FROM events WHERE stream = ?", (stream,)
+                ).fetchone()
+                check_batch(stream, events, expected_seq, 0 if last is None else last + 1)
+                try:
+                    conn.executemany(_INSERT, rows)
+                except sqlite3.IntegrityError as exc:
+                    raise self._integrity_error(conn, stream, events, expected_seq) from exc
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+    def _integrity_error(
+        self, conn: sqlite3.Connection, stream: str, events: Sequence[Event], expected_seq: int
+    ) -> StoreError:
+        """Name what a failed insert clashed with (the transaction is still open)."""
+        ids = [e.id for e in events]
+        marks = ",".join("?" * len(ids))
+        clash = conn.execute(f"SELECT id FROM events WHERE id IN ({marks}) LIMIT 1", ids)
+        row = clash.fetchone()
+        if row is not None:
+            return DuplicateEventError(stream, row[0])
+        (last,) = conn.execute("SELECT max(seq) FROM events WHERE stream = ?", (stream,)).fetchone()
+        return ConcurrencyError(stream, expected_seq, 0 if last is None else last + 1)
+
+    def read(self, stream: str, after: int | None = None) -> list[Event]:
+        """The stream's events with seq > `after` (all when None), in seq order."""
+        with self._connection() as conn:
+            rows = conn.execute(
+                "SELECT seq, body FROM events WHERE stream = ? AND seq > ? ORDER BY seq",
+                (stream, -1 if after is None else after),
+            ).fetchall()
+        events: list[Event] = []
+        try:
+            for event in decode_many(body for _, body in rows):
+                seq = rows[len(events)][0]
+                if event.seq != seq or event.stream != stream:
+                    raise ValueError(
+                        f"the body says stream {event.stream!r} seq {event.seq}, not the row's"
+                    )
+                events.append(event)
+        except ValueError as exc:  # EventDecodeError is a ValueError
+            seq = rows[len(events)][0]
+            raise CorruptLogError(f"sqlite file {self.path}", stream, str(exc), seq=seq) from exc
+        return events
+
+    def streams(self) -> list[str]:
+        """Every stream name with at least one event, sorted."""
+        with self._connection() as conn:
+            rows = conn.execute("SELECT DISTINCT stream FROM events").fetchall()
+        return sorted(row[0] for row in rows)
+
+    def follow(
+        self, stream: str, after: int | None = None, *, poll_s: float = 0.2
+    ) -> Iterator[Event]:
+        """Yield events after `after`, then poll every `poll_s` for new ones (forever)."""
+        return follow_by_polling(self.read, stream, after, poll_s, time.sleep)
+
+    def close(self) -> None:
+        """Close the connections; the store cannot be used afterwards.
+
+        A connection another thread is using closes when that thread returns it.
+        """
+        with self._lock:
+            self._closed = True
+            conns, self._idle = self._idle, []
+            self._all = [conn for conn in self._all if conn not in conns]
+            mine = os.getpid() == self._pid
+        if not mine:
+            _inherited.extend(conns)
+            return
+        for conn in conns:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+
+    def __enter__(self) -> SqliteStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
