@@ -28,3 +28,12 @@ def new_id(at: float) -> str:
         _last = (ms, rand)
     value = (ms << 80) | (rand & ((1 << 80) - 1))
     return "".join(_ALPHABET[(value >> shift) & 31] for shift in range(125, -1, -5))
+
+
+def _forget_after_fork() -> None:
+    """A forked child must not continue its parent's sequence: both would make the same ids."""
+    global _last
+    _last = (-1, 0)
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
