@@ -56,6 +56,7 @@ from flashfsm.ids import new_id
 from flashfsm.redact import redact
 
 logger = logging.getLogger("flashfsm")
+ATTACH_TRIES = 20  # claims retried while other writers' observations keep landing
 
 Clock = Callable[[], float]
 Reader = Callable[..., Any]
@@ -200,7 +201,7 @@ class JobWatch:
         handle: JobHandle,
         policy: GracePolicy,
         *,
-        at: float,
+        clock: Clock,
         interval_s: float,
         has_heartbeat_reader: bool,
         has_failure_detail_reader: bool,
@@ -210,24 +211,53 @@ class JobWatch:
 
         An empty stream gets `JobSubmitted` and `WatchStarted`; a stream with a submission
         gets a `WatchStarted`, a reattach when a watch existed. A concluded stream is
-        returned as is: its verdict stands.
+        returned as is: its verdict stands. If the stream moves between the replay and the
+        claim, the claim is retried on the new log, unless the move was another watch
+        starting: that newer watch owns the job (`JobOwnedElsewhere`).
         """
-        state = replay(store.read(stream))
-        watch = cls(store, stream, state, watcher=watcher or default_watcher())
-        if state.done:
+        watcher = watcher or default_watcher()
+        for _ in range(ATTACH_TRIES):
+            watch = cls(store, stream, replay(store.read(stream)), watcher=watcher)
+            if watch.state.done:
+                return watch
+            try:
+                watch._append(
+                    watch._claim(
+                        handle,
+                        policy,
+                        clock(),
+                        interval_s,
+                        has_heartbeat_reader,
+                        has_failure_detail_reader,
+                    )
+                )
+            except ConcurrencyError:
+                continue  # observations landed meanwhile: replay them and claim again
             return watch
+        raise ConcurrencyError(stream, watch.state.next_seq, len(store.read(stream)))
+
+    def _claim(
+        self,
+        handle: JobHandle,
+        policy: GracePolicy,
+        at: float,
+        interval_s: float,
+        has_heartbeat_reader: bool,
+        has_failure_detail_reader: bool,
+    ) -> list[EventBase]:
+        """The events that start this watch on the replayed state."""
+        state = self.state
         recorded = state.submitted
         if recorded is not None and recorded.job_id != handle.job_id:
             raise ValueError(
-                f"stream {stream!r} records job {recorded.job_id!r}, not {handle.job_id!r}"
+                f"stream {self.stream!r} records job {recorded.job_id!r}, not {handle.job_id!r}"
             )
         batch: list[EventBase] = []
         if recorded is None and state.next_seq == 0:
             batch.append(
-                watch._event(
+                self._event(
                     JobSubmitted,
                     at,
-                    len(batch),
                     endpoint_id=handle.endpoint_id,
                     endpoint_name=handle.endpoint_name,
                     job_id=handle.job_id,
@@ -239,21 +269,20 @@ class JobWatch:
                 )
             )
         elif recorded is not None and recorded.policy != policy:
-            logger.info("stream %s: judged by its recorded policy, not the one passed", stream)
+            logger.info("stream %s: judged by its recorded policy, not the one passed", self.stream)
         batch.append(
-            watch._event(
+            self._event(
                 WatchStarted,
                 at,
                 len(batch),
-                watcher=watch.watcher,
+                watcher=self.watcher,
                 reattach=state.first_watch is not None,
                 interval_s=interval_s,
                 has_heartbeat_reader=has_heartbeat_reader,
                 has_failure_detail_reader=has_failure_detail_reader,
             )
         )
-        watch._append(batch)
-        return watch
+        return batch
 
     def _event(self, cls: type[EventBase], at: float, offset: int = 0, **fields: Any) -> Any:
         return cls(
@@ -463,7 +492,7 @@ def poll_job(
         stream or default_stream(handle),
         handle,
         policy,
-        at=clock(),
+        clock=clock,
         interval_s=interval_s,
         has_heartbeat_reader=heartbeat_reader is not None,
         has_failure_detail_reader=failure_detail_reader is not None,
