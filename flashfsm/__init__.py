@@ -6,8 +6,10 @@ re-decides it with today's rules.
 """
 
 from flashfsm.adapters.flash_wire import decode_output
+from flashfsm.adapters.jsonl import JsonlStore, read_jsonl_file
 from flashfsm.adapters.memory import MemoryStore
-from flashfsm.adapters.stores import open_store
+from flashfsm.adapters.sqlite import SqliteStore
+from flashfsm.adapters.stores import copy_streams, default_store_url, open_store
 from flashfsm.errors import JobOwnedElsewhere, OutputDecodeError, RunpodApiError
 from flashfsm.events import (
     ConcurrencyError,
@@ -39,19 +41,24 @@ __all__ = [
     "JobPhase",
     "JobState",
     "JobWatch",
+    "JsonlStore",
     "MemoryStore",
     "OutputDecodeError",
     "PollResult",
     "RunpodApiError",
+    "SqliteStore",
     "UnknownEventError",
     "Verdict",
     "VerifyReport",
     "__version__",
+    "copy_streams",
     "decide",
     "decode_output",
+    "default_store_url",
     "evolve",
     "open_store",
     "poll_job",
+    "read_jsonl_file",
     "replay",
     "stall_kwargs",
     "verify",
