@@ -1,0 +1,727 @@
+"""A RunPod REST client on httpx: the data plane (jobs) and REST v2 endpoint management.
+
+Theory of operation. Every call is one `Route` from the `ROUTES` table (method, host,
+path, whether it is idempotent, what a good answer must hold). One generator,
+`exchange`, holds the whole request/response protocol without doing any I/O: it yields
+a `Send` (a built request) and receives an `Answer` or the transport exception, decides
+with `parse_response` whether the answer is a value or an error, and with `retry_delay`
+whether to try again; it yields a `Pause` to ask for the back-off sleep. `RunpodClient`
+(httpx.Client) and `AsyncRunpodClient` (httpx.AsyncClient) each only drive that
+generator, so both speak exactly the same protocol.
+
+Rules the table and the two functions encode:
+
+- 429 (honouring `Retry-After` seconds), 408, any 5xx, timeouts, resets and other network
+  errors are retried with jittered exponential back-off, on idempotent routes only
+  (status, health, cancel, endpoint list/get/delete). `run` and `purge_queue` are never
+  retried: a lost answer may hide a job that was created, and a blind retry would start
+  a second one.
+- 401 and 403 raise `RunpodAuthError` at once, on every route.
+- 404 on `status` raises `RunpodApiError(status_code=404)`: the job is gone (its TTL or
+  the result retention passed); the core maps it to LOST. `delete_endpoint` answers
+  False on 404 (already gone) so a retried delete stays idempotent.
+- A body that is not JSON, or not an object, or lacks a key the route promises, raises
+  `RunpodApiError` with `status_code=None` and a message starting "malformed".
+
+Messages name the route, the ids and the HTTP status; they never hold the API key (it
+lives only in the Authorization header) and pass through `redact` besides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import json
+import math
+import os
+import random
+import ssl
+import time
+from collections.abc import Awaitable, Callable, Generator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import quote
+
+import httpx
+
+from flashfsm.errors import RunpodApiError
+from flashfsm.redact import redact, register_secrets
+
+# Where the RunPod SDKs look (runpod/__init__.py, runpod/api/graphql.py and
+# runpod_flash/core/urls.py): the data plane, and the control-plane host that serves
+# GraphQL at /graphql and REST v2 management at /v2/serverless.
+ENV_API_KEY = "RUNPOD_API_KEY"
+ENV_ENDPOINT_BASE_URL = "RUNPOD_ENDPOINT_BASE_URL"
+ENV_API_BASE_URL = "RUNPOD_API_BASE_URL"
+DEFAULT_ENDPOINT_BASE_URL = "https://api.runpod.ai/v2"
+DEFAULT_API_BASE_URL = "https://api.runpod.io"
+
+MAX_TTL_S = 7 * 24 * 3600  # RunPod's ceiling for a job's policy.ttl
+DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=10.0)
+_DETAIL_CAP = 300
+
+Plane = Literal["data", "management"]
+
+
+class RunpodAuthError(RunpodApiError):
+    """The key was refused (HTTP 401/403) or is missing; retrying will not help."""
+
+
+@dataclass(frozen=True)
+class Route:
+    """One RunPod call: how to build it and what a good answer looks like."""
+
+    name: str
+    method: str
+    plane: Plane
+    path: str  # a template over the call's parameters, relative to the plane's base URL
+    idempotent: bool
+    required: tuple[str, ...] = ()  # keys a good answer must carry
+    empty_ok: bool = False  # a good answer may have no body (204)
+
+
+ROUTES: dict[str, Route] = {
+    r.name: r
+    for r in (
+        Route("run", "POST", "data", "/{endpoint_id}/run", idempotent=False, required=("id",)),
+        Route(
+            "status",
+            "GET",
+            "data",
+            "/{endpoint_id}/status/{job_id}",
+            idempotent=True,
+            required=("status",),
+        ),
+        Route("cancel", "POST", "data", "/{endpoint_id}/cancel/{job_id}", idempotent=True),
+        Route("health", "GET", "data", "/{endpoint_id}/health", idempotent=True),
+        Route("purge_queue", "POST", "data", "/{endpoint_id}/purge-queue", idempotent=False),
+        Route(
+            "list_endpoints",
+            "GET",
+            "management",
+            "/v2/serverless",
+            idempotent=True,
+            required=("endpoints",),
+        ),
+        Route(
+            "get_endpoint",
+            "GET",
+            "management",
+            "/v2/serverless/{endpoint_id}",
+            idempotent=True,
+            required=("id",),
+        ),
+        Route(
+            "delete_endpoint",
+            "DELETE",
+            "management",
+            "/v2/serverless/{endpoint_id}",
+            idempotent=True,
+            empty_ok=True,
+        ),
+    )
+}
+
+AUTH_STATUSES = frozenset({401, 403})
+RETRY_STATUSES = frozenset({408, 429})  # plus every 5xx
+
+
+# --------------------------------------------------------------------------- policy
+
+
+def policy_for_budget(
+    wall_clock_s: float, *, queue_allowance_s: float = 7200.0
+) -> dict[str, float]:
+    """`run` keyword arguments (`ttl_s`, `execution_timeout_s`) for a job's wall-clock budget.
+
+    The execution timeout gives the worker its budget plus 10 % (at least 10 minutes) so
+    RunPod never kills a job the supervisor still considers in time; the TTL adds
+    `queue_allowance_s` for queueing and cold start on top, because TTL counts from
+    submission and a job whose TTL passes is deleted even mid-run. The TTL is capped at
+    RunPod's 7 days, and the execution timeout at the TTL.
+    """
+    if not (isinstance(wall_clock_s, (int, float)) and math.isfinite(wall_clock_s)):
+        raise ValueError(f"wall_clock_s must be a finite number, got {wall_clock_s!r}")
+    if wall_clock_s <= 0:
+        raise ValueError(f"wall_clock_s must be positive, got {wall_clock_s!r}")
+    execution = wall_clock_s + max(600.0, 0.1 * wall_clock_s)
+    ttl = min(float(MAX_TTL_S), execution + max(0.0, queue_allowance_s))
+    return {"ttl_s": ttl, "execution_timeout_s": min(execution, ttl)}
+
+
+def job_policy(ttl_s: float | None, execution_timeout_s: float | None) -> dict[str, int] | None:
+    """The wire `policy` object for a job (milliseconds), or None when nothing is set."""
+    policy: dict[str, int] = {}
+    for key, value in (("ttl", ttl_s), ("executionTimeout", execution_timeout_s)):
+        if value is None:
+            continue
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise ValueError(f"policy {key} must be a positive number of seconds, got {value!r}")
+        policy[key] = round(value * 1000)
+    if policy.get("ttl", 0) > MAX_TTL_S * 1000:
+        raise ValueError(f"policy ttl may be at most {MAX_TTL_S} s (7 days), got {ttl_s!r}")
+    return policy or None
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How idempotent calls are retried: `attempts` tries in all, full-jitter back-off.
+
+    A `Retry-After` longer than `max_retry_after_s` is not waited for: the call fails
+    and the caller's own loop backs off instead.
+    """
+
+    attempts: int = 4
+    base_s: float = 0.5
+    cap_s: float = 20.0
+    max_retry_after_s: float = 60.0
+
+
+# --------------------------------------------------------------------------- the protocol
+
+
+@dataclass(frozen=True)
+class Send:
+    """A request to put on the wire."""
+
+    method: str
+    url: str
+    json: Any = None
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Sleep this many seconds before the next try."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What came back: status, headers and the raw body."""
+
+    status_code: int
+    headers: Mapping[str, str]
+    content: bytes
+
+
+class _Failure(RunpodApiError):
+    """A `RunpodApiError` that also carries what retrying needs to know."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None,
+        route: str,
+        transient: bool = False,
+        retry_after: float | None = None,
+        auth: bool = False,
+    ):
+        super().__init__(message, status_code=status_code, route=route)
+        self.transient = transient
+        self.retry_after = retry_after
+        self.auth = auth
+
+
+def build_request(
+    route: Route, bases: Mapping[str, str], params: Mapping[str, str], body: Any
+) -> Send:
+    """The `Send` for one call; path parameters are percent-encoded."""
+    path = route.path.format(**{k: quote(str(v), safe="") for k, v in params.items()})
+    return Send(route.method, bases[route.plane].rstrip("/") + path, body)
+
+
+def describe(route: Route, params: Mapping[str, str]) -> str:
+    """How messages name a call: the route and its ids."""
+    ids = ", ".join(f"{k}={v}" for k, v in params.items())
+    return f"RunPod {route.name}" + (f" ({ids})" if ids else "")
+
+
+def parse_response(route: Route, params: Mapping[str, str], answer: Answer) -> Any:
+    """The value of a good answer, or raise `RunpodApiError` (a `_Failure`)."""
+    what = describe(route, params)
+    code = answer.status_code
+    if 200 <= code < 300:
+        return _parse_success(route, what, answer)
+    detail = _error_detail(answer.content)
+    message = f"{what}: HTTP {code}" + (f": {detail}" if detail else "")
+    if code in AUTH_STATUSES:
+        raise _Failure(_clean(message), status_code=code, route=route.name, auth=True)
+    transient = code in RETRY_STATUSES or 500 <= code < 600
+    retry_after = _retry_after(answer.headers) if code in (429, 503) else None
+    raise _Failure(
+        _clean(message),
+        status_code=code,
+        route=route.name,
+        transient=transient,
+        retry_after=retry_after,
+    )
+
+
+def transport_failure(route: Route, params: Mapping[str, str], exc: BaseException) -> _Failure:
+    """The error for a request that got no HTTP answer (timeout, reset, refused, …)."""
+    transient = isinstance(
+        exc, (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+    )
+    text = str(exc) or "no detail"
+    return _Failure(
+        _clean(f"{describe(route, params)}: {type(exc).__name__}: {text[:_DETAIL_CAP]}"),
+        status_code=None,
+        route=route.name,
+        transient=transient,
+    )
+
+
+def retry_delay(
+    route: Route, error: _Failure, attempt: int, policy: RetryPolicy, rng: random.Random
+) -> float | None:
+    """Seconds to wait before try `attempt + 1`, or None to give up with `error`."""
+    if not (route.idempotent and error.transient) or attempt >= policy.attempts:
+        return None
+    if error.retry_after is not None:
+        if error.retry_after > policy.max_retry_after_s:
+            return None
+        return error.retry_after + rng.uniform(0.0, policy.base_s)
+    return rng.uniform(0.0, min(policy.cap_s, policy.base_s * 2 ** (attempt - 1)))
+
+
+def exchange(
+    route: Route,
+    bases: Mapping[str, str],
+    params: Mapping[str, str],
+    body: Any,
+    policy: RetryPolicy,
+    rng: random.Random,
+) -> Generator[Send | Pause, Answer | BaseException | None, Any]:
+    """One call with its retries, as a generator the sync and async drivers run.
+
+    Yields `Send` (send back the `Answer` or the transport exception) and `Pause` (send
+    back None after sleeping); returns the parsed value or raises `RunpodApiError`.
+    """
+    request = build_request(route, bases, params, body)
+    attempt = 0
+    while True:
+        attempt += 1
+        got = yield request
+        try:
+            if isinstance(got, Answer):
+                return parse_response(route, params, got)
+            raise transport_failure(route, params, got or RuntimeError("no answer"))
+        except _Failure as error:
+            delay = retry_delay(route, error, attempt, policy, rng)
+            if delay is None:
+                raise _public(error) from (got if isinstance(got, BaseException) else None)
+            yield Pause(delay)
+
+
+def _parse_success(route: Route, what: str, answer: Answer) -> Any:
+    text = answer.content.strip()
+    if not text:
+        if route.empty_ok:
+            return None
+        raise _malformed(f"{what}: malformed answer: empty body (HTTP {answer.status_code})", route)
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        raise _malformed(
+            f"{what}: malformed answer: not JSON (HTTP {answer.status_code})", route
+        ) from None
+    if route.empty_ok:
+        return value
+    if not isinstance(value, dict):
+        raise _malformed(
+            f"{what}: malformed answer: a JSON {type(value).__name__}, not an object", route
+        )
+    missing = [k for k in route.required if k not in value or value[k] is None]
+    if missing:
+        raise _malformed(f"{what}: malformed answer: missing {', '.join(missing)}", route)
+    return value
+
+
+def _malformed(message: str, route: Route) -> _Failure:
+    return _Failure(_clean(message), status_code=None, route=route.name)
+
+
+def _public(error: _Failure) -> RunpodApiError:
+    """The error callers see: a plain `RunpodApiError` or `RunpodAuthError`."""
+    cls = RunpodAuthError if error.auth else RunpodApiError
+    return cls(str(error), status_code=error.status_code, route=error.route)
+
+
+def _error_detail(content: bytes) -> str:
+    """A short human detail from an error body: RFC 9457 `detail`/`title`, or `error`."""
+    text = content.decode("utf-8", "replace").strip()
+    if not text:
+        return ""
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return " ".join(text.split())[:_DETAIL_CAP]
+    if isinstance(value, dict):
+        for key in ("detail", "error", "message", "title"):
+            item = value.get(key)
+            if isinstance(item, str) and item.strip():
+                return " ".join(item.split())[:_DETAIL_CAP]
+    return " ".join(json.dumps(value, default=str).split())[:_DETAIL_CAP]
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    raw = headers.get("retry-after") or headers.get("Retry-After")
+    if raw is None:
+        return None
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        return None  # an HTTP-date: fall back to our own back-off
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def _clean(message: str) -> str:
+    return redact(message) or message
+
+
+# --------------------------------------------------------------------------- clients
+
+
+def first_key(raw: str | None) -> str | None:
+    """The first key of a comma-separated `RUNPOD_API_KEY` pool."""
+    for part in (raw or "").split(","):
+        if part.strip():
+            return part.strip()
+    return None
+
+
+class _Base:
+    """Configuration shared by both clients."""
+
+    def __init__(
+        self,
+        api_key: str,
+        *,
+        endpoint_base_url: str | None,
+        api_base_url: str | None,
+        retry: RetryPolicy | None,
+        rng: random.Random | None,
+    ):
+        if not isinstance(api_key, str) or not api_key.strip():
+            raise RunpodAuthError("a RunPod API key is required (RUNPOD_API_KEY is empty)")
+        register_secrets(api_key.strip())
+        self._bases = {
+            "data": _check_url(endpoint_base_url or DEFAULT_ENDPOINT_BASE_URL),
+            "management": _check_url(api_base_url or DEFAULT_API_BASE_URL),
+        }
+        self._headers = {
+            "Authorization": f"Bearer {api_key.strip()}",
+            "Accept": "application/json",
+            "User-Agent": "flashfsm",
+        }
+        self.retry = retry or RetryPolicy()
+        self._rng = rng or random.Random()
+
+    @staticmethod
+    def _env_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+        key = first_key(os.environ.get(ENV_API_KEY))
+        if key is None:
+            raise RunpodAuthError(f"{ENV_API_KEY} is not set")
+        kwargs.setdefault("endpoint_base_url", os.environ.get(ENV_ENDPOINT_BASE_URL) or None)
+        kwargs.setdefault("api_base_url", os.environ.get(ENV_API_BASE_URL) or None)
+        return {"api_key": key, **kwargs}
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(endpoint_base_url={self._bases['data']!r}, "
+            f"api_base_url={self._bases['management']!r})"
+        )
+
+    def _call(self, name: str, body: Any = None, **params: str):
+        return exchange(ROUTES[name], self._bases, params, body, self.retry, self._rng)
+
+    @staticmethod
+    def _run_body(
+        job_input: Any,
+        ttl_s: float | None,
+        execution_timeout_s: float | None,
+        webhook: str | None,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"input": job_input}
+        policy = job_policy(ttl_s, execution_timeout_s)
+        if policy:
+            body["policy"] = policy
+        if webhook:
+            body["webhook"] = webhook
+        return body
+
+    @staticmethod
+    def _job_id(answer: dict[str, Any]) -> str:
+        job_id = answer["id"]
+        if not isinstance(job_id, str) or not job_id:
+            raise RunpodApiError(
+                "RunPod run: malformed answer: id is not a string", status_code=None, route="run"
+            )
+        return job_id
+
+    @staticmethod
+    def _endpoints(answer: dict[str, Any]) -> list[dict[str, Any]]:
+        endpoints = answer["endpoints"]
+        if not isinstance(endpoints, list):
+            raise RunpodApiError(
+                "RunPod list_endpoints: malformed answer: endpoints is not a list",
+                status_code=None,
+                route="list_endpoints",
+            )
+        return [e for e in endpoints if isinstance(e, dict)]
+
+
+@functools.cache
+def default_ssl_context() -> ssl.SSLContext:
+    """One verifying SSL context per process: building one costs ~25 ms (loading CAs)."""
+    return httpx.create_ssl_context()
+
+
+def _verify(verify: ssl.SSLContext | bool | None) -> ssl.SSLContext | bool:
+    return default_ssl_context() if verify is None or verify is True else verify
+
+
+def _check_url(url: str) -> str:
+    parsed = httpx.URL(url)
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ValueError(f"not an http(s) URL: {url!r}")
+    return url.rstrip("/")
+
+
+class RunpodClient(_Base):
+    """The synchronous client (and `poll_job`'s default `client`).
+
+    `sleep` and `rng` are injectable for tests; `transport` or `http_client` replace the
+    network layer (a passed `http_client` is not closed by `close()`). TLS verification
+    uses one shared default context unless `verify` names another.
+    """
+
+    def __init__(
+        self,
+        api_key: str,
+        *,
+        endpoint_base_url: str | None = None,
+        api_base_url: str | None = None,
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], Any] = time.sleep,
+        rng: random.Random | None = None,
+        transport: httpx.BaseTransport | None = None,
+        http_client: httpx.Client | None = None,
+        verify: ssl.SSLContext | bool | None = None,
+    ):
+        super().__init__(
+            api_key,
+            endpoint_base_url=endpoint_base_url,
+            api_base_url=api_base_url,
+            retry=retry,
+            rng=rng,
+        )
+        self._sleep = sleep
+        self._owns_http = http_client is None
+        self._http = http_client or httpx.Client(
+            timeout=timeout, transport=transport, verify=_verify(verify)
+        )
+
+    @classmethod
+    def from_env(cls, **kwargs: Any) -> RunpodClient:
+        """A client keyed by the first key of `RUNPOD_API_KEY`, hosts from the SDKs' env vars."""
+        return cls(**cls._env_kwargs(kwargs))
+
+    def _drive(self, steps: Generator[Send | Pause, Any, Any]) -> Any:
+        step = next(steps)
+        while True:
+            try:
+                if isinstance(step, Pause):
+                    self._sleep(step.seconds)
+                    step = steps.send(None)
+                    continue
+                try:
+                    response = self._http.request(
+                        step.method, step.url, json=step.json, headers=self._headers
+                    )
+                    got: Any = Answer(response.status_code, response.headers, response.content)
+                except httpx.HTTPError as exc:
+                    got = exc
+                step = steps.send(got)
+            except StopIteration as done:
+                return done.value
+
+    def run(
+        self,
+        endpoint_id: str,
+        input: Any,
+        *,
+        ttl_s: float | None = None,
+        execution_timeout_s: float | None = None,
+        webhook: str | None = None,
+    ) -> str:
+        """Queue a job and return its id. Never retried (see the module notes)."""
+        body = self._run_body(input, ttl_s, execution_timeout_s, webhook)
+        return self._job_id(self._drive(self._call("run", body, endpoint_id=endpoint_id)))
+
+    def job_status(self, endpoint_id: str, job_id: str) -> dict[str, Any]:
+        """The job's status answer; HTTP 404 (job gone) raises with `status_code=404`."""
+        return self._drive(self._call("status", endpoint_id=endpoint_id, job_id=job_id))
+
+    def cancel(self, endpoint_id: str, job_id: str) -> dict[str, Any]:
+        """Cancel a job; returns RunPod's answer (`{id, status}`)."""
+        return self._drive(self._call("cancel", endpoint_id=endpoint_id, job_id=job_id))
+
+    def endpoint_health(self, endpoint_id: str) -> dict[str, Any]:
+        """The endpoint's `/health` answer (worker and job counts; keys may be missing)."""
+        return self._drive(self._call("health", endpoint_id=endpoint_id))
+
+    def purge_queue(self, endpoint_id: str) -> dict[str, Any]:
+        """Remove the endpoint's queued jobs. Not retried."""
+        return self._drive(self._call("purge_queue", endpoint_id=endpoint_id))
+
+    def list_endpoints(self) -> list[dict[str, Any]]:
+        """Every serverless endpoint of the account (REST v2)."""
+        return self._endpoints(self._drive(self._call("list_endpoints")))
+
+    def get_endpoint(self, endpoint_id: str) -> dict[str, Any]:
+        """One endpoint (REST v2)."""
+        return self._drive(self._call("get_endpoint", endpoint_id=endpoint_id))
+
+    def delete_endpoint(self, endpoint_id: str) -> bool:
+        """Delete an endpoint: True when deleted now, False when it was already gone."""
+        try:
+            self._drive(self._call("delete_endpoint", endpoint_id=endpoint_id))
+        except RunpodApiError as exc:
+            if exc.status_code == 404:
+                return False
+            raise
+        return True
+
+    def close(self) -> None:
+        """Close the HTTP connection pool (unless it was passed in)."""
+        if self._owns_http:
+            self._http.close()
+
+    def __enter__(self) -> RunpodClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class AsyncRunpodClient(_Base):
+    """The asyncio client: the same routes, rules and errors as `RunpodClient`.
+
+    `sleep` may be a coroutine function (the default, `asyncio.sleep`) or a plain one.
+    """
+
+    def __init__(
+        self,
+        api_key: str,
+        *,
+        endpoint_base_url: str | None = None,
+        api_base_url: str | None = None,
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], Awaitable[Any] | Any] = asyncio.sleep,
+        rng: random.Random | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        http_client: httpx.AsyncClient | None = None,
+        verify: ssl.SSLContext | bool | None = None,
+    ):
+        super().__init__(
+            api_key,
+            endpoint_base_url=endpoint_base_url,
+            api_base_url=api_base_url,
+            retry=retry,
+            rng=rng,
+        )
+        self._sleep = sleep
+        self._owns_http = http_client is None
+        self._http = http_client or httpx.AsyncClient(
+            timeout=timeout, transport=transport, verify=_verify(verify)
+        )
+
+    @classmethod
+    def from_env(cls, **kwargs: Any) -> AsyncRunpodClient:
+        """A client keyed by the first key of `RUNPOD_API_KEY`, hosts from the SDKs' env vars."""
+        return cls(**cls._env_kwargs(kwargs))
+
+    async def _drive(self, steps: Generator[Send | Pause, Any, Any]) -> Any:
+        step = next(steps)
+        while True:
+            try:
+                if isinstance(step, Pause):
+                    slept = self._sleep(step.seconds)
+                    if inspect.isawaitable(slept):
+                        await slept
+                    step = steps.send(None)
+                    continue
+                try:
+                    response = await self._http.request(
+                        step.method, step.url, json=step.json, headers=self._headers
+                    )
+                    got: Any = Answer(response.status_code, response.headers, response.content)
+                except httpx.HTTPError as exc:
+                    got = exc
+                step = steps.send(got)
+            except StopIteration as done:
+                return done.value
+
+    async def run(
+        self,
+        endpoint_id: str,
+        input: Any,
+        *,
+        ttl_s: float | None = None,
+        execution_timeout_s: float | None = None,
+        webhook: str | None = None,
+    ) -> str:
+        """Queue a job and return its id. Never retried."""
+        body = self._run_body(input, ttl_s, execution_timeout_s, webhook)
+        return self._job_id(await self._drive(self._call("run", body, endpoint_id=endpoint_id)))
+
+    async def job_status(self, endpoint_id: str, job_id: str) -> dict[str, Any]:
+        """The job's status answer; HTTP 404 (job gone) raises with `status_code=404`."""
+        return await self._drive(self._call("status", endpoint_id=endpoint_id, job_id=job_id))
+
+    async def cancel(self, endpoint_id: str, job_id: str) -> dict[str, Any]:
+        """Cancel a job."""
+        return await self._drive(self._call("cancel", endpoint_id=endpoint_id, job_id=job_id))
+
+    async def endpoint_health(self, endpoint_id: str) -> dict[str, Any]:
+        """The endpoint's `/health` answer."""
+        return await self._drive(self._call("health", endpoint_id=endpoint_id))
+
+    async def purge_queue(self, endpoint_id: str) -> dict[str, Any]:
+        """Remove the endpoint's queued jobs. Not retried."""
+        return await self._drive(self._call("purge_queue", endpoint_id=endpoint_id))
+
+    async def list_endpoints(self) -> list[dict[str, Any]]:
+        """Every serverless endpoint of the account (REST v2)."""
+        return self._endpoints(await self._drive(self._call("list_endpoints")))
+
+    async def get_endpoint(self, endpoint_id: str) -> dict[str, Any]:
+        """One endpoint (REST v2)."""
+        return await self._drive(self._call("get_endpoint", endpoint_id=endpoint_id))
+
+    async def delete_endpoint(self, endpoint_id: str) -> bool:
+        """Delete an endpoint: True when deleted now, False when it was already gone."""
+        try:
+            await self._drive(self._call("delete_endpoint", endpoint_id=endpoint_id))
+        except RunpodApiError as exc:
+            if exc.status_code == 404:
+                return False
+            raise
+        return True
+
+    async def aclose(self) -> None:
+        """Close the HTTP connection pool (unless it was passed in)."""
+        if self._owns_http:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncRunpodClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()

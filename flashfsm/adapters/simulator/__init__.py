@@ -1,0 +1,42 @@
+"""A RunPod + Hugging Face Hub simulator that the real SDKs talk to over loopback HTTP.
+
+    from flashfsm.adapters.simulator import Simulator
+
+    with Simulator(speed=60) as sim:        # one real second = one simulated minute
+        os.environ.update(sim.env())        # RUNPOD_* hosts, RUNPOD_API_KEY, HF_ENDPOINT
+        ...
+
+See `server.py` for the routes, `scenarios.py` for the scripted job lives, `faults.py`
+for fault injection and `hub.py` for the fake Hub. `python -m flashfsm.adapters.simulator`
+runs one from the command line.
+"""
+
+from flashfsm.adapters.simulator.clock import SimClock
+from flashfsm.adapters.simulator.faults import Fault
+from flashfsm.adapters.simulator.hub import HubStore
+from flashfsm.adapters.simulator.scenarios import (
+    KEEP,
+    Scenario,
+    Step,
+    builtin_scenarios,
+    heartbeat,
+    training,
+)
+from flashfsm.adapters.simulator.server import DEFAULT_KEY, RecordedRequest, Simulator
+from flashfsm.adapters.simulator.world import QUOTA_MESSAGE
+
+__all__ = [
+    "DEFAULT_KEY",
+    "KEEP",
+    "QUOTA_MESSAGE",
+    "Fault",
+    "HubStore",
+    "RecordedRequest",
+    "Scenario",
+    "SimClock",
+    "Simulator",
+    "Step",
+    "builtin_scenarios",
+    "heartbeat",
+    "training",
+]

@@ -1,0 +1,652 @@
+"""The simulated RunPod account(s): endpoints, templates, volumes and jobs on a sim clock.
+
+Jobs are lazy: nothing runs in the background. A job's next due moment (its next
+scripted step, its TTL, its execution timeout, its result's expiry, the release of its
+idle worker) sits in one heap; every request first calls `tick()`, which pops what is
+due and replays it in time order. A request therefore costs O(log n) plus the work that
+is actually due, which keeps thousands of concurrent jobs cheap.
+
+Every method here is called with the simulator's lock held and returns plain data; the
+HTTP layer (`server.py`) turns it into answers.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import uuid
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from flashfsm.adapters.simulator.clock import SimClock
+from flashfsm.adapters.simulator.hub import HubStore
+from flashfsm.adapters.simulator.scenarios import (
+    DAY_S,
+    KEEP,
+    JobPlace,
+    Scenario,
+    Step,
+    builtin_scenarios,
+    job_place,
+    scenario_name,
+)
+
+TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"})
+WORKER_STATES = ("idle", "initializing", "ready", "running", "throttled", "unhealthy")
+MAX_TTL_MS = 7 * 24 * 3600 * 1000
+REST_FIELDS = (
+    "id",
+    "name",
+    "templateId",
+    "gpuIds",
+    "gpuCount",
+    "workersMin",
+    "workersMax",
+    "idleTimeout",
+    "locations",
+    "scalerType",
+    "scalerValue",
+    "executionTimeoutMs",
+    "userId",
+    "version",
+    "type",
+    "createdAt",
+    "flashBootType",
+    "allowedCudaVersions",
+    "minCudaVersion",
+)  # the REST v2 shape of an endpoint (plus networkVolumeIds and workers)
+QUOTA_MESSAGE = (
+    "Max workers across all endpoints is {quota}; this endpoint would bring the total to "
+    "{total}. Delete idle endpoints or add balance to raise the limit."
+)
+
+
+class ApiError(Exception):
+    """A request the simulated API refuses: an HTTP status and a message."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(eq=False)
+class Account:
+    """One RunPod account (one API key): its quota and resources."""
+
+    name: str
+    key: str = field(repr=False)
+    worker_quota: int = 5
+    user_id: str = ""
+
+    def __post_init__(self) -> None:
+        self.user_id = self.user_id or f"user_{self.name}"
+
+
+@dataclass(eq=False)
+class Template:
+    """A pod template (image, disk, env)."""
+
+    id: str
+    account: Account
+    fields: dict[str, Any]
+
+    def graphql(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.fields.get("name"),
+            "imageName": self.fields.get("imageName"),
+            "containerDiskInGb": self.fields.get("containerDiskInGb"),
+            "dockerArgs": self.fields.get("dockerArgs", ""),
+            "env": list(self.fields.get("env") or []),
+            "readme": self.fields.get("readme", ""),
+            "volumeInGb": self.fields.get("volumeInGb", 0),
+            "isServerless": True,
+        }
+
+
+@dataclass(eq=False)
+class Volume:
+    """A network volume in one datacenter."""
+
+    id: str
+    account: Account
+    name: str
+    size: int
+    data_center_id: str
+
+    def rest(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "size": self.size,
+            "dataCenterId": self.data_center_id,
+        }
+
+
+@dataclass(eq=False)
+class Endpoint:
+    """A serverless endpoint: its config, its jobs, and its standing workers."""
+
+    id: str
+    account: Account
+    name: str
+    created_at: float
+    config: dict[str, Any]  # the saveEndpoint input, as sent (minus the template)
+    template_id: str | None = None
+    volume_ids: list[str] = field(default_factory=list)
+    scenario: str | None = None
+    hf_repo: str | None = None
+    standing: dict[str, int] = field(default_factory=dict)  # workers set by a test
+    active: dict[str, Job] = field(default_factory=dict)  # unfinished or holding a worker
+    counts: Counter = field(default_factory=Counter)  # completed, failed, retried
+    version: int = 0
+
+    @property
+    def workers_max(self) -> int:
+        return _int(self.config.get("workersMax"), 1)
+
+    @property
+    def workers_min(self) -> int:
+        return _int(self.config.get("workersMin"), 0)
+
+    @property
+    def idle_timeout_s(self) -> float:
+        return float(_int(self.config.get("idleTimeout"), 5))
+
+    @property
+    def execution_timeout_s(self) -> float | None:
+        ms = self.config.get("executionTimeoutMs")
+        return ms / 1000.0 if isinstance(ms, (int, float)) and ms > 0 else None
+
+    def graphql(self, world: World) -> dict[str, Any]:
+        volumes = [world.volumes[v] for v in self.volume_ids if v in world.volumes]
+        first = volumes[0] if volumes else None
+        template = world.templates.get(self.template_id or "")
+        return {
+            **{k: v for k, v in self.config.items() if not isinstance(v, (dict, list))},
+            "id": self.id,
+            "name": self.name,
+            "aiKey": None,
+            "userId": self.account.user_id,
+            "templateId": self.template_id,
+            "type": self.config.get("type", "QB"),
+            "version": self.version,
+            "workersMin": self.workers_min,
+            "workersMax": self.workers_max,
+            "workersStandby": self.config.get("workersStandby", 0),
+            "gpuCount": self.config.get("gpuCount", 1),
+            "idleTimeout": int(self.idle_timeout_s),
+            "locations": self.config.get("locations"),
+            "networkVolumeId": first.id if first else None,
+            "networkVolumeIds": [
+                {"networkVolumeId": v.id, "dataCenterId": v.data_center_id} for v in volumes
+            ],
+            "networkVolume": {"id": first.id, "dataCenterId": first.data_center_id}
+            if first
+            else None,
+            "instanceIds": self.config.get("instanceIds"),
+            "env": template.fields.get("env", []) if template else [],
+            "template": template.graphql() if template else None,
+            "createdAt": _iso(self.created_at),
+        }
+
+    def rest(self, world: World) -> dict[str, Any]:
+        """The REST v2 shape of the endpoint."""
+        gql = self.graphql(world)
+        out = {k: gql.get(k) for k in REST_FIELDS}
+        out["networkVolumeIds"] = [v["networkVolumeId"] for v in gql["networkVolumeIds"]]
+        out["workers"] = self.worker_counts()
+        return out
+
+    def worker_counts(self) -> dict[str, int]:
+        counts = dict.fromkeys(WORKER_STATES, 0)
+        for state, n in self.standing.items():
+            counts[state] = counts.get(state, 0) + n
+        for job in self.active.values():
+            for state, n in job.workers.items():
+                counts[state] = counts.get(state, 0) + n
+        return counts
+
+    def health(self) -> dict[str, Any]:
+        queued = sum(1 for j in self.active.values() if not j.gone and j.status == "IN_QUEUE")
+        running = sum(1 for j in self.active.values() if not j.gone and j.status == "IN_PROGRESS")
+        return {
+            "jobs": {
+                "completed": self.counts["completed"],
+                "failed": self.counts["failed"],
+                "inProgress": running,
+                "inQueue": queued,
+                "retried": self.counts["retried"],
+            },
+            "workers": self.worker_counts(),
+        }
+
+
+@dataclass(eq=False)
+class Job:
+    """One simulated job following its scenario."""
+
+    id: str
+    endpoint: Endpoint
+    input: Any
+    scenario: Scenario
+    created_at: float
+    ttl_s: float
+    execution_timeout_s: float | None
+    place: JobPlace | None
+    webhook: str | None = None
+    anchor: float = 0.0  # when the current run of the script started
+    cursor: int = 0
+    status: str = "IN_QUEUE"
+    output: Any = None
+    error: Any = None
+    workers: dict[str, int] = field(default_factory=dict)
+    had_worker: bool = False
+    started_at: float | None = None  # first IN_PROGRESS
+    in_progress_since: float | None = None
+    finished_at: float | None = None
+    release_at: float | None = None
+    gone: bool = False
+    requeues: int = 0
+    version: int = 0
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    def status_answer(self) -> dict[str, Any]:
+        answer: dict[str, Any] = {"id": self.id, "status": self.status}
+        if self.started_at is not None:
+            answer["delayTime"] = int((self.started_at - self.created_at) * 1000)
+            answer["workerId"] = f"w-{self.id[:8]}"
+        if self.in_progress_since is not None and self.finished_at is not None:
+            answer["executionTime"] = int((self.finished_at - self.in_progress_since) * 1000)
+        if self.output is not None:
+            answer["output"] = self.output
+        if self.error is not None:
+            answer["error"] = self.error
+        return answer
+
+    def due(self) -> tuple[float, int] | None:
+        """The next moment something happens to this job (time, priority), if any."""
+        options: list[tuple[float, int]] = []
+        if not self.gone and not self.terminal:
+            steps = self.scenario.steps
+            if self.cursor < len(steps):
+                options.append((self.anchor + steps[self.cursor].at, 0))
+            if self.in_progress_since is not None and self.execution_timeout_s:
+                options.append((self.in_progress_since + self.execution_timeout_s, 1))
+            options.append((self.created_at + self.ttl_s, 2))
+        if not self.gone and self.terminal and self.finished_at is not None:
+            options.append((self.finished_at + self.scenario.retention_s, 3))
+        if self.release_at is not None:
+            options.append((self.release_at, 4))
+        return min(options) if options else None
+
+
+class World:
+    """Every account, endpoint, template, volume and job of one simulator."""
+
+    def __init__(
+        self,
+        clock: SimClock,
+        hub: HubStore,
+        accounts: list[Account],
+        *,
+        default_scenario: str = "success",
+        volume_rejecting_datacenters: frozenset[str] = frozenset({"US-MO-1"}),
+    ):
+        self.clock = clock
+        self.hub = hub
+        self.accounts = accounts
+        self.by_key = {a.key: a for a in accounts}
+        self.scenarios: dict[str, Scenario] = builtin_scenarios()
+        self.default_scenario = default_scenario
+        self.volume_rejecting_datacenters = set(volume_rejecting_datacenters)
+        self.gpu_stock = "High"
+        self.endpoints: dict[str, Endpoint] = {}
+        self.templates: dict[str, Template] = {}
+        self.volumes: dict[str, Volume] = {}
+        self.jobs: dict[str, Job] = {}
+        self._heap: list[tuple[float, int, int, str]] = []
+        self._seq = itertools.count()
+
+    # ------------------------------------------------------------------ time
+
+    def tick(self, now: float | None = None) -> None:
+        """Replay everything due up to `now`."""
+        now = self.clock.now() if now is None else now
+        while self._heap and self._heap[0][0] <= now:
+            _, _, version, job_id = heapq.heappop(self._heap)
+            job = self.jobs.get(job_id)
+            if job is None or job.version != version:
+                continue
+            self._advance(job, now)
+
+    def _schedule(self, job: Job) -> None:
+        job.version += 1
+        due = job.due()
+        if due is not None:
+            heapq.heappush(self._heap, (due[0], next(self._seq), job.version, job.id))
+        elif not job.workers and (job.terminal or job.gone):
+            job.endpoint.active.pop(job.id, None)
+
+    def _advance(self, job: Job, now: float) -> None:
+        while True:
+            due = job.due()
+            if due is None or due[0] > now:
+                break
+            at, kind = due
+            if kind == 0:
+                step = job.scenario.steps[job.cursor]
+                job.cursor += 1
+                self._apply(job, step, at)
+            elif kind == 1:
+                self._finish(job, "TIMED_OUT", at)
+            elif kind == 2:
+                job.gone = True  # the TTL passed: RunPod deletes the job, even mid-run
+                self._release(job, at)
+            elif kind == 3:
+                job.gone = True  # the result retention passed
+            else:
+                job.workers = {}
+                job.release_at = None
+        self._schedule(job)
+
+    def _apply(self, job: Job, step: Step, at: float) -> None:
+        if step.workers is not None:
+            job.workers = {k: int(v) for k, v in step.workers.items() if v}
+            job.had_worker = job.had_worker or bool(
+                job.workers.get("running") or job.workers.get("idle")
+            )
+        if step.output is not KEEP:
+            job.output = step.output
+        if step.error is not KEEP:
+            job.error = step.error
+        if step.requeued:
+            job.requeues += 1
+            job.endpoint.counts["retried"] += 1
+            job.in_progress_since = None
+        if step.heartbeat is not None:
+            self._write(job, "heartbeat.json", json.dumps({**step.heartbeat, "ts": at}))
+        for name, text in (step.files or {}).items():
+            phase = job.place.phase if job.place else "train"
+            self._write(job, name.format(phase=phase), text)
+        if step.status is not None and step.status != job.status:
+            if step.status == "IN_PROGRESS":
+                job.in_progress_since = at
+                job.started_at = job.started_at if job.started_at is not None else at
+            if step.status in TERMINAL:
+                self._finish(job, step.status, at, keep_workers=step.workers is not None)
+            else:
+                job.status = step.status
+        if step.gone:
+            job.gone = True
+            self._release(job, at)
+
+    def _write(self, job: Job, name: str, text: str) -> None:
+        if job.place is not None:
+            self.hub.put(job.place.repo, f"{job.place.prefix}/{name}", text)
+
+    def _finish(self, job: Job, status: str, at: float, *, keep_workers: bool = False) -> None:
+        job.status = status
+        job.finished_at = at
+        if status == "COMPLETED":
+            job.endpoint.counts["completed"] += 1
+        elif status in ("FAILED", "TIMED_OUT"):
+            job.endpoint.counts["failed"] += 1
+        if not keep_workers:
+            self._release(job, at)
+
+    def _release(self, job: Job, at: float) -> None:
+        """The job's worker goes idle for the endpoint's idle timeout, then away."""
+        if job.had_worker or job.workers.get("running"):
+            job.workers = {"idle": 1}
+            job.release_at = at + job.endpoint.idle_timeout_s
+        else:
+            job.workers = {}
+            job.release_at = None
+
+    # ------------------------------------------------------------------ accounts
+
+    def account_for(self, key: str | None) -> Account | None:
+        return self.by_key.get(key or "")
+
+    def workers_in_use(self, account: Account, *, besides: str | None = None) -> int:
+        return sum(
+            e.workers_max
+            for e in self.endpoints.values()
+            if e.account is account and e.id != besides
+        )
+
+    # ------------------------------------------------------------------ endpoints
+
+    def add_endpoint(
+        self,
+        account: Account,
+        name: str,
+        *,
+        config: Mapping[str, Any] | None = None,
+        template_id: str | None = None,
+        volume_ids: list[str] | None = None,
+        scenario: str | None = None,
+        hf_repo: str | None = None,
+        check_quota: bool = True,
+    ) -> Endpoint:
+        config = {"workersMin": 0, "workersMax": 1, "idleTimeout": 5, **(config or {})}
+        wanted = _int(config.get("workersMax"), 1)
+        total = self.workers_in_use(account) + wanted
+        if check_quota and total > account.worker_quota:
+            raise ApiError(400, QUOTA_MESSAGE.format(quota=account.worker_quota, total=total))
+        if scenario is not None:
+            self._scenario(scenario)
+        endpoint = Endpoint(
+            id=_short_id(),
+            account=account,
+            name=name,
+            created_at=self.clock.now(),
+            config=config,
+            template_id=template_id,
+            volume_ids=list(volume_ids or []),
+            scenario=scenario,
+            hf_repo=hf_repo,
+        )
+        self.endpoints[endpoint.id] = endpoint
+        return endpoint
+
+    def endpoint(self, account: Account | None, endpoint_id: str) -> Endpoint:
+        endpoint = self.endpoints.get(endpoint_id)
+        if endpoint is None or (account is not None and endpoint.account is not account):
+            raise ApiError(404, f"endpoint {endpoint_id} not found")
+        return endpoint
+
+    def delete_endpoint(self, account: Account | None, endpoint_id: str) -> None:
+        endpoint = self.endpoint(account, endpoint_id)
+        del self.endpoints[endpoint.id]
+        for job in list(endpoint.active.values()):
+            job.gone = True
+            job.workers = {}
+            job.release_at = None
+            job.version += 1  # drops its heap entries
+
+    def save_endpoint(self, account: Account, data: Mapping[str, Any]) -> Endpoint:
+        """The saveEndpoint mutation: create, or update when `id` is given."""
+        if not isinstance(data, Mapping):
+            raise ApiError(400, "saveEndpoint needs an input object")
+        data = dict(data)
+        template = data.pop("template", None)
+        volume_ids = self._volume_ids(account, data)
+        endpoint_id = data.pop("id", None)
+        if endpoint_id:
+            endpoint = self.endpoint(account, endpoint_id)
+            wanted = _int(data.get("workersMax", endpoint.workers_max), 1)
+            total = self.workers_in_use(account, besides=endpoint.id) + wanted
+            if total > account.worker_quota and wanted > endpoint.workers_max:
+                raise ApiError(400, QUOTA_MESSAGE.format(quota=account.worker_quota, total=total))
+            endpoint.config.update(data)
+            endpoint.name = str(data.get("name") or endpoint.name)
+            if volume_ids is not None:
+                endpoint.volume_ids = volume_ids
+            if isinstance(template, Mapping):
+                endpoint.template_id = self._save_template(account, template).id
+            endpoint.version += 1
+            return endpoint
+        name = data.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise ApiError(400, "name is required")
+        template_id = data.pop("templateId", None)
+        if isinstance(template, Mapping):
+            template_id = self._save_template(account, template).id
+        elif template_id not in self.templates:
+            raise ApiError(400, "a template or an existing templateId is required")
+        return self.add_endpoint(
+            account, name, config=data, template_id=template_id, volume_ids=volume_ids or []
+        )
+
+    def _volume_ids(self, account: Account, data: dict[str, Any]) -> list[str] | None:
+        ids: list[str] = []
+        many = data.pop("networkVolumeIds", None)
+        one = data.pop("networkVolumeId", None)
+        if isinstance(many, list):
+            ids += [v.get("networkVolumeId") if isinstance(v, Mapping) else v for v in many]
+        if one:
+            ids.append(one)
+        if many is None and one is None:
+            return None
+        for vid in ids:
+            volume = self.volumes.get(str(vid))
+            if volume is None or volume.account is not account:
+                raise ApiError(400, f"network volume {vid} not found")
+        return list(dict.fromkeys(str(v) for v in ids if v))
+
+    def _save_template(self, account: Account, fields: Mapping[str, Any]) -> Template:
+        template_id = fields.get("id")
+        if template_id in self.templates:
+            template = self.templates[template_id]
+            template.fields.update({k: v for k, v in fields.items() if k != "id"})
+            return template
+        template = Template(_short_id(), account, {k: v for k, v in fields.items() if k != "id"})
+        self.templates[template.id] = template
+        return template
+
+    def save_template(self, account: Account, fields: Mapping[str, Any]) -> Template:
+        if not isinstance(fields, Mapping):
+            raise ApiError(400, "saveTemplate needs an input object")
+        template_id = fields.get("id")
+        if template_id and template_id not in self.templates:
+            raise ApiError(400, f"template {template_id} not found")
+        return self._save_template(account, fields)
+
+    # ------------------------------------------------------------------ volumes
+
+    def create_volume(self, account: Account, data: Any) -> Volume:
+        if not isinstance(data, Mapping):
+            raise ApiError(400, "expected a JSON object")
+        name, dc, size = data.get("name"), data.get("dataCenterId"), data.get("size", 10)
+        if not isinstance(name, str) or not name.strip():
+            raise ApiError(400, "name is required")
+        if not isinstance(dc, str) or not dc:
+            raise ApiError(400, "dataCenterId is required")
+        if not isinstance(size, int) or not 10 <= size <= 4096:
+            raise ApiError(400, "size must be an integer between 10 and 4096")
+        if dc in self.volume_rejecting_datacenters:
+            raise ApiError(500, f"network volumes are not available in data center {dc}")
+        for v in self.volumes.values():
+            if v.account is account and v.name == name and v.data_center_id == dc:
+                return v
+        volume = Volume(_short_id(), account, name, size, dc)
+        self.volumes[volume.id] = volume
+        return volume
+
+    # ------------------------------------------------------------------ jobs
+
+    def _scenario(self, name: str) -> Scenario:
+        scenario = self.scenarios.get(name)
+        if scenario is None:
+            raise ApiError(400, f"unknown simulator scenario {name!r}")
+        return scenario
+
+    def submit(self, endpoint: Endpoint, body: Any) -> Job:
+        if not isinstance(body, Mapping) or "input" not in body:
+            raise ApiError(400, "the request body needs an 'input' object")
+        job_input = body["input"]
+        policy = body.get("policy") if isinstance(body.get("policy"), Mapping) else {}
+        scenario = self._scenario(
+            scenario_name(job_input) or endpoint.scenario or self.default_scenario
+        )
+        ttl_ms = policy.get("ttl")
+        if ttl_ms is not None and (not isinstance(ttl_ms, (int, float)) or ttl_ms <= 0):
+            raise ApiError(400, "policy.ttl must be a positive number of milliseconds")
+        if ttl_ms is not None and ttl_ms > MAX_TTL_MS:
+            raise ApiError(400, "policy.ttl may be at most 7 days")
+        timeout_ms = policy.get("executionTimeout")
+        ttl_s = ttl_ms / 1000.0 if ttl_ms else (scenario.ttl_s or DAY_S)
+        now = self.clock.now()
+        job = Job(
+            id=f"{uuid.uuid4()}-u1",
+            endpoint=endpoint,
+            input=job_input,
+            scenario=scenario,
+            created_at=now,
+            anchor=now,
+            ttl_s=ttl_s,
+            execution_timeout_s=timeout_ms / 1000.0
+            if isinstance(timeout_ms, (int, float)) and timeout_ms > 0
+            else endpoint.execution_timeout_s,
+            place=job_place(job_input, endpoint.hf_repo),
+            webhook=body.get("webhook") if isinstance(body.get("webhook"), str) else None,
+        )
+        self.jobs[job.id] = job
+        endpoint.active[job.id] = job
+        self._advance(job, now)
+        return job
+
+    def job(self, endpoint: Endpoint, job_id: str) -> Job:
+        job = self.jobs.get(job_id)
+        if job is None or job.endpoint is not endpoint or job.gone:
+            raise ApiError(404, "request does not exist")
+        return job
+
+    def cancel(self, job: Job) -> None:
+        if not job.terminal:
+            self._finish(job, "CANCELLED", self.clock.now())
+            self._schedule(job)
+
+    def retry(self, job: Job) -> None:
+        if job.status not in ("FAILED", "TIMED_OUT"):
+            raise ApiError(400, f"only FAILED or TIMED_OUT jobs can be retried, not {job.status}")
+        now = self.clock.now()
+        job.status, job.output, job.error = "IN_QUEUE", None, None
+        job.anchor, job.cursor, job.finished_at = now, 0, None
+        job.in_progress_since = None
+        job.requeues += 1
+        job.endpoint.counts["retried"] += 1
+        job.endpoint.active[job.id] = job
+        self._advance(job, now)
+
+    def purge(self, endpoint: Endpoint) -> int:
+        removed = 0
+        for job in list(endpoint.active.values()):
+            if not job.gone and job.status == "IN_QUEUE":
+                job.gone = True
+                job.workers, job.release_at = {}, None
+                self._schedule(job)
+                removed += 1
+        return removed
+
+
+def _short_id() -> str:
+    return uuid.uuid4().hex[:14]
+
+
+def _int(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
