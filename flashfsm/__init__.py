@@ -8,6 +8,12 @@ re-decides it with today's rules.
 from flashfsm.adapters.flash_wire import decode_output
 from flashfsm.adapters.jsonl import JsonlStore, read_jsonl_file
 from flashfsm.adapters.memory import MemoryStore
+from flashfsm.adapters.runpod import (
+    AsyncRunpodClient,
+    RunpodAuthError,
+    RunpodClient,
+    policy_for_budget,
+)
 from flashfsm.adapters.sqlite import SqliteStore
 from flashfsm.adapters.stores import copy_streams, default_store_url, open_store
 from flashfsm.errors import JobOwnedElsewhere, OutputDecodeError, RunpodApiError
@@ -29,6 +35,7 @@ from flashfsm.shell import JobHandle, JobWatch, PollResult, poll_job
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncRunpodClient",
     "ConcurrencyError",
     "CorruptLogError",
     "DuplicateEventError",
@@ -46,6 +53,8 @@ __all__ = [
     "OutputDecodeError",
     "PollResult",
     "RunpodApiError",
+    "RunpodAuthError",
+    "RunpodClient",
     "SqliteStore",
     "UnknownEventError",
     "Verdict",
@@ -57,6 +66,7 @@ __all__ = [
     "default_store_url",
     "evolve",
     "open_store",
+    "policy_for_budget",
     "poll_job",
     "read_jsonl_file",
     "replay",

@@ -511,11 +511,7 @@ def poll_job(
 
 
 def _default_client() -> JobClient:
-    try:
-        from flashfsm.adapters.runpod import RunpodClient  # type: ignore[attr-defined]
-    except ImportError:
-        raise TypeError(
-            "poll_job needs a client: pass client=<object with job_status() and "
-            "endpoint_health()>; this version ships no RunPod REST client yet"
-        ) from None
+    """The RunPod REST client configured from the environment (`RUNPOD_API_KEY`, …)."""
+    from flashfsm.adapters.runpod import RunpodClient
+
     return RunpodClient.from_env()

@@ -35,8 +35,13 @@ def make_hf_text_reader(
     *,
     clock: Callable[[], float] = time.monotonic,
     cache_dir: str | os.PathLike[str] | None = None,
+    endpoint: str | None = None,
 ) -> TextReader:
-    """A reader `read(force=False) -> str | None` of one text file of a dataset repo."""
+    """A reader `read(force=False) -> str | None` of one text file of a dataset repo.
+
+    `endpoint` is the Hub's URL; by default `HF_ENDPOINT` as it is when the read happens
+    (huggingface_hub itself reads it once, at import).
+    """
     lock = threading.Lock()
     last: list[float | None] = [None]
 
@@ -58,6 +63,7 @@ def make_hf_text_reader(
                 token=os.environ.get("HF_TOKEN") or None,
                 force_download=True,
                 cache_dir=cache_dir,
+                endpoint=endpoint or os.environ.get("HF_ENDPOINT") or None,
             )
             return Path(local).read_text(encoding="utf-8", errors="replace")
         except Exception as exc:  # the contract: never raise, a failure reads as nothing

@@ -60,7 +60,7 @@ def summarize(event: Event) -> str:
         case JobSubmitted():
             where = f" on {event.gpu_class}" if event.gpu_class else ""
             endpoint = event.endpoint_name or event.endpoint_id
-            return f"job {event.job_id} submitted to {endpoint}{where} (attempt {event.attempt})"
+            return f"job {event.job_id[:12]} on {endpoint}{where}, attempt {event.attempt}"
         case WatchStarted():
             what = "reattached" if event.reattach else "watch started"
             return f"{what} by {event.watcher} every {event.interval_s:g}s"
@@ -85,7 +85,8 @@ def summarize(event: Event) -> str:
                 return "heartbeat: none found" + (" (forced)" if event.forced else "")
             flag = " retriable" if event.retriable else ""
             forced = " (forced)" if event.forced else ""
-            return f"heartbeat {event.stage} step {event.step}{flag}{forced}"
+            step = "" if event.step is None else f" step {event.step}"
+            return f"heartbeat {event.stage}{step}{flag}{forced}"
         case FailureDetailObserved():
             return "failure artifacts " + ("read" if event.text else "absent")
         case Concluded():
