@@ -46,6 +46,7 @@ from flashfsm.events.errors import ConcurrencyError, CorruptLogError, DuplicateE
 from flashfsm.events.models import Event
 from flashfsm.events.store import EventStore
 from tests.store_support import (
+    DURABLE,
     KINDS,
     PG_ENV,
     Backend,
@@ -89,6 +90,12 @@ def cleanups():
 @pytest.fixture(params=[_kind_param(k) for k in KINDS])
 def backend(request, tmp_path, cleanups) -> Backend:
     """An empty store location of each kind."""
+    return make_backend(request.param, tmp_path, cleanups)
+
+
+@pytest.fixture(params=[_kind_param(k) for k in DURABLE])
+def durable_backend(request, tmp_path, cleanups) -> Backend:
+    """An empty store location of each kind that outlives its store objects."""
     return make_backend(request.param, tmp_path, cleanups)
 
 
@@ -238,9 +245,8 @@ class TestStoreContract:
         for name in names:
             assert _seqs(store.read(name)) == ([0, 1, 2] if name == "job-a" else [0, 1])
 
-    def test_a_reopened_store_sees_everything(self, backend):
-        if not backend.durable:
-            pytest.skip("an in-memory store does not outlive its object")
+    def test_a_reopened_store_sees_everything(self, durable_backend):
+        backend = durable_backend
         first = backend.open()
         a = make_events("job-a", 0, 3)
         b = make_events("job/b", 0, 2)
@@ -289,9 +295,8 @@ class TestStoreContract:
         assert _seqs(log) == list(range(threads_n * each))
         assert sorted(_ids(log)) == sorted(i for ids in written.values() for i in ids)
 
-    def test_concurrent_process_writers_lose_nothing_and_never_interleave(self, backend):
-        if not backend.durable:
-            pytest.skip("an in-memory store is not shared between processes")
+    def test_concurrent_process_writers_lose_nothing_and_never_interleave(self, durable_backend):
+        backend = durable_backend
         procs_n, each = 3, 6
         ctx = _spawn()
         go, out = ctx.Event(), ctx.Queue()
@@ -331,9 +336,8 @@ class TestStoreContract:
         assert [next(follow).seq, next(follow).seq] == [2, 3]
         follow.close()
 
-    def test_follow_sees_another_process_append_within_one_second(self, backend):
-        if not backend.durable:
-            pytest.skip("an in-memory store is not shared between processes")
+    def test_follow_sees_another_process_append_within_one_second(self, durable_backend):
+        backend = durable_backend
         follower = backend.open()
         follower.append("job-1", make_events("job-1", 0, 1), 0)
         received, thread = _follow_into(follower, "job-1", 0, until_seq=1)
