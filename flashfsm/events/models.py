@@ -184,6 +184,243 @@ class Concluded(EventBase):
     metrics: dict[str, Any] | None = None
 
 
+# --- the run's stream: attempts, deploys, submissions ------------------------------------
+
+
+class Candidate(BaseModel):
+    """A GPU option for a run: where, what, and what it costs."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    provider: Text = "runpod"
+    gpu_class: Text
+    price_per_hour: float = Field(0.0, ge=0)
+    vram_gb: float = Field(0.0, ge=0)
+
+
+class RunStarted(EventBase):
+    """A run (one training job to a result, over one or more attempts) began."""
+
+    kind: Literal["RunStarted"] = "RunStarted"
+    v: Literal[1] = 1
+    run_id: Text
+    candidates: tuple[Candidate, ...]
+    max_retries: NonNegativeInt = 2
+    weight_cache: bool = False
+    budget_s: float | None = Field(None, gt=0)
+    phase: Text | None = None
+    seed: int | None = None
+
+
+class AttemptStarted(EventBase):
+    """The run picked a GPU for its next attempt."""
+
+    kind: Literal["AttemptStarted"] = "AttemptStarted"
+    v: Literal[1] = 1
+    attempt: NonNegativeInt
+    candidate: NonNegativeInt  # index into RunStarted.candidates
+    provider: Text
+    gpu_class: Text
+    on_last_gpu: bool = False
+    cache_dropped: bool = False
+    bonus: bool = False  # the one cache-drop retry, outside the walk's budget
+    endpoint_name: Text = ""
+    job_stream: Text = ""
+
+
+class DeployAttempted(EventBase):
+    """One try to deploy the attempt's endpoint on one account."""
+
+    kind: Literal["DeployAttempted"] = "DeployAttempted"
+    v: Literal[1] = 1
+    attempt: NonNegativeInt
+    account: NonNegativeInt
+    endpoint_name: Text
+    try_no: NonNegativeInt = 0
+
+
+class QuotaExhausted(EventBase):
+    """The account's worker quota refused the deploy; idle endpoints were swept."""
+
+    kind: Literal["QuotaExhausted"] = "QuotaExhausted"
+    v: Literal[1] = 1
+    attempt: NonNegativeInt
+    account: NonNegativeInt
+    swept: NonNegativeInt = 0
+    wait_s: float = Field(0.0, ge=0)
+    message: Annotated[str, Field(max_length=MESSAGE_CAP)] = ""
+
+
+class AccountFailedOver(EventBase):
+    """The deploy moved to the next account of the key pool (keys are never recorded)."""
+
+    kind: Literal["AccountFailedOver"] = "AccountFailedOver"
+    v: Literal[1] = 1
+    attempt: NonNegativeInt
+    from_account: NonNegativeInt
+    to_account: NonNegativeInt
+
+
+class EndpointDeployed(EventBase):
+    """The attempt's endpoint exists."""
+
+    kind: Literal["EndpointDeployed"] = "EndpointDeployed"
+    v: Literal[1] = 1
+    attempt: NonNegativeInt
+    endpoint_id: Text
+    endpoint_name: Text
+    account: NonNegativeInt = 0
+    volumes: tuple[Text, ...] = ()
+    disk_gb: NonNegativeInt | None = None
+
+
+class DeployFailed(EventBase):
+    """The deploy gave up (quota on every account, or another error)."""
+
+    kind: Literal["DeployFailed"] = "DeployFailed"
+    v: Literal[1] = 1
+    attempt: NonNegativeInt
+    error_class: Text
+    message: Annotated[str, Field(max_length=MESSAGE_CAP)] = ""
+
+
+class JobQueued(EventBase):
+    """The attempt's job was submitted; its watch lives in `job_stream`."""
+
+    kind: Literal["JobQueued"] = "JobQueued"
+    v: Literal[1] = 1
+    attempt: NonNegativeInt
+    endpoint_id: Text
+    job_id: Text
+    job_stream: Text
+    submitted_at: float
+
+
+class SubmitFailed(EventBase):
+    """The submit call failed; the endpoint it was meant for is deleted."""
+
+    kind: Literal["SubmitFailed"] = "SubmitFailed"
+    v: Literal[1] = 1
+    attempt: NonNegativeInt
+    error_class: Text
+    message: Annotated[str, Field(max_length=MESSAGE_CAP)] = ""
+
+
+class JobCancelled(EventBase):
+    """A job of the run was cancelled on RunPod (before a retry, or on a user cancel)."""
+
+    kind: Literal["JobCancelled"] = "JobCancelled"
+    v: Literal[1] = 1
+    attempt: NonNegativeInt
+    job_id: Text
+    ok: bool = True
+
+
+class EndpointDeleted(EventBase):
+    """An endpoint the run created was deleted (`ok=False`: the delete failed)."""
+
+    kind: Literal["EndpointDeleted"] = "EndpointDeleted"
+    v: Literal[1] = 1
+    endpoint_id: Text
+    reason: Text = ""
+    ok: bool = True
+
+
+class AttemptEnded(EventBase):
+    """An attempt's outcome: its job's verdict, or the deploy or submit error."""
+
+    kind: Literal["AttemptEnded"] = "AttemptEnded"
+    v: Literal[1] = 1
+    attempt: NonNegativeInt
+    ok: bool
+    failure: Text | None = None
+    rule: Text | None = None
+    detail: Annotated[str, Field(max_length=DETAIL_CAP)] = ""
+    metrics: dict[str, Any] | None = None
+
+
+class CancelRequested(EventBase):
+    """The user asked the run to stop; it wins over everything that follows."""
+
+    kind: Literal["CancelRequested"] = "CancelRequested"
+    v: Literal[1] = 1
+    by: Text = ""
+    reason: Annotated[str, Field(max_length=MESSAGE_CAP)] = ""
+
+
+class RunConcluded(EventBase):
+    """The run's result."""
+
+    kind: Literal["RunConcluded"] = "RunConcluded"
+    v: Literal[1] = 1
+    ok: bool
+    failure: Text | None = None
+    attempts: NonNegativeInt = 0
+    detail: Annotated[str, Field(max_length=DETAIL_CAP)] = ""
+    metrics: dict[str, Any] | None = None
+
+
+# --- the sweeper's stream: idle endpoints --------------------------------------------------
+
+
+class IdleSeen(EventBase):
+    """A sweep found an endpoint idle for the first time (its grace starts at `since`)."""
+
+    kind: Literal["IdleSeen"] = "IdleSeen"
+    v: Literal[1] = 1
+    endpoint_id: Text
+    endpoint_name: Text = ""
+    since: float
+
+
+class IdleCleared(EventBase):
+    """An endpoint seen idle is busy again, protected, or gone: its grace timer clears."""
+
+    kind: Literal["IdleCleared"] = "IdleCleared"
+    v: Literal[1] = 1
+    endpoint_id: Text
+    reason: Text = ""
+
+
+class EndpointReaped(EventBase):
+    """The sweeper deleted an endpoint that stayed idle past its grace."""
+
+    kind: Literal["EndpointReaped"] = "EndpointReaped"
+    v: Literal[1] = 1
+    endpoint_id: Text
+    endpoint_name: Text = ""
+    idle_s: float = Field(0.0, ge=0)
+
+
+JOB_EVENTS = (
+    JobSubmitted,
+    WatchStarted,
+    StatusObserved,
+    StatusFetchFailed,
+    HealthObserved,
+    HealthProbeFailed,
+    HeartbeatObserved,
+    FailureDetailObserved,
+    Concluded,
+)
+RUN_EVENTS = (
+    RunStarted,
+    AttemptStarted,
+    DeployAttempted,
+    QuotaExhausted,
+    AccountFailedOver,
+    EndpointDeployed,
+    DeployFailed,
+    JobQueued,
+    SubmitFailed,
+    JobCancelled,
+    EndpointDeleted,
+    AttemptEnded,
+    CancelRequested,
+    RunConcluded,
+)
+SWEEPER_EVENTS = (IdleSeen, IdleCleared, EndpointReaped)
+
 Event = Annotated[
     JobSubmitted
     | WatchStarted
@@ -193,24 +430,30 @@ Event = Annotated[
     | HealthProbeFailed
     | HeartbeatObserved
     | FailureDetailObserved
-    | Concluded,
+    | Concluded
+    | RunStarted
+    | AttemptStarted
+    | DeployAttempted
+    | QuotaExhausted
+    | AccountFailedOver
+    | EndpointDeployed
+    | DeployFailed
+    | JobQueued
+    | SubmitFailed
+    | JobCancelled
+    | EndpointDeleted
+    | AttemptEnded
+    | CancelRequested
+    | RunConcluded
+    | IdleSeen
+    | IdleCleared
+    | EndpointReaped,
     Field(discriminator="kind"),
 ]
-"""Any job-watch event."""
+"""Any event: a job watch's, a run's or the sweeper's."""
 
 EVENT_TYPES: dict[str, type[EventBase]] = {
-    cls.model_fields["kind"].default: cls
-    for cls in (
-        JobSubmitted,
-        WatchStarted,
-        StatusObserved,
-        StatusFetchFailed,
-        HealthObserved,
-        HealthProbeFailed,
-        HeartbeatObserved,
-        FailureDetailObserved,
-        Concluded,
-    )
+    cls.model_fields["kind"].default: cls for cls in (*JOB_EVENTS, *RUN_EVENTS, *SWEEPER_EVENTS)
 }
 """Every event kind and its model."""
 

@@ -183,7 +183,12 @@ def evolve(s: JobState, event: Event) -> JobState:
             f"got seq {event.seq} ({event.kind})",
             seq=event.seq,
         )
-    _APPLY[event.kind](s, event)
+    apply = _APPLY.get(event.kind)
+    if apply is None:
+        raise CorruptLogError(
+            "replay", event.stream, f"{event.kind} is not a job-watch event", seq=event.seq
+        )
+    apply(s, event)
     s.stream = event.stream
     s.next_seq = event.seq + 1
     s.last_at = event.at
