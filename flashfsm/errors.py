@@ -30,3 +30,7 @@ class JobOwnedElsewhere(FlashFsmError):
         super().__init__(f"stream {stream!r} is watched{owner} now; this watch stops")
         self.stream = stream
         self.watcher = watcher
+
+
+class WatchStopped(FlashFsmError):
+    """A watch given up on request (a run was cancelled); nothing false is recorded."""

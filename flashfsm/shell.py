@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from flashfsm.adapters import observations as obs
-from flashfsm.errors import JobOwnedElsewhere, RunpodApiError
+from flashfsm.errors import JobOwnedElsewhere, RunpodApiError, WatchStopped
 from flashfsm.events.errors import ConcurrencyError
 from flashfsm.events.models import (
     ARTIFACT_CAP,
@@ -329,8 +329,13 @@ def run_watch(
     sleep: Callable[[float], Any],
     say: Callable[[str], None],
     allow_pickle: bool = True,
+    stop: Callable[[], bool] | None = None,
 ) -> Verdict:
-    """Drive one watch to its verdict (the sync poll loop)."""
+    """Drive one watch to its verdict (the sync poll loop).
+
+    `stop()`, when given, is asked before each status fetch; True ends the watch with
+    `WatchStopped` and records nothing (the job is left as the log last saw it).
+    """
     state = watch.state
     while True:
         now = clock()
@@ -341,6 +346,8 @@ def run_watch(
             case Wait(seconds=seconds):
                 sleep(seconds)
             case FetchStatus():
+                if stop is not None and stop():
+                    raise WatchStopped(f"watch of {watch.stream!r} stopped on request")
                 _fetch_status(watch, client, handle, now, say, allow_pickle)
             case ProbeHealth():
                 _probe_health(watch, client, handle, now, say)
@@ -457,6 +464,7 @@ def poll_job(
     store: EventStore | str | None = None,
     stream: str | None = None,
     allow_pickle: bool = True,
+    stop: Callable[[], bool] | None = None,
 ) -> PollResult:
     """Watch a submitted job until a rule reaches a verdict; every observation is an event.
 
@@ -470,7 +478,8 @@ def poll_job(
     and the watch continues where it stopped (a reattach): its recorded policy stands and
     the time nobody watched is charged to no timer. When it already holds a verdict, that
     verdict is returned without any call. Raises `JobOwnedElsewhere` if a newer watch takes
-    the stream over.
+    the stream over, and `WatchStopped` when `stop()` (asked before each status fetch)
+    says so. `allow_pickle=False` never unpickles a Flash result (JSON results only).
     """
     if not isinstance(handle, JobHandle):
         handle = JobHandle.from_dict(handle)
@@ -506,6 +515,7 @@ def poll_job(
         sleep=sleep,
         say=say,
         allow_pickle=allow_pickle,
+        stop=stop,
     )
     return PollResult.from_verdict(verdict)
 

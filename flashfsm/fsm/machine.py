@@ -1,7 +1,8 @@
-"""The one `transitions.Machine` of the process, shared by every job.
+"""The `transitions.Machine`s of the process: one shared by every job, one by every run.
 
 Theory of operation: building a Machine per job costs tenths of a millisecond and tens of
-KiB, so there is exactly one, built from `table.TRANSITIONS`, with no models registered.
+KiB, so there is exactly one per kind of model, built from its transition table (data),
+with no models registered.
 A job's state object only needs a `state` attribute; `fire(model, trigger)` runs the
 trigger's `transitions.Event` against it, which checks the source state against the table
 and sets the new state. Nothing is bound onto the model (no `is_X`, no `to_X`), so a model
@@ -10,6 +11,8 @@ costs only its own fields, and no registry of models grows with the number of jo
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from enum import StrEnum
 from typing import Any, Protocol
 
 from transitions import Machine, MachineError
@@ -23,33 +26,38 @@ class PhaseModel(Protocol):
     state: str
 
 
-def _build() -> Machine:
-    machine = Machine(
+def build_machine(
+    name: str,
+    phases: Iterable[StrEnum],
+    transitions: Iterable[tuple[str, tuple[StrEnum, ...], StrEnum]],
+    initial: StrEnum,
+) -> Machine:
+    """A model-less Machine from a (trigger, sources, destination) table."""
+    return Machine(
         model=None,
-        states=[phase.value for phase in JobPhase],
-        initial=INITIAL.value,
+        states=[phase.value for phase in phases],
+        initial=initial.value,
         transitions=[
             {"trigger": trigger, "source": [s.value for s in sources], "dest": dest.value}
-            for trigger, sources, dest in TRANSITIONS
+            for trigger, sources, dest in transitions
         ],
         auto_transitions=False,
         ignore_invalid_triggers=False,
         model_override=True,
-        name="flashfsm-job",
+        name=name,
     )
-    return machine
 
 
-MACHINE: Machine = _build()
+MACHINE: Machine = build_machine("flashfsm-job", JobPhase, TRANSITIONS, INITIAL)
 
 
 class IllegalTransition(RuntimeError):
     """A trigger the transition table does not allow from the model's state."""
 
 
-def fire(model: Any, trigger: str) -> None:
-    """Fire `trigger` on `model` through the shared machine; illegal moves raise."""
-    event = MACHINE.events.get(trigger)
+def fire(model: Any, trigger: str, machine: Machine = MACHINE) -> None:
+    """Fire `trigger` on `model` through a shared machine (the job's by default)."""
+    event = machine.events.get(trigger)
     if event is None:
         raise IllegalTransition(f"unknown trigger {trigger!r}")
     try:
@@ -57,7 +65,7 @@ def fire(model: Any, trigger: str) -> None:
     except MachineError as exc:
         raise IllegalTransition(f"{trigger!r} is not allowed from {model.state}: {exc}") from None
     if not moved:
-        raise IllegalTransition(f"{trigger!r} did not move the job out of {model.state}")
+        raise IllegalTransition(f"{trigger!r} did not move the model out of {model.state}")
 
 
 def allowed_triggers(state: str) -> list[str]:
