@@ -44,7 +44,7 @@ from flashfsm.adapters.stores import (
 from flashfsm.events.codec import encode
 from flashfsm.events.errors import ConcurrencyError, CorruptLogError, DuplicateEventError
 from flashfsm.events.models import Event
-from flashfsm.events.store import EventStore
+from flashfsm.events.store import EventStore, append_many
 from tests.store_support import (
     DURABLE,
     KINDS,
@@ -215,6 +215,20 @@ class TestStoreContract:
             store.append("job-1", [event.model_copy(update={"seq": 1})], 1)
         assert store.read("job-1") == [event]
         assert store.read("job-2") == []
+
+    def test_a_group_commit_lands_every_good_batch_and_fails_only_the_bad_one(self, store):
+        store.append("b", make_events("b", 0, 1), 0)
+        outcomes = append_many(
+            store,
+            [
+                ("a", make_events("a", 0, 2), 0),
+                ("b", make_events("b", 0, 1, tag="stale"), 0),  # stale: b already has seq 0
+                ("c", make_events("c", 0, 3), 0),
+            ],
+        )
+        assert outcomes[0] is None and outcomes[2] is None
+        assert isinstance(outcomes[1], ConcurrencyError)
+        assert [len(store.read(s)) for s in "abc"] == [2, 1, 3]
 
     def test_read_after_a_seq_returns_only_later_events(self, store):
         events = make_events("job-1", 0, 5)

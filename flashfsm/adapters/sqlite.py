@@ -192,6 +192,55 @@ class SqliteStore:
                     conn.execute("ROLLBACK")
                 raise
 
+    def append_many(
+        self, batches: Sequence[tuple[str, Sequence[Event], int]]
+    ) -> list[StoreError | ValueError | None]:
+        """Group commit: many streams' batches in ONE transaction (one fsync).
+
+        Each batch keeps `append`'s all-or-nothing contract through its own savepoint, so
+        one stale batch fails alone; returns, per batch, None or the error it raised.
+        """
+        outcomes: list[StoreError | ValueError | None] = []
+        if not batches:
+            return outcomes
+        with self._connection() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for stream, events, expected_seq in batches:
+                    outcomes.append(self._append_in(conn, stream, events, expected_seq))
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        return outcomes
+
+    def _append_in(
+        self, conn: sqlite3.Connection, stream: str, events: Sequence[Event], expected_seq: int
+    ) -> StoreError | ValueError | None:
+        if not events:
+            return None
+        conn.execute("SAVEPOINT batch")
+        try:
+            (last,) = conn.execute(
+                "SELECT max(seq) FROM events WHERE stream = ?", (stream,)
+            ).fetchone()
+            check_batch(stream, events, expected_seq, 0 if last is None else last + 1)
+            rows = [(stream, e.seq, e.id, e.at, e.kind, encode(e)) for e in events]
+            try:
+                conn.executemany(_INSERT, rows)
+            except sqlite3.IntegrityError:
+                error = self._integrity_error(conn, stream, events, expected_seq)
+                conn.execute("ROLLBACK TO batch")
+                conn.execute("RELEASE batch")
+                return error
+        except (StoreError, ValueError) as error:
+            conn.execute("ROLLBACK TO batch")
+            conn.execute("RELEASE batch")
+            return error
+        conn.execute("RELEASE batch")
+        return None
+
     def _integrity_error(
         self, conn: sqlite3.Connection, stream: str, events: Sequence[Event], expected_seq: int
     ) -> StoreError:

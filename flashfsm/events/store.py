@@ -87,3 +87,23 @@ def follow_by_polling(
                     yield event
             continue
         sleep(poll_s)
+
+
+def append_many(
+    store: EventStore, batches: Sequence[tuple[str, Sequence[Event], int]]
+) -> list[Exception | None]:
+    """Append many streams' batches, in one transaction when the store can (group commit).
+
+    Returns, per batch, None or the error it raised; one failing batch never blocks another.
+    """
+    grouped = getattr(store, "append_many", None)
+    if grouped is not None:
+        return list(grouped(batches))
+    outcomes: list[Exception | None] = []
+    for stream, events, expected_seq in batches:
+        try:
+            store.append(stream, events, expected_seq)
+            outcomes.append(None)
+        except (ConcurrencyError, DuplicateEventError, ValueError) as exc:
+            outcomes.append(exc)
+    return outcomes
