@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from flashfsm.adapters import observations as obs
-from flashfsm.errors import JobOwnedElsewhere, RunpodApiError, WatchStopped
+from flashfsm.errors import JobOwnedElsewhere, WatchStopped
 from flashfsm.events.errors import ConcurrencyError
 from flashfsm.events.models import (
     ARTIFACT_CAP,
@@ -293,16 +293,44 @@ class JobWatch:
         try:
             self.store.append(self.stream, events, self.state.next_seq)
         except ConcurrencyError:
-            newer = [
-                e
-                for e in self.store.read(self.stream, self.state.next_seq - 1)
-                if isinstance(e, WatchStarted)
-            ]
-            if newer:
-                raise JobOwnedElsewhere(self.stream, newer[-1].watcher) from None
+            self.raise_if_owned_elsewhere()
             raise
+        self.fold(events)
+
+    def raise_if_owned_elsewhere(self) -> None:
+        """After a conflict: raise `JobOwnedElsewhere` if a newer watch took the stream."""
+        newer = [
+            e
+            for e in self.store.read(self.stream, self.state.next_seq - 1)
+            if isinstance(e, WatchStarted)
+        ]
+        if newer:
+            raise JobOwnedElsewhere(self.stream, newer[-1].watcher)
+
+    def fold(self, events: list[EventBase]) -> None:
+        """Fold events this watch appended into its state."""
         for event in events:
             evolve(self.state, event)
+
+    def build(self, cls: type[EventBase], at: float, **fields: Any) -> Any:
+        """The next event of this stream (not yet appended)."""
+        return self._event(cls, at, **fields)
+
+    def observe(
+        self,
+        cls: type[EventBase] | None,
+        fields: dict[str, Any],
+        at: float,
+        say: Callable[[str], None],
+    ) -> EventBase | None:
+        """Record one observation (or, for `cls=None`, drop the read that found nothing)."""
+        if cls is None:
+            skip_read(self.state)
+            return None
+        previous = self.state.last_status
+        event = self.record(cls, at, **fields)
+        say_observation(event, previous, self.state, say)
+        return event
 
     def record(self, cls: type[EventBase], at: float, **fields: Any) -> Any:
         """Build one event at `at`, append it, fold it in, and return it."""
@@ -348,88 +376,117 @@ def run_watch(
             case FetchStatus():
                 if stop is not None and stop():
                     raise WatchStopped(f"watch of {watch.stream!r} stopped on request")
-                _fetch_status(watch, client, handle, now, say, allow_pickle)
+                payload, error = _call(client.job_status, handle.endpoint_id, handle.job_id)
+                watch.observe(
+                    *status_observation(payload, error, allow_pickle=allow_pickle), now, say
+                )
             case ProbeHealth():
-                _probe_health(watch, client, handle, now, say)
-            case ReadHeartbeat(force=force):
-                _read_heartbeat(watch, readers.heartbeat, force, now, say)
-            case ReadFailureDetail():
-                text = _safe_read(readers.failure_detail, True)
-                text = cap_text(
-                    redact(text if isinstance(text, str) else None), ARTIFACT_CAP, tail=True
-                )
-                watch.record(FailureDetailObserved, now, text=text)
-            case Conclude(verdict=verdict):
-                watch.record(
-                    Concluded,
+                watch.observe(
+                    *health_observation(*_call(client.endpoint_health, handle.endpoint_id)),
                     now,
-                    state=verdict.state.value,
-                    ok=verdict.ok,
-                    failure=verdict.failure,
-                    detail=cap_text(verdict.detail, DETAIL_CAP) or "",
-                    rule=verdict.rule,
-                    evidence=verdict.evidence,
-                    metrics=verdict.metrics,
+                    say,
                 )
-                outcome = "succeeded" if verdict.ok else f"{verdict.failure} ({verdict.rule})"
-                say(f"job {handle.job_id}: {verdict.state.value}: {outcome}")
+            case ReadHeartbeat(force=force):
+                raw = _safe_read(readers.heartbeat, force)
+                watch.observe(
+                    *heartbeat_observation(state, raw, force=force, stream=watch.stream, at=now),
+                    now,
+                    say,
+                )
+            case ReadFailureDetail():
+                watch.observe(
+                    *failure_detail_observation(_safe_read(readers.failure_detail, True)), now, say
+                )
+            case Conclude(verdict=verdict):
+                watch.observe(*conclusion(verdict), now, say)
 
 
-def _fetch_status(
-    watch: JobWatch,
-    client: JobClient,
-    handle: JobHandle,
-    now: float,
-    say: Callable[[str], None],
-    allow_pickle: bool,
-) -> None:
+def _call(fn: Callable[..., Any], *args: Any) -> tuple[Any, BaseException | None]:
+    """(answer, None) or (None, the exception): an API call's outcome as data."""
     try:
-        payload = client.job_status(handle.endpoint_id, handle.job_id)
-        fields = obs.status_fields(payload, allow_pickle=allow_pickle)
-    except (RunpodApiError, obs.MalformedAnswer, Exception) as exc:
-        # Any failure of the status route, including a client bug, is an observation:
-        # it counts toward the poll-error budget instead of killing a healthy job's watch.
-        event = watch.record(StatusFetchFailed, now, **obs.error_fields(exc))
-        say(
-            f"job {handle.job_id}: status fetch failed ({event.error_class}"
-            f"{'' if event.http_status is None else f' HTTP {event.http_status}'}); "
-            f"{len(watch.state.error_seqs)} in a row"
-        )
-        return
-    previous = watch.state.last_status
-    watch.record(StatusObserved, now, **fields)
-    if fields["status"] != previous:
-        say(f"job {handle.job_id}: {fields['status']}")
+        return fn(*args), None
+    except Exception as exc:  # every failure is recorded; the core decides what it means
+        return None, exc
 
 
-def _probe_health(
-    watch: JobWatch, client: JobClient, handle: JobHandle, now: float, say: Callable[[str], None]
-) -> None:
-    try:
-        fields = obs.health_fields(client.endpoint_health(handle.endpoint_id))
-    except Exception as exc:
-        watch.record(HealthProbeFailed, now, **obs.error_fields(exc))
-        return
-    event = watch.record(HealthObserved, now, **fields)
-    w = event.workers
-    if w.throttled or w.unhealthy or w.initializing or not (w.running or w.ready or w.idle):
-        say(f"job {handle.job_id}: queued; workers: {w.model_dump()}")
+def status_observation(
+    payload: Any = None, error: BaseException | None = None, *, allow_pickle: bool = True
+) -> tuple[type[EventBase], dict[str, Any]]:
+    """The event for one status fetch: its answer, or the error it raised.
+
+    Any failure of the status route, a client bug included, is an observation: it counts
+    toward the poll-error budget instead of killing the watch of a healthy job.
+    """
+    if error is None:
+        try:
+            return StatusObserved, obs.status_fields(payload, allow_pickle=allow_pickle)
+        except Exception as exc:  # a malformed answer, or a decode surprise
+            error = exc
+    return StatusFetchFailed, obs.error_fields(error)
 
 
-def _read_heartbeat(
-    watch: JobWatch, reader: Reader | None, force: bool, now: float, say: Callable[[str], None]
-) -> None:
-    fields = obs.heartbeat_fields(_safe_read(reader, force))
+def health_observation(
+    payload: Any = None, error: BaseException | None = None
+) -> tuple[type[EventBase], dict[str, Any]]:
+    """The event for one health probe (a failed probe is diagnostic only)."""
+    if error is None:
+        try:
+            return HealthObserved, obs.health_fields(payload)
+        except Exception as exc:
+            error = exc
+    return HealthProbeFailed, obs.error_fields(error)
+
+
+def heartbeat_observation(
+    state: JobState, raw: Any, *, force: bool, stream: str, at: float
+) -> tuple[type[EventBase] | None, dict[str, Any]]:
+    """The event for one heartbeat read; `None` when a regular read brought nothing new."""
+    fields = obs.heartbeat_fields(raw)
     if force:
-        watch.record(HeartbeatObserved, now, forced=True, **fields)
-        return
-    candidate = HeartbeatObserved(stream=watch.stream, seq=0, id="-", at=now, **fields)
-    if not heartbeat_is_news(watch.state, candidate):
-        skip_read(watch.state)
-        return
-    watch.record(HeartbeatObserved, now, **fields)
-    step = "" if fields["step"] is None else f" step {fields['step']}"
-    say(f"heartbeat: {fields['stage']}{step}")
+        return HeartbeatObserved, {**fields, "forced": True}
+    candidate = HeartbeatObserved(stream=stream, seq=0, id="-", at=at, **fields)
+    return (HeartbeatObserved if heartbeat_is_news(state, candidate) else None), fields
+
+
+def failure_detail_observation(raw: Any) -> tuple[type[EventBase], dict[str, Any]]:
+    """The event for the forced read of the failure artifacts."""
+    text = raw if isinstance(raw, str) else None
+    return FailureDetailObserved, {"text": cap_text(redact(text), ARTIFACT_CAP, tail=True)}
+
+
+def conclusion(verdict: Verdict) -> tuple[type[EventBase], dict[str, Any]]:
+    """The `Concluded` event for a verdict."""
+    return Concluded, {
+        "state": verdict.state.value,
+        "ok": verdict.ok,
+        "failure": verdict.failure,
+        "detail": cap_text(verdict.detail, DETAIL_CAP) or "",
+        "rule": verdict.rule,
+        "evidence": verdict.evidence,
+        "metrics": verdict.metrics,
+    }
+
+
+def say_observation(
+    event: EventBase, previous_status: str | None, state: JobState, say: Callable[[str], None]
+) -> None:
+    """The progress line, if any, an event is worth."""
+    job = f"job {state.submitted.job_id}" if state.submitted is not None else event.stream
+    match event:
+        case StatusObserved(status=status) if status != previous_status:
+            say(f"{job}: {status}")
+        case StatusFetchFailed(error_class=error_class, http_status=code):
+            http = "" if code is None else f" HTTP {code}"
+            streak = len(state.error_seqs)
+            say(f"{job}: status fetch failed ({error_class}{http}); {streak} in a row")
+        case HealthObserved(workers=w) if (
+            w.throttled or w.unhealthy or w.initializing or not (w.running or w.ready or w.idle)
+        ):
+            say(f"{job}: queued; workers: {w.model_dump()}")
+        case HeartbeatObserved(found=True, forced=False, stage=stage, step=step):
+            say(f"heartbeat: {stage}{'' if step is None else f' step {step}'}")
+        case Concluded(state=final, ok=ok, failure=failure, rule=rule):
+            say(f"{job}: {final}: {'succeeded' if ok else f'{failure} ({rule})'}")
 
 
 def resolve_store(store: EventStore | str | None) -> EventStore:
