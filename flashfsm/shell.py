@@ -173,7 +173,7 @@ def make_say(log: Log | None) -> Callable[[str], None]:
     return say
 
 
-def _safe_read(reader: Reader | None, force: bool) -> Any:
+def safe_read(reader: Reader | None, force: bool) -> Any:
     """Call a reader; a reader that raises counts as one that found nothing."""
     if reader is None:
         return None
@@ -387,7 +387,7 @@ def run_watch(
                     say,
                 )
             case ReadHeartbeat(force=force):
-                raw = _safe_read(readers.heartbeat, force)
+                raw = safe_read(readers.heartbeat, force)
                 watch.observe(
                     *heartbeat_observation(state, raw, force=force, stream=watch.stream, at=now),
                     now,
@@ -395,7 +395,7 @@ def run_watch(
                 )
             case ReadFailureDetail():
                 watch.observe(
-                    *failure_detail_observation(_safe_read(readers.failure_detail, True)), now, say
+                    *failure_detail_observation(safe_read(readers.failure_detail, True)), now, say
                 )
             case Conclude(verdict=verdict):
                 watch.observe(*conclusion(verdict), now, say)
