@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, TypeAdapter, field_validator
 
 from flashfsm.fsm.policy import GracePolicy
 
@@ -36,14 +36,27 @@ def cap_text(text: str | None, limit: int, *, tail: bool = False) -> str | None:
 
 
 class EventBase(BaseModel):
-    """The envelope every event carries."""
+    """The envelope every event carries.
+
+    The envelope is strict — a JSON `true` is not a seq, `"1.5"` is not a time, `1.0` is
+    not a version — so the fast path (`validate_json`) and the upcasting path judge an
+    event alike.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    stream: Text
-    seq: NonNegativeInt
-    id: Text
-    at: float
+    stream: Annotated[str, Field(max_length=NAME_CAP, strict=True)]
+    seq: Annotated[int, Field(ge=0, strict=True)]
+    id: Annotated[str, Field(max_length=NAME_CAP, strict=True)]
+    at: Annotated[float, Field(strict=True)]
+
+    @field_validator("v", mode="before", check_fields=False)
+    @classmethod
+    def _integer_version(cls, v: object) -> object:
+        # `Literal[1]` alone would take `true` and `1.0` (they hash like 1).
+        if type(v) is not int:
+            raise ValueError(f"the schema version must be an integer, not {v!r}")
+        return v
 
 
 class JobSubmitted(EventBase):

@@ -1,0 +1,255 @@
+"""Replay and verification of recorded logs (flashfsm.fsm.job.replay / verify)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from flashfsm import JobHandle, MemoryStore, PollResult, RunpodApiError, poll_job, replay, verify
+from flashfsm.events.codec import decode, encode
+from flashfsm.events.models import Concluded, HealthObserved, StatusObserved
+from flashfsm.fsm.job import VerifyReport
+from tests.conftest import ScriptedClient, VirtualClock
+
+STREAM = "job-verify"
+IDLE = {"workers": {"idle": 1}}
+
+
+def watch(
+    statuses: list[Any],
+    *,
+    heartbeats: Callable[[VirtualClock, bool], Any] | None = None,
+    failure_detail: str | None = None,
+    **graces: float,
+) -> tuple[PollResult, list[Any]]:
+    """Run `poll_job` to its verdict over `statuses` (the last one repeats); the result and
+    the log it wrote to a fresh `MemoryStore`."""
+    clock = VirtualClock()
+    runaway = 20_000.0  # virtual seconds: a script that runs longer never ends
+
+    def sleep(seconds: float) -> None:
+        clock.sleep(seconds)
+        assert clock.elapsed < runaway, "the watch does not end"
+
+    client = ScriptedClient(
+        clock,
+        lambda elapsed, i: statuses[min(i, len(statuses) - 1)],
+        health=lambda elapsed, i: IDLE,
+    )
+    store = MemoryStore()
+    result = poll_job(
+        JobHandle("ep-1", "ep-name", "job-1", submitted_at=clock.now),
+        interval_s=10.0,
+        heartbeat_reader=None
+        if heartbeats is None
+        else lambda force=False: heartbeats(clock, force),
+        failure_detail_reader=None
+        if failure_detail is None
+        else lambda force=False: failure_detail,
+        client=client,
+        clock=clock,
+        sleep=sleep,
+        store=store,
+        stream=STREAM,
+        **graces,
+    )
+    return result, store.read(STREAM)
+
+
+def renumbered(events: list[Any]) -> list[Any]:
+    """The events with seqs 0, 1, 2 … again (what a careless edit of a log would leave)."""
+    return [event.model_copy(update={"seq": seq}) for seq, event in enumerate(events)]
+
+
+def seq_of(log: list[Any], predicate: Callable[[Any], bool]) -> int:
+    return next(event.seq for event in log if predicate(event))
+
+
+def queued(status: str = "IN_QUEUE") -> dict[str, Any]:
+    return {"status": status}
+
+
+def no_capacity_log() -> list[Any]:
+    """A job that never leaves IN_QUEUE: polled every 10 s from t=0, probed at 0, 100, 200
+    and 300, concluded NO_CAPACITY at t=310 (queue grace 300 s)."""
+    result, log = watch([queued()])
+    assert (result.state, result.rule) == ("NO_CAPACITY", "queue_grace")
+    return log
+
+
+def success_log() -> list[Any]:
+    """IN_QUEUE at 0 and 10, IN_PROGRESS from 20 to 60, COMPLETED at 70."""
+    statuses = [queued()] * 2 + [queued("IN_PROGRESS")] * 5
+    result, log = watch([*statuses, {"status": "COMPLETED", "output": {"loss": 0.25}}])
+    assert result.ok and result.metrics == {"loss": 0.25}
+    return log
+
+
+def _training_heartbeat(clock: VirtualClock, force: bool) -> dict[str, Any]:
+    """Boots, then trains for a few beats 30 s apart, then beats no more."""
+    step = min(int(clock.elapsed // 30), 6)
+    stage = "boot" if step < 2 else "sft_train"
+    return {"stage": stage, "step": step, "ts": clock.start + 30 * step, "retriable": force}
+
+
+#: name -> (how to run the watch, the verdict it must reach: state, rule)
+FINISHED_WATCHES: dict[str, tuple[Callable[[], tuple[PollResult, list[Any]]], tuple[str, str]]] = {
+    "succeeded": (
+        lambda: watch([queued("IN_PROGRESS"), {"status": "COMPLETED", "output": {}}]),
+        ("SUCCEEDED", "completed"),
+    ),
+    "no_capacity": (lambda: watch([queued()]), ("NO_CAPACITY", "queue_grace")),
+    "stalled_after_training": (
+        lambda: watch([queued("IN_PROGRESS")], heartbeats=_training_heartbeat, stall_after_s=100.0),
+        ("STALLED", "stall"),
+    ),
+    "preempted_by_a_retriable_failure": (
+        lambda: watch(
+            [queued("RUNNING")] * 4 + [{"status": "FAILED", "error": "NCCL timeout"}],
+            heartbeats=_training_heartbeat,
+            failure_detail="Traceback: NCCL",
+        ),
+        ("PREEMPTED", "worker_failed"),
+    ),
+    "poll_errors": (
+        lambda: watch([RunpodApiError("bad gateway", status_code=502)]),
+        ("POLL_ERROR", "poll_errors"),
+    ),
+    "lost": (
+        lambda: watch([queued(), RunpodApiError("gone", status_code=404)]),
+        ("LOST", "job_lost"),
+    ),
+    "cancelled": (
+        lambda: watch([queued(), {"status": "CANCELLED"}]),
+        ("PREEMPTED", "platform_termination"),
+    ),
+}
+
+
+# --- a finished watch -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(FINISHED_WATCHES))
+def test_a_finished_watch_replays_to_its_verdict_and_verifies(name: str) -> None:
+    run, expected = FINISHED_WATCHES[name]
+    result, log = run()
+    assert (result.state, result.rule) == expected
+    verdict = log[-1]
+    assert isinstance(verdict, Concluded)
+    assert (verdict.state, verdict.rule, verdict.ok) == (result.state, result.rule, result.ok)
+
+    state = replay(log)
+    assert state.done and state.verdict == verdict
+    assert state.phase.value == result.state
+
+    report = verify(log)
+    assert report.ok, str(report)
+    assert (report.events, report.verdict, report.first_disagreement) == (len(log), verdict, None)
+    assert str(report).startswith(f"ok: {len(log)} events")
+
+    stored = [decode(encode(event)) for event in log]  # what a durable store gives back
+    assert verify(stored).ok and replay(stored).snapshot() == state.snapshot()
+
+
+def test_a_log_without_a_verdict_yet_verifies() -> None:
+    log = no_capacity_log()[:-1]
+    report = verify(log)
+    assert report.ok and report.verdict is None and report.events == len(log)
+    assert not replay(log).done
+
+
+# --- doctored logs --------------------------------------------------------------------------
+
+
+def _disagreement(report: VerifyReport) -> Any:
+    assert not report.ok, "verify accepted a doctored log"
+    assert report.first_disagreement is not None
+    return report.first_disagreement
+
+
+@pytest.mark.parametrize("removed", [1, 2, 7, 14])
+def test_an_event_removed_without_renumbering_is_reported_at_its_missing_seq(removed: int) -> None:
+    log = success_log() if removed != 14 else no_capacity_log()
+    doctored = [event for event in log if event.seq != removed]
+    found = _disagreement(verify(doctored))
+    assert found.seq == removed
+    assert found.reason == "seq missing from the log"
+
+
+def test_an_event_removed_and_the_rest_renumbered_is_reported_at_the_verdict() -> None:
+    log = no_capacity_log()
+    first_queued = seq_of(log, lambda e: isinstance(e, StatusObserved))
+    assert (first_queued, log[first_queued].at - log[0].at) == (2, 0.0)
+    # Without the t=0 observation the queue timer starts at t=10: at t=310 the job has waited
+    # exactly the 300 s grace, which is not more than it, so no verdict follows any more.
+    doctored = renumbered([event for event in log if event.seq != first_queued])
+    concluded_seq = doctored[-1].seq
+    assert concluded_seq == len(log) - 2 == 37
+    found = _disagreement(verify(doctored))
+    assert found.seq == concluded_seq
+    assert found.reason == "verdict the rules do not reach"
+    assert found.recorded == "NO_CAPACITY by queue_grace"
+
+
+def test_a_queued_status_changed_to_in_progress_is_reported_at_the_verdict() -> None:
+    log = no_capacity_log()
+    # the IN_QUEUE seen at t=160 (seq 20): not followed by a probe
+    target = seq_of(log, lambda e: isinstance(e, StatusObserved) and e.at - log[0].at == 160)
+    assert target == 20 and not isinstance(log[target + 1], HealthObserved)
+    doctored = list(log)
+    doctored[target] = log[target].model_copy(update={"status": "IN_PROGRESS"})
+    # leaving the queue resets its timer: at t=310 the job has been queued 140 s only
+    found = _disagreement(verify(doctored))
+    assert found.seq == log[-1].seq == 38
+    assert found.reason == "verdict the rules do not reach"
+
+
+def test_an_in_progress_changed_to_cancelled_is_reported_at_the_next_seq() -> None:
+    log = success_log()
+    target = seq_of(log, lambda e: isinstance(e, StatusObserved) and e.status == "IN_PROGRESS")
+    target += 2  # the third IN_PROGRESS, mid-log
+    assert target == 7 and log[target].status == "IN_PROGRESS"
+    doctored = list(log)
+    doctored[target] = log[target].model_copy(update={"status": "CANCELLED"})
+    # the rules conclude PREEMPTED right after a CANCELLED: nothing may follow it but that
+    found = _disagreement(verify(doctored))
+    assert found.seq == target + 1 == 8
+    assert found.reason == "the rules had already concluded"
+    assert found.recorded == "StatusObserved"
+    assert found.expected == "PREEMPTED by platform_termination"
+    assert str(verify(doctored)).startswith("seq 8: the rules had already concluded")
+
+
+def test_a_verdict_with_another_rule_is_reported_at_the_verdict() -> None:
+    log = no_capacity_log()
+    doctored = [*log[:-1], log[-1].model_copy(update={"rule": "throttled_worker"})]
+    found = _disagreement(verify(doctored))
+    assert found.seq == log[-1].seq
+    assert found.reason == "a different verdict"
+    assert (found.recorded, found.expected) == (
+        "NO_CAPACITY by throttled_worker",
+        "NO_CAPACITY by queue_grace",
+    )
+
+
+def test_a_verdict_with_another_state_is_reported_at_the_verdict() -> None:
+    log = success_log()
+    doctored = [*log[:-1], log[-1].model_copy(update={"state": "FAILED", "ok": False})]
+    found = _disagreement(verify(doctored))
+    assert (found.seq, found.reason) == (log[-1].seq, "a different verdict")
+
+
+def test_an_event_after_the_verdict_is_reported_at_its_seq() -> None:
+    log = success_log()
+    late = log[-2].model_copy(update={"seq": len(log), "id": "late"})
+    found = _disagreement(verify([*log, late]))
+    assert (found.seq, found.reason) == (len(log), "event after the verdict")
+
+
+def test_a_repeated_event_is_reported_at_the_seq_it_repeats() -> None:
+    log = success_log()
+    doctored = [*log[:6], log[5], *log[6:]]
+    found = _disagreement(verify(doctored))
+    assert (found.seq, found.reason) == (6, "seq repeated")
