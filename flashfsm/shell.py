@@ -222,7 +222,7 @@ class JobWatch:
                 return watch
             try:
                 watch._append(
-                    watch._claim(
+                    watch.claim_events(
                         handle,
                         policy,
                         clock(),
@@ -236,7 +236,7 @@ class JobWatch:
             return watch
         raise ConcurrencyError(stream, watch.state.next_seq, len(store.read(stream)))
 
-    def _claim(
+    def claim_events(
         self,
         handle: JobHandle,
         policy: GracePolicy,

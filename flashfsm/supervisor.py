@@ -1,0 +1,388 @@
+"""An asyncio supervisor: thousands of job watches in one process.
+
+Theory of operation. Each watched job is one asyncio task running the same pure core as
+`poll_job` (`decide` → one piece of I/O → an event → `evolve`), so a job watched here and
+a job watched by the sync loop reach the same verdicts from the same observations. What
+the supervisor adds is sharing:
+
+- one HTTP client (`AsyncRunpodClient`, one `httpx.AsyncClient`) for every job;
+- per-endpoint token buckets that keep status and health calls under RunPod's limits;
+- poll times jittered (the first poll of each job spread over part of its interval) so a
+  fleet started together does not poll in lockstep;
+- one group committer: events from all jobs are gathered for a few milliseconds and
+  written in one store transaction (`append_many`), so durability costs one fsync per
+  batch instead of one per observation;
+- blocking work (store reads on attach, Hub readers) runs in worker threads.
+
+`stop()` (or SIGINT/SIGTERM after `install_signal_handlers()`) cancels every watch at its
+next await; nothing is recorded for an interrupted step, so every watch resumes by replay
+(a new supervisor, or `poll_job`, reattaches).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import signal
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from flashfsm.errors import JobOwnedElsewhere
+from flashfsm.events.errors import ConcurrencyError
+from flashfsm.events.models import Event
+from flashfsm.events.store import EventStore, append_many
+from flashfsm.fsm.commands import (
+    Conclude,
+    FetchStatus,
+    Finished,
+    ProbeHealth,
+    ReadFailureDetail,
+    ReadHeartbeat,
+    Verdict,
+    Wait,
+)
+from flashfsm.fsm.job import decide, replay, skip_read
+from flashfsm.fsm.policy import GracePolicy
+from flashfsm.shell import (
+    ATTACH_TRIES,
+    JobHandle,
+    JobWatch,
+    PollResult,
+    conclusion,
+    default_stream,
+    default_watcher,
+    failure_detail_observation,
+    health_observation,
+    heartbeat_observation,
+    make_say,
+    resolve_store,
+    safe_read,
+    say_observation,
+    status_observation,
+)
+
+logger = logging.getLogger("flashfsm.supervisor")
+
+#: RunPod's per-endpoint limit on /status is 2000 per 10 s; stay well under it.
+STATUS_RATE_PER_S = 150.0
+HEALTH_RATE_PER_S = 20.0
+
+
+class TokenBucket:
+    """An asyncio rate limiter: `rate` calls per second, bursts of at most `burst`."""
+
+    def __init__(self, rate: float, burst: float | None = None):
+        self.rate = rate
+        self.capacity = burst if burst is not None else max(1.0, rate)
+        self.tokens = self.capacity
+        self.stamp = time.monotonic()
+        self._lock = asyncio.Lock()
+
+    async def acquire(self) -> None:
+        """Wait until a call is allowed."""
+        async with self._lock:
+            while True:
+                now = time.monotonic()
+                self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate)
+                self.stamp = now
+                if self.tokens >= 1:
+                    self.tokens -= 1
+                    return
+                await asyncio.sleep((1 - self.tokens) / self.rate)
+
+
+@dataclass
+class _Pending:
+    stream: str
+    events: list[Event]
+    expected_seq: int
+    done: asyncio.Future[None]
+
+
+class GroupCommitter:
+    """Gathers appends from many tasks and writes each gathering in one transaction."""
+
+    def __init__(self, store: EventStore, *, window_s: float = 0.005, max_batch: int = 1000):
+        self.store = store
+        self.window_s = window_s
+        self.max_batch = max_batch
+        self._pending: list[_Pending] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.commits = 0
+        self.events_written = 0
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="flashfsm-group-commit")
+
+    async def append(self, stream: str, events: list[Event], expected_seq: int) -> None:
+        """Append through the next group commit; raises what the store raised for this batch."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.append(_Pending(stream, events, expected_seq, done))
+        self._wake.set()
+        await done
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            if len(self._pending) < self.max_batch:
+                await asyncio.sleep(self.window_s)
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Write everything pending now."""
+        self._wake.clear()
+        while self._pending:
+            batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
+            try:
+                outcomes = await asyncio.to_thread(
+                    append_many, self.store, [(p.stream, p.events, p.expected_seq) for p in batch]
+                )
+            except BaseException as exc:  # the store itself failed: every waiter learns it
+                for p in batch:
+                    if not p.done.done():
+                        p.done.set_exception(exc)
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                continue
+            self.commits += 1
+            for p, outcome in zip(batch, outcomes, strict=True):
+                if p.done.done():
+                    continue
+                if outcome is None:
+                    self.events_written += len(p.events)
+                    p.done.set_result(None)
+                else:
+                    p.done.set_exception(outcome)
+
+    async def close(self) -> None:
+        """Flush and stop."""
+        await self.flush()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+
+@dataclass
+class JobSpec:
+    """One job to watch."""
+
+    handle: JobHandle
+    stream: str | None = None
+    interval_s: float = 10.0
+    policy: GracePolicy = field(default_factory=GracePolicy)
+    heartbeat_reader: Callable[..., Any] | None = None
+    failure_detail_reader: Callable[..., Any] | None = None
+
+
+class Supervisor:
+    """Watches many jobs concurrently with one client, one committer and shared limits."""
+
+    def __init__(
+        self,
+        store: EventStore | str,
+        client: Any,
+        *,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+        jitter: float = 0.1,
+        status_rate_per_s: float = STATUS_RATE_PER_S,
+        health_rate_per_s: float = HEALTH_RATE_PER_S,
+        commit_window_s: float = 0.005,
+        max_in_flight: int = 64,
+        log: Callable[[str], Any] | None = None,
+        rng: random.Random | None = None,
+        watcher: str | None = None,
+    ):
+        self.store = resolve_store(store)
+        self.client = client
+        self.clock = clock
+        self.sleep = sleep
+        self.jitter = jitter
+        self.status_rate = status_rate_per_s
+        self.health_rate = health_rate_per_s
+        self.committer = GroupCommitter(self.store, window_s=commit_window_s)
+        self.say = make_say(log)
+        self.rng = rng or random.Random()
+        self.watcher = watcher or default_watcher()
+        self._buckets: dict[tuple[str, str], TokenBucket] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        # httpx's pool rescans its whole wait queue on every request, so thousands of
+        # waiting requests cost quadratic CPU: a semaphore keeps that queue short.
+        self.max_in_flight = max_in_flight
+        self._in_flight: asyncio.Semaphore | None = None
+        self.lag: list[float] = []  # how late each status fetch was, seconds (bounded)
+
+    def _gate(self) -> asyncio.Semaphore:
+        if self._in_flight is None:
+            self._in_flight = asyncio.Semaphore(self.max_in_flight)
+        return self._in_flight
+
+    def _bucket(self, endpoint_id: str, route: str) -> TokenBucket:
+        key = (endpoint_id, route)
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            rate = self.status_rate if route == "status" else self.health_rate
+            bucket = self._buckets[key] = TokenBucket(rate)
+        return bucket
+
+    async def watch(self, job: JobSpec) -> PollResult:
+        """Watch one job to its verdict inside this supervisor."""
+        self.committer.start()
+        handle = job.handle
+        stream = job.stream or default_stream(handle)
+        watch = await self._attach(job, stream)
+        if not watch.state.done and self.jitter > 0:
+            await self.sleep(self.rng.uniform(0, self.jitter * job.interval_s))
+        verdict = await self._loop(watch, job)
+        return PollResult.from_verdict(verdict)
+
+    async def _attach(self, job: JobSpec, stream: str) -> JobWatch:
+        """`JobWatch.attach`, with the claim written through the group committer."""
+        for _ in range(ATTACH_TRIES):
+            events = await asyncio.to_thread(self.store.read, stream)
+            watch = JobWatch(self.store, stream, replay(events), watcher=self.watcher or "")
+            if watch.state.done:
+                return watch
+            claim = watch.claim_events(
+                job.handle,
+                job.policy,
+                self.clock(),
+                job.interval_s,
+                job.heartbeat_reader is not None,
+                job.failure_detail_reader is not None,
+            )
+            try:
+                await self.committer.append(stream, claim, watch.state.next_seq)
+            except ConcurrencyError:
+                await asyncio.to_thread(watch.raise_if_owned_elsewhere)
+                continue
+            watch.fold(claim)
+            return watch
+        raise ConcurrencyError(stream, -1, -1)
+
+    async def _record(self, watch: JobWatch, built: tuple[Any, dict[str, Any]], at: float) -> None:
+        cls, fields = built
+        if cls is None:
+            skip_read(watch.state)
+            return
+        event = watch.build(cls, at, **fields)
+        try:
+            await self.committer.append(watch.stream, [event], event.seq)
+        except ConcurrencyError:
+            await asyncio.to_thread(watch.raise_if_owned_elsewhere)
+            raise
+        previous = watch.state.last_status
+        watch.fold([event])
+        say_observation(event, previous, watch.state, self.say)
+
+    async def _loop(self, watch: JobWatch, job: JobSpec) -> Verdict:
+        handle, state = job.handle, watch.state
+        while True:
+            now = self.clock()
+            command = decide(state, now)
+            match command:
+                case Finished(verdict=verdict):
+                    return verdict
+                case Wait(seconds=seconds):
+                    await self.sleep(seconds * (1 + self.rng.uniform(0, self.jitter / 10)))
+                case FetchStatus():
+                    await self._bucket(handle.endpoint_id, "status").acquire()
+                    at = self.clock()
+                    if state.next_fetch_at is not None and len(self.lag) < 1_000_000:
+                        self.lag.append(max(0.0, at - state.next_fetch_at))
+                    payload, error = await _acall(
+                        self._gate(), self.client.job_status, handle.endpoint_id, handle.job_id
+                    )
+                    await self._record(watch, status_observation(payload, error), at)
+                case ProbeHealth():
+                    await self._bucket(handle.endpoint_id, "health").acquire()
+                    payload, error = await _acall(
+                        self._gate(), self.client.endpoint_health, handle.endpoint_id
+                    )
+                    await self._record(watch, health_observation(payload, error), now)
+                case ReadHeartbeat(force=force):
+                    raw = await asyncio.to_thread(safe_read, job.heartbeat_reader, force)
+                    built = heartbeat_observation(
+                        state, raw, force=force, stream=watch.stream, at=now
+                    )
+                    await self._record(watch, built, now)
+                case ReadFailureDetail():
+                    raw = await asyncio.to_thread(safe_read, job.failure_detail_reader, True)
+                    await self._record(watch, failure_detail_observation(raw), now)
+                case Conclude(verdict=verdict):
+                    await self._record(watch, conclusion(verdict), now)
+
+    async def run(self, jobs: Iterable[JobSpec]) -> dict[str, PollResult | BaseException]:
+        """Watch every job to its verdict; a job's exception is its result, not the fleet's."""
+        self.committer.start()
+        specs = list(jobs)
+        tasks = []
+        for spec in specs:
+            task = asyncio.create_task(self.watch(spec))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            tasks.append(task)
+        try:
+            outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            await self.committer.close()
+        return {
+            spec.stream or default_stream(spec.handle): outcome
+            for spec, outcome in zip(specs, outcomes, strict=True)
+        }
+
+    def stop(self) -> None:
+        """Stop every watch at its next await; nothing false is recorded."""
+        for task in list(self._tasks):
+            task.cancel()
+
+    def install_signal_handlers(
+        self, signals: Sequence[int] = (signal.SIGINT, signal.SIGTERM)
+    ) -> None:
+        """Make SIGINT/SIGTERM stop the supervisor cleanly (call from the running loop)."""
+        loop = asyncio.get_running_loop()
+        for sig in signals:
+            loop.add_signal_handler(sig, self.stop)
+
+
+async def _acall(
+    gate: asyncio.Semaphore, fn: Callable[..., Awaitable[Any]], *args: Any
+) -> tuple[Any, BaseException | None]:
+    try:
+        async with gate:
+            return await fn(*args), None
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # every failure is an observation
+        return None, exc
+
+
+def supervise(
+    jobs: Iterable[JobSpec], store: EventStore | str, client: Any, **options: Any
+) -> dict[str, PollResult | BaseException]:
+    """Run a `Supervisor` over `jobs` to completion from synchronous code."""
+
+    async def main() -> dict[str, PollResult | BaseException]:
+        supervisor = Supervisor(store, client, **options)
+        supervisor.install_signal_handlers()
+        return await supervisor.run(jobs)
+
+    return asyncio.run(main())
+
+
+__all__ = [
+    "GroupCommitter",
+    "JobOwnedElsewhere",
+    "JobSpec",
+    "Supervisor",
+    "TokenBucket",
+    "supervise",
+]
