@@ -1,0 +1,272 @@
+"""The timeline picture: lanes and spans as data, self-contained SVG/HTML, headless Chromium."""
+
+from __future__ import annotations
+
+import itertools
+import struct
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from flashfsm import render
+from flashfsm.adapters.stores import open_store
+from flashfsm.demo import run_demo
+from flashfsm.events.models import (
+    AttemptEnded,
+    AttemptStarted,
+    Candidate,
+    Concluded,
+    EndpointDeployed,
+    Event,
+    JobQueued,
+    RunConcluded,
+    RunStarted,
+    WatchStarted,
+)
+from flashfsm.events.store import EventStore
+
+CHROMIUM = Path("/usr/bin/chromium")
+RUN_JOBS = (
+    ("no_capacity", "attempt 0: no capacity"),
+    ("crash_loop", "attempt 1: crash loop"),
+    ("success", "attempt 2: success"),
+)
+CANDIDATES = (
+    Candidate(gpu_class="A100-80GB", price_per_hour=1.9),
+    Candidate(gpu_class="H100-80GB", price_per_hour=2.9),
+    Candidate(gpu_class="L40S", price_per_hour=0.9),
+)
+
+
+def build_run_log(store: EventStore, job_streams: list[str], run: str = "run-demo") -> str:
+    """A run's stream whose attempts are copies of `job_streams`, one after another.
+
+    Each job log is copied into `<run>-job<n>` with its times shifted so the attempts follow
+    each other, with a 40 s deploy before each; the run concludes as the last job did.
+    """
+    t = 1_800_000_000.0
+    run_events: list[Event] = []
+
+    def add(cls: type, at: float, **fields: object) -> None:
+        n = len(run_events)
+        run_events.append(cls(stream=run, seq=n, id=f"{run}-{n:04d}", at=at, **fields))
+
+    add(RunStarted, t, run_id=run, candidates=CANDIDATES)
+    last: Concluded | None = None
+    for n, source in enumerate(job_streams):
+        events = store.read(source)
+        job_stream = f"{run}-job{n}"
+        t += 5
+        gpu = CANDIDATES[n % len(CANDIDATES)].gpu_class
+        on_last = n == len(job_streams) - 1
+        add(
+            AttemptStarted,
+            t,
+            attempt=n,
+            candidate=n % len(CANDIDATES),
+            provider="runpod",
+            gpu_class=gpu,
+            on_last_gpu=on_last,
+            endpoint_name=f"flash-{run}-{n}",
+        )
+        t += 40
+        add(EndpointDeployed, t, attempt=n, endpoint_id=f"ep{n}", endpoint_name=f"flash-{run}-{n}")
+        shift = t - events[0].at
+        copied = [
+            e.model_copy(
+                update={"stream": job_stream, "at": e.at + shift, "id": f"{job_stream}-{i}"}
+            )
+            for i, e in enumerate(events)
+        ]
+        store.append(job_stream, copied, 0)
+        add(
+            JobQueued,
+            t,
+            attempt=n,
+            endpoint_id=f"ep{n}",
+            job_id=f"j{n}",
+            job_stream=job_stream,
+            submitted_at=t,
+        )
+        last = copied[-1]
+        assert isinstance(last, Concluded)
+        t = last.at
+        add(AttemptEnded, t, attempt=n, ok=last.ok, failure=last.failure, rule=last.rule)
+    assert last is not None
+    add(RunConcluded, t, ok=last.ok, failure=last.failure, attempts=len(job_streams))
+    store.append(run, run_events, 0)
+    return run
+
+
+@pytest.fixture(scope="module")
+def run_store(tmp_path_factory):
+    url = f"sqlite:///{tmp_path_factory.mktemp('render')}/events.db"
+    streams = run_demo(url, say=lambda line: None, jobs=RUN_JOBS)
+    store = open_store(url)
+    run = build_run_log(store, streams)
+    yield store, run, streams
+    store.close()
+
+
+def _contiguous(spans: tuple[render.Span, ...]) -> bool:
+    return all(a.end == pytest.approx(b.start) for a, b in itertools.pairwise(spans))
+
+
+def test_a_job_log_is_one_lane_of_contiguous_states_ending_at_its_verdict(run_store):
+    store, _, streams = run_store
+    events = store.read(streams[2])  # success
+    pic = render.picture(events)
+    [lane] = pic.lanes
+    assert [s.state for s in lane.spans] == ["QUEUED", "SETUP", "TRAINING"]
+    assert lane.spans[0].start == 0.0 and _contiguous(lane.spans)
+    assert lane.spans[-1].end == pytest.approx(events[-1].at - events[0].at)
+    [mark] = [m for m in lane.marks if m.kind == "verdict"]
+    assert mark.label == "SUCCEEDED · completed" and mark.ok is True
+    assert (pic.verdict, pic.ok, lane.rule) == ("SUCCEEDED", True, "completed")
+
+
+def test_a_run_log_has_one_lane_per_attempt_with_the_job_states_and_verdicts(run_store):
+    store, run, _ = run_store
+    pic = render.picture(store.read(run), store.read)
+    assert [lane.key for lane in pic.lanes] == ["attempt-0", "attempt-1", "attempt-2"]
+    assert [lane.verdict for lane in pic.lanes] == ["NO_CAPACITY", "STALLED", "SUCCEEDED"]
+    assert [lane.rule for lane in pic.lanes] == ["queue_grace", "unhealthy_worker", "completed"]
+    assert (pic.verdict, pic.ok) == ("SUCCEEDED", True)
+    for lane in pic.lanes:
+        assert lane.spans[0].state == render.DEPLOYING
+        assert lane.spans[0].end - lane.spans[0].start == pytest.approx(40.0)
+        assert _contiguous(lane.spans)
+    assert [s.state for s in pic.lanes[1].spans] == [render.DEPLOYING, "UNHEALTHY"]
+    assert pic.lanes[2].subtitle == "L40S · runpod · last GPU"
+    # lanes follow each other on one axis
+    assert pic.lanes[0].end <= pic.lanes[1].spans[0].start <= pic.lanes[1].end
+    assert pic.duration == pytest.approx(pic.lanes[2].end)
+
+
+def test_a_reattach_after_a_blind_gap_leaves_an_unwatched_span(run_store):
+    store, _, streams = run_store
+    events = store.read(streams[2])
+    k = 8
+    gap = 500.0
+    head = events[:k]
+    reattach = WatchStarted(
+        stream=head[0].stream,
+        seq=k,
+        id="reattach",
+        at=head[-1].at + gap,
+        watcher="b",
+        reattach=True,
+    )
+    tail = [e.model_copy(update={"seq": e.seq + 1, "at": e.at + gap}) for e in events[k:]]
+    pic = render.picture([*head, reattach, *tail])
+    spans = pic.lanes[0].spans
+    [blind] = [s for s in spans if s.state == render.UNWATCHED]
+    assert blind.end - blind.start == pytest.approx(gap)
+    assert _contiguous(spans)
+    assert any(m.kind == "reattach" for m in pic.lanes[0].marks)
+
+
+def test_an_open_log_ends_its_lane_with_no_verdict_yet(run_store):
+    store, _, streams = run_store
+    events = store.read(streams[0])[:12]  # no_capacity, still queued
+    pic = render.picture(events)
+    [lane] = pic.lanes
+    assert lane.verdict is None and pic.verdict is None and pic.subtitle == "no verdict yet"
+    assert lane.spans[-1].end == pytest.approx(events[-1].at - events[0].at)
+    assert [m.label for m in lane.marks] == ["QUEUED · no verdict yet"]
+    ET.fromstring(render.svg(pic))
+
+
+def test_svg_and_html_are_self_contained(run_store):
+    store, run, _ = run_store
+    pic = render.picture(store.read(run), store.read)
+    svg = render.svg(pic)
+    root = ET.fromstring(svg)  # well-formed XML
+    ns = "{http://www.w3.org/2000/svg}"
+    lanes = [g for g in root.iter(f"{ns}g") if g.get("class") == "lane"]
+    assert [g.get("data-lane") for g in lanes] == ["attempt-0", "attempt-1", "attempt-2"]
+    assert [g.get("data-verdict") for g in lanes] == ["NO_CAPACITY", "STALLED", "SUCCEEDED"]
+    page = render.html(pic)
+    for doc in (svg, page):
+        lowered = doc.lower()
+        for needle in ("<script", "<link", "src=", "href=", "@import", "http://", "https://"):
+            if needle == "http://":
+                lowered = lowered.replace("http://www.w3.org/2000/svg", "")
+            assert needle not in lowered, needle
+    assert page.startswith("<!DOCTYPE html>") and svg in page
+
+
+def test_render_escapes_text():
+    pic = render.Picture(
+        "a <b> & c", "sub", 0.0, (render.Lane("x", "t<", "s&", (render.Span("QUEUED", 0, 5),)),)
+    )
+    ET.fromstring(render.svg(pic))
+    assert "a &lt;b&gt; &amp; c" in render.html(pic)
+
+
+def test_ticks_and_labels():
+    assert render.tick_step(310) == 60 and render.tick_step(45) == 5
+    assert render.clock_label(150) == "2:30" and render.clock_label(3600) == "1 h"
+    assert render.duration_text(310) == "5 min 10 s"
+
+
+def _chromium(*args: str, profile: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            str(CHROMIUM),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+@pytest.mark.parametrize("suffix", [".html", ".svg"])
+def test_chromium_renders_the_timeline_with_its_lanes_and_verdict(run_store, tmp_path, suffix):
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium)")
+    store, run, _ = run_store
+    pic = render.picture(store.read(run), store.read)
+    page = tmp_path / f"timeline{suffix}"
+    page.write_text(render.html(pic) if suffix == ".html" else render.svg(pic))
+    png = tmp_path / "timeline.png"
+    # One launch: the screenshot and the DOM after load.
+    done = _chromium(
+        f"--screenshot={png}",
+        "--dump-dom",
+        "--window-size=1200,800",
+        page.as_uri(),
+        profile=tmp_path / "profile",
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert _png_size(png) == (1200, 800) and png.stat().st_size > 10_000
+    text = done.stdout
+    assert "parsererror" not in text and "This page contains the following errors" not in text
+    for key in ("attempt-0", "attempt-1", "attempt-2"):
+        assert f'data-lane="{key}"' in text
+    assert 'class="verdict-label"' in text
+    for label in (
+        "NO_CAPACITY · queue_grace",
+        "STALLED · unhealthy_worker",
+        "SUCCEEDED · completed",
+    ):
+        assert label in text
