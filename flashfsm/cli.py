@@ -63,7 +63,7 @@ EXIT_CODES: dict[str | None, int] = {
     "lost": 15,
 }
 EXIT_USAGE = 1
-EXIT_NO_VERDICT = 2  # the log holds no verdict yet
+EXIT_NO_VERDICT = 5  # the log holds no verdict yet (2 is the parser's usage error)
 EXIT_DISAGREES = 3  # `replay --verify` found a disagreement
 EXIT_SWEEP_ERRORS = 4  # `sweep` ran, but a listing, a health read or a delete failed
 
