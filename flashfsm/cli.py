@@ -314,21 +314,35 @@ def simulator_command(
 
 @app.command("demo")
 def demo_command(store: StoreOption = None) -> None:
-    """Run simulated jobs against the bundled simulator, then show their post-mortems."""
+    """Run a small fleet through `supervise_run` against the bundled simulator, then show
+    each run's attempts and each attempt's post-mortem."""
     from flashfsm.demo import run_demo
+    from flashfsm.events.models import AttemptEnded, AttemptStarted
 
     url = store or default_store_url()
     results = run_demo(url, say=console.print)
-    for stream in results:
-        opened = open_store(url)
-        try:
-            events = opened.read(stream)
-        finally:
-            opened.close()
-        console.print()
-        print_timeline(stream, events)
+    opened = open_store(url)
+    try:
+        for result in results:
+            run_events = opened.read(result.stream)
+            outcome = "[green]succeeded[/]" if result.ok else f"[red]{result.failure}[/]"
+            console.print(
+                f"\n[bold]{result.stream}[/]: {outcome} after {result.attempts} attempt(s)"
+            )
+            started = {e.attempt: e for e in run_events if isinstance(e, AttemptStarted)}
+            for ended in (e for e in run_events if isinstance(e, AttemptEnded)):
+                attempt = started[ended.attempt]
+                what = "ok" if ended.ok else f"{ended.failure} ({ended.rule or 'no job'})"
+                last = " (last GPU)" if attempt.on_last_gpu else ""
+                console.print(f"  attempt {ended.attempt} on {attempt.gpu_class}{last}: {what}")
+                job_events = opened.read(attempt.job_stream)
+                if job_events:
+                    print_timeline(attempt.job_stream, job_events)
+    finally:
+        opened.close()
     console.print(
-        f"\nevent log: {url}; replay any job with: flashfsm replay <stream> --store {url}"
+        f"\nevent log: {url}\nreplay a job: flashfsm replay <job stream> --store {url}"
+        f"\ndraw a run: flashfsm timeline <run stream> --out run.html --store {url}"
     )
 
 

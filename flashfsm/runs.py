@@ -350,3 +350,83 @@ def _cancel_probe(writer: RunWriter) -> Callable[[], bool]:
         return writer.state.cancel_requested
 
     return cancelled
+
+
+Deployer = Callable[[RunState, Attempt, Recorder], Deployed]
+JobInput = Callable[[RunState, Attempt], dict[str, Any]]
+ReaderFactory = Callable[[RunState, Attempt], tuple[Any, Any]]
+
+
+@dataclass
+class RunpodRunAdapters:
+    """`RunAdapters` over RunPod's REST API, with a pluggable deployer.
+
+    `deployer` makes the attempt's endpoint (runpod-flash in production, see
+    `flashfsm.adapters.flash_deploy`; the simulator in tests and the demo); `job_input`
+    builds the job's input; `readers` gives the attempt's Hub heartbeat and failure
+    readers. Watching is `poll_job` on the attempt's job stream with
+    `stall_kwargs(on_last_gpu)`, so a restarted control plane reattaches by replay.
+    """
+
+    client: Any
+    deployer: Deployer
+    job_input: JobInput
+    readers: ReaderFactory | None = None
+    budget_s: float | None = None
+    interval_s: float = 10.0
+    clock: Callable[[], float] = time.time
+    sleep: Callable[[float], Any] = time.sleep
+    log: Callable[[str], Any] | None = None
+
+    def deploy(self, run: RunState, attempt: Attempt, record: Recorder) -> Deployed:
+        return self.deployer(run, attempt, record)
+
+    def submit(self, run: RunState, attempt: Attempt) -> tuple[str, float]:
+        from flashfsm.adapters.runpod import policy_for_budget
+
+        budget = policy_for_budget(self.budget_s) if self.budget_s else {}
+        assert attempt.endpoint_id is not None
+        job_id = self.client.run(attempt.endpoint_id, self.job_input(run, attempt), **budget)
+        return job_id, self.clock()
+
+    def watch(
+        self, run: RunState, attempt: Attempt, store: EventStore, stop: Callable[[], bool]
+    ) -> PollResult:
+        from flashfsm.fsm.policy import stall_kwargs
+        from flashfsm.shell import JobHandle, poll_job
+
+        assert attempt.endpoint_id is not None and attempt.job_id is not None
+        started = attempt.started
+        heartbeat, failure_detail = self.readers(run, attempt) if self.readers else (None, None)
+        handle = JobHandle(
+            attempt.endpoint_id,
+            started.endpoint_name,
+            attempt.job_id,
+            on_last_gpu=started.on_last_gpu,
+            submitted_at=attempt.submitted_at,
+            gpu_class=started.gpu_class,
+            attempt=started.attempt,
+        )
+        return poll_job(
+            handle,
+            log=self.log,
+            interval_s=self.interval_s,
+            heartbeat_reader=heartbeat,
+            failure_detail_reader=failure_detail,
+            client=self.client,
+            clock=self.clock,
+            sleep=self.sleep,
+            store=store,
+            stream=attempt.job_stream,
+            stop=stop,
+            **stall_kwargs(started.on_last_gpu),
+        )
+
+    def cancel_job(self, run: RunState, attempt: Attempt) -> bool:
+        assert attempt.endpoint_id is not None and attempt.job_id is not None
+        self.client.cancel(attempt.endpoint_id, attempt.job_id)
+        return True
+
+    def delete_endpoint(self, run: RunState, endpoint_id: str) -> bool:
+        self.client.delete_endpoint(endpoint_id)  # False (already gone) is fine too
+        return True

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from flashfsm.adapters.jsonl import JsonlStore
 from flashfsm.adapters.stores import copy_streams, open_store
 from flashfsm.cli import EXIT_CODES, EXIT_DISAGREES, EXIT_NO_VERDICT, app
-from flashfsm.demo import DEMO_JOBS, run_demo
+from flashfsm.demo import DEMO_JOBS, watch_scenarios
 from flashfsm.fsm.diagram import mermaid
 from tests.test_render import build_run_log
 
@@ -30,22 +30,56 @@ EXPECTED = {
 @pytest.fixture(scope="module")
 def demo_store(tmp_path_factory):
     url = f"sqlite:///{tmp_path_factory.mktemp('demo')}/events.db"
-    streams = run_demo(url, say=lambda line: None)
+    streams = watch_scenarios(url, say=lambda line: None)
     return url, dict(zip([name for name, _ in DEMO_JOBS], streams, strict=True))
 
 
-def test_the_demo_runs_every_scenario_to_its_expected_verdict(tmp_path, monkeypatch):
+def test_the_demo_runs_the_fleet_through_supervise_run_to_the_expected_results(
+    tmp_path, monkeypatch
+):
+    from flashfsm import replay
+    from flashfsm.demo import DEMO_RUNS
+    from flashfsm.events.models import AttemptEnded, AttemptStarted, RunConcluded
+
     monkeypatch.setenv("FLASHFSM_STORE", f"sqlite:///{tmp_path}/events.db")
     result = runner.invoke(app, ["demo"])
     assert result.exit_code == 0, result.output
-    for scenario, (state, _failure, rule) in EXPECTED.items():
-        assert scenario in result.output
-        assert f"{state}" in result.output and rule in result.output
     store = open_store(f"sqlite:///{tmp_path}/events.db")
     try:
-        assert len(store.streams()) == len(DEMO_JOBS)
+        runs = [s for s in store.streams() if s.startswith("run-")]
+        assert len(runs) == len(DEMO_RUNS)
+        outcomes = {}
+        for stream in runs:
+            events = store.read(stream)
+            name = stream.rsplit("-", 1)[-1]
+            concluded = events[-1]
+            assert isinstance(concluded, RunConcluded)
+            attempts = [e for e in events if isinstance(e, AttemptStarted)]
+            ended = [(e.failure, e.rule) for e in events if isinstance(e, AttemptEnded)]
+            outcomes[name] = (concluded.failure, [a.gpu_class for a in attempts], ended)
+            for attempt in attempts:  # every attempt's job log replays to its verdict
+                job = store.read(attempt.job_stream)
+                assert replay(job).verdict is not None
     finally:
         store.close()
+    assert outcomes == {
+        "clean": (None, ["RTX4090"], [(None, "completed")]),
+        "walk": (
+            None,
+            ["RTX4090", "L40S"],
+            [("no_capacity", "queue_grace"), (None, "completed")],
+        ),
+        "crashloop": (
+            None,
+            ["L40S", "L40S"],
+            [("stalled", "unhealthy_worker"), (None, "completed")],
+        ),
+        "stall": (None, ["L40S", "A100-80GB"], [("stalled", "stall"), (None, "completed")]),
+        "codeerror": ("job_failed", ["L40S"], [("job_failed", "worker_failed")]),
+    }
+    for demo in DEMO_RUNS:
+        assert demo.name in result.output
+    assert "last GPU" in result.output
 
 
 @pytest.mark.parametrize("scenario", sorted(EXPECTED))

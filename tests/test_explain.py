@@ -7,7 +7,7 @@ import re
 import pytest
 
 from flashfsm.adapters.stores import open_store
-from flashfsm.demo import DEMO_JOBS, run_demo
+from flashfsm.demo import DEMO_JOBS, watch_scenarios
 from flashfsm.events.models import (
     Concluded,
     Event,
@@ -42,7 +42,7 @@ def logs(tmp_path_factory) -> dict[str, list[Event]]:
     out: dict[str, list[Event]] = {}
     for n, jobs in enumerate((DEMO_JOBS, EXTRA_JOBS)):
         url = f"sqlite:///{tmp_path_factory.mktemp(f'explain{n}')}/events.db"
-        streams = run_demo(url, say=lambda line: None, jobs=jobs)
+        streams = watch_scenarios(url, say=lambda line: None, jobs=jobs)
         store = open_store(url)
         try:
             for (scenario, _), stream in zip(jobs, streams, strict=True):

@@ -12,7 +12,7 @@ import pytest
 
 from flashfsm import render
 from flashfsm.adapters.stores import open_store
-from flashfsm.demo import run_demo
+from flashfsm.demo import watch_scenarios
 from flashfsm.events.models import (
     AttemptEnded,
     AttemptStarted,
@@ -103,7 +103,7 @@ def build_run_log(store: EventStore, job_streams: list[str], run: str = "run-dem
 @pytest.fixture(scope="module")
 def run_store(tmp_path_factory):
     url = f"sqlite:///{tmp_path_factory.mktemp('render')}/events.db"
-    streams = run_demo(url, say=lambda line: None, jobs=RUN_JOBS)
+    streams = watch_scenarios(url, say=lambda line: None, jobs=RUN_JOBS)
     store = open_store(url)
     run = build_run_log(store, streams)
     yield store, run, streams
