@@ -47,11 +47,7 @@ def _fleet(sim: Simulator, jobs: int, *, per_endpoint: int = 50) -> list[tuple[s
     for n in range(jobs):
         scenario = scenarios[n % len(scenarios)]
         pool = endpoints[scenario]
-        if (
-            not pool
-            or (n // len(scenarios) % per_endpoint == 0
-            and len(pool) * per_endpoint <= n // len(scenarios))
-        ):
+        if len(pool) <= (n // len(scenarios)) // per_endpoint:  # this scenario's next endpoint
             pool.append(sim.add_endpoint(f"flash-fleet-{scenario}-{len(pool)}", check_quota=False))
         endpoint_id = pool[-1]
         job_id = sim.submit(endpoint_id, {"scenario": scenario})
