@@ -1,5 +1,8 @@
 """Crash consistency: SIGKILL a watching process after every append, reattach, compare.
 
+Every scenario × every append boundary × SQLite, JSONL and Postgres (when
+`FLASHFSM_TEST_POSTGRES_DSN` is set).
+
 For each scenario the uninterrupted run gives the reference log. Then, for every append
 boundary k of that log, a forked process runs the watch and kills itself with SIGKILL right
 after the append that brings the stream to k events; a second forked process reattaches
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import multiprocessing
 import signal
+import uuid
 
 import pytest
 
@@ -18,6 +22,7 @@ from flashfsm import verify
 from flashfsm.adapters.stores import open_store
 from flashfsm.events.models import Concluded, WatchStarted
 from tests.crash_scenarios import SCENARIOS, run_watch
+from tests.store_support import drop_table, postgres_dsn
 
 FORK = multiprocessing.get_context("fork")
 STREAM = "job-crash"
@@ -34,7 +39,21 @@ def _run_in_child(name: str, url: str, kill_after: int | None) -> int:
 def _store_url(kind: str, tmp_path, tag: str) -> str:
     if kind == "sqlite":
         return f"sqlite:///{tmp_path}/{tag}.db"
+    if kind == "postgres":
+        table = f"flashfsm_crash_{uuid.uuid4().hex[:12]}"
+        _TABLES.append(table)
+        return f"{postgres_dsn()}?table={table}"
     return f"jsonl:///{tmp_path}/{tag}"
+
+
+_TABLES: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def _drop_postgres_tables():
+    yield
+    while _TABLES:
+        drop_table(postgres_dsn(), _TABLES.pop())
 
 
 def _read(url: str):
@@ -56,7 +75,19 @@ def _append_boundaries(events) -> list[int]:
     return list(range(2, len(events) + 1))
 
 
-@pytest.mark.parametrize("store_kind", ["sqlite", "jsonl"])
+@pytest.mark.parametrize(
+    "store_kind",
+    [
+        "sqlite",
+        "jsonl",
+        pytest.param(
+            "postgres",
+            marks=pytest.mark.skipif(
+                postgres_dsn() is None, reason="FLASHFSM_TEST_POSTGRES_DSN not set"
+            ),
+        ),
+    ],
+)
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_sigkill_after_any_append_then_reattach_reaches_the_same_verdict(
     scenario, store_kind, tmp_path
