@@ -1,11 +1,12 @@
 """flashfsm: an event-sourced finite-state machine for GPU training jobs on RunPod serverless.
 
-The public API: `poll_job` watches a submitted job to a verdict, recording every
-observation as an event; `replay` rebuilds a job's state from its log and `verify`
-re-decides it with today's rules.
+The public API: `submit_run` deploys, submits and watches one attempt of a training run;
+`poll_job` watches a submitted job to a verdict, recording every observation as an event;
+`replay` rebuilds a job's state from its log and `verify` re-decides it with today's rules.
 """
 
-from flashfsm.adapters.flash_wire import decode_output
+from flashfsm.adapters.flash_deploy import DeployError, KeyPool
+from flashfsm.adapters.flash_wire import build_function_input, decode_output
 from flashfsm.adapters.jsonl import JsonlStore, read_jsonl_file
 from flashfsm.adapters.memory import MemoryStore
 from flashfsm.adapters.runpod import (
@@ -16,6 +17,7 @@ from flashfsm.adapters.runpod import (
 )
 from flashfsm.adapters.sqlite import SqliteStore
 from flashfsm.adapters.stores import copy_streams, default_store_url, open_store
+from flashfsm.adapters.sweeper import IdleSweeper, SweepReport
 from flashfsm.errors import JobOwnedElsewhere, OutputDecodeError, RunpodApiError
 from flashfsm.events import (
     ConcurrencyError,
@@ -31,6 +33,7 @@ from flashfsm.fsm.job import JobState, VerifyReport, decide, evolve, replay, ver
 from flashfsm.fsm.policy import GracePolicy, stall_kwargs
 from flashfsm.fsm.table import JobPhase
 from flashfsm.shell import JobHandle, JobWatch, PollResult, poll_job
+from flashfsm.submit import RunSpec, WorkerDependencyError, submit_run
 
 __version__ = "0.1.0"
 
@@ -38,28 +41,35 @@ __all__ = [
     "AsyncRunpodClient",
     "ConcurrencyError",
     "CorruptLogError",
+    "DeployError",
     "DuplicateEventError",
     "EventDecodeError",
     "EventStore",
     "FlashFsmError",
     "GracePolicy",
+    "IdleSweeper",
     "JobHandle",
     "JobOwnedElsewhere",
     "JobPhase",
     "JobState",
     "JobWatch",
     "JsonlStore",
+    "KeyPool",
     "MemoryStore",
     "OutputDecodeError",
     "PollResult",
+    "RunSpec",
     "RunpodApiError",
     "RunpodAuthError",
     "RunpodClient",
     "SqliteStore",
+    "SweepReport",
     "UnknownEventError",
     "Verdict",
     "VerifyReport",
+    "WorkerDependencyError",
     "__version__",
+    "build_function_input",
     "copy_streams",
     "decide",
     "decode_output",
@@ -71,5 +81,6 @@ __all__ = [
     "read_jsonl_file",
     "replay",
     "stall_kwargs",
+    "submit_run",
     "verify",
 ]

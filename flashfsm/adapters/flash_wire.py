@@ -1,6 +1,12 @@
-"""The Flash wire format: turning a finished job's `output` into the worker's metrics.
+"""The Flash wire format: the job input a worker expects, and its output back to metrics.
 
-Two shapes reach us. A Flash live-function worker answers with an envelope
+In: `build_function_input(payload, baked_image=...)`. A baked worker image (client mode)
+takes the payload itself as its job input. The Flash runtime image instead runs a live
+function: it gets the function's source, its arguments as base64 cloudpickle (runpod-flash's
+`serialize_args` encoding, produced here with cloudpickle directly so runpod-flash stays
+inside `flash_deploy`), and the pip and apt dependencies to install at boot.
+
+Out: two shapes reach us. A Flash live-function worker answers with an envelope
 `{success, result, json_result?, error?, stdout?}` whose `result` is a base64 cloudpickle
 of the return value. A baked-image worker (client mode) returns its metrics dict directly.
 Either may arrive as a JSON string. Anything else, and any worker-reported error, is an
@@ -13,9 +19,13 @@ only up to `max_pickle_bytes`, and never when the caller passes `allow_pickle=Fa
 
 from __future__ import annotations
 
+import ast
 import base64
 import binascii
+import inspect
 import json
+import textwrap
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from flashfsm.errors import OutputDecodeError
@@ -94,3 +104,59 @@ def _failure_message(error: Any, stdout: Any) -> str:
     if stdout:
         message += "\n--- worker stdout tail ---\n" + str(stdout)[-_STDOUT_TAIL:]
     return message
+
+
+def build_function_input(
+    payload: dict[str, Any],
+    *,
+    baked_image: bool,
+    function: Callable[..., Any] | None = None,
+    dependencies: Iterable[str] = (),
+    system_dependencies: Iterable[str] = (),
+) -> dict[str, Any]:
+    """The job input that makes a worker run `function(payload)`.
+
+    With a baked image the payload is the input. Otherwise the input is the request the
+    Flash runtime's generic handler executes: `function_name`, `function_code` (the
+    function's source without decorators), `args` (`[base64 cloudpickle of payload]`),
+    `accelerate_downloads`, and the `dependencies` / `system_dependencies` it installs
+    first. `function` must then be a plain named function whose source is available.
+    """
+    if baked_image:
+        return payload
+    if function is None:
+        raise ValueError("a job without a baked image needs the function the worker runs")
+    name = getattr(function, "__name__", None)
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"{function!r} is not a named function")
+    return {
+        "function_name": name,
+        "function_code": function_source(function),
+        "args": [encode_arg(payload)],
+        "accelerate_downloads": True,
+        "dependencies": list(dependencies),
+        "system_dependencies": list(system_dependencies),
+    }
+
+
+def function_source(function: Callable[..., Any]) -> str:
+    """The source of `function` from its `def` line on (decorators dropped), dedented."""
+    target = inspect.unwrap(function)
+    try:
+        source = textwrap.dedent(inspect.getsource(target))
+    except (OSError, TypeError) as exc:
+        raise ValueError(f"the source of {target!r} is not available: {exc}") from None
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+            node.name == target.__name__
+        ):
+            lines = source.splitlines()[node.lineno - 1 :]
+            return textwrap.dedent("\n".join(lines)).rstrip() + "\n"
+    raise ValueError(f"no definition of {target.__name__!r} in its source")
+
+
+def encode_arg(value: Any) -> str:
+    """One argument as the Flash runtime reads it: base64 of its cloudpickle."""
+    import cloudpickle
+
+    return base64.b64encode(cloudpickle.dumps(value)).decode("ascii")

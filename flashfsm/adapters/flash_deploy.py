@@ -1,0 +1,646 @@
+"""Deploying a training endpoint with runpod-flash: the only module that imports it.
+
+Theory of operation. `deploy_endpoint(request, ...)` turns a `DeployRequest` (plain data)
+into a live serverless endpoint and returns a `DeployedEndpoint`. Every step is reported
+through `record(event_cls, **fields)` with the run-stream kinds: a `DeployAttempted` per
+try, a `QuotaExhausted` per refusal of the account's worker quota, an `AccountFailedOver`
+per move to the next key of the pool, then `EndpointDeployed` or `DeployFailed`. Accounts
+are indexes into a `KeyPool`; a key never reaches `record`, a log line or an error.
+
+The quota ladder, as the reference had it: a refused deploy sweeps the account's idle
+endpoints (`sweep(protected)`, protecting this endpoint's name in both forms) and retries
+after 30 s, then 60 s (through the injected `sleep`, outside the SDK lock); after the
+third refusal it fails over once to each other account of the pool, then raises
+`DeployError`. Any other error raises at once.
+
+runpod-flash is process-global in three ways, and each is contained here:
+
+- It keeps its resources in `./.flash/resources.pkl` and in class-level registries of a
+  `ResourceManager` singleton, and reuses anything found there without checking (a stale
+  entry hands back a deleted endpoint, or a volume id of another account). Each try runs
+  in a fresh temporary working directory with emptied registries, and both are restored
+  afterwards, so every try starts from nothing and leaves nothing behind. The working
+  directory is process-wide: avoid relative-path I/O in other threads during a deploy.
+- It reads `RUNPOD_API_KEY` from the environment on each call (a comma-separated pool
+  would be sent as one bogus key) and `runpod.api_key` was captured at its import. Both
+  are set to the active account's key for the try and restored afterwards.
+- Its import loads `.env` from the working directory upward, installs stdout and file
+  handlers on the root logger and sets levels. The import happens once, inside a
+  temporary working directory, and the logging changes are undone.
+
+`SDK_LOCK` is held across each try's critical section, so two threads never interleave
+inside the SDK. Swapping runpod-flash for its successor (the RunPod Python SDK 2.0)
+means rewriting `_load_sdk` and `_deploy_once`; the rest is SDK-free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from flashfsm.events.errors import FlashFsmError
+from flashfsm.events.models import (
+    MESSAGE_CAP,
+    AccountFailedOver,
+    DeployAttempted,
+    DeployFailed,
+    EndpointDeployed,
+    QuotaExhausted,
+    cap_text,
+)
+from flashfsm.redact import redact, register_secrets
+
+logger = logging.getLogger("flashfsm.deploy")
+
+SDK_LOCK = threading.RLock()
+"""Held across every call into runpod-flash (its state is process-global)."""
+
+#: Datacenters of `DataCenter.all()` that refuse network volumes (a volume there fails
+#: the whole deploy with HTTP 500). The SDK has no capability flag, so this is data.
+VOLUME_INCAPABLE_DATACENTERS = frozenset({"US-MO-1"})
+QUOTA_TRIES = 3  # deploy tries per account while its worker quota refuses
+QUOTA_WAIT_S = 30.0  # the wait before try n (n = 1, 2, …) is QUOTA_WAIT_S × n
+QUOTA_MARKERS = ("max workers across all endpoints", "cannot go beyond the maximum limit")
+DEFAULT_EXECUTION_TIMEOUT_MS = 24 * 3600 * 1000
+DEFAULT_WEIGHT_CACHE_GB = 100
+
+#: Friendly GPU class -> (runpod-flash enum, member name). Keys are compared after
+#: `gpu_key` (upper case, no spaces, dashes or underscores). A class names a pool
+#: (`GpuGroup`) when RunPod sells several cards under it, so the job lands on any of them.
+GPU_CLASSES: dict[str, tuple[str, str]] = {
+    "ANY": ("GpuGroup", "ANY"),
+    "H100": ("GpuGroup", "ADA_80_PRO"),
+    "H10080GB": ("GpuGroup", "ADA_80_PRO"),
+    "H100SXM": ("GpuType", "NVIDIA_H100_80GB_HBM3"),
+    "H200": ("GpuGroup", "HOPPER_141"),
+    "B200": ("GpuGroup", "BLACKWELL_180"),
+    "A100": ("GpuGroup", "AMPERE_80"),
+    "A10080GB": ("GpuGroup", "AMPERE_80"),
+    "A100PCIE": ("GpuType", "NVIDIA_A100_80GB_PCIe"),
+    "A100SXM": ("GpuType", "NVIDIA_A100_SXM4_80GB"),
+    "A40": ("GpuType", "NVIDIA_A40"),
+    "A6000": ("GpuType", "NVIDIA_RTX_A6000"),
+    "RTXA6000": ("GpuType", "NVIDIA_RTX_A6000"),
+    "A5000": ("GpuType", "NVIDIA_RTX_A5000"),
+    "RTXA5000": ("GpuType", "NVIDIA_RTX_A5000"),
+    "L4": ("GpuType", "NVIDIA_L4"),
+    "L40": ("GpuGroup", "ADA_48_PRO"),
+    "L40S": ("GpuGroup", "ADA_48_PRO"),
+    "RTX6000ADA": ("GpuType", "NVIDIA_RTX_6000_ADA_GENERATION"),
+    "RTX3090": ("GpuType", "NVIDIA_GEFORCE_RTX_3090"),
+    "RTX4090": ("GpuGroup", "ADA_24"),
+    "RTX5090": ("GpuGroup", "ADA_32_PRO"),
+    "RTXPRO6000": ("GpuGroup", "BLACKWELL_96"),
+}
+
+Record = Callable[..., Any]
+Sweep = Callable[[set[str]], int]
+
+
+class DeployError(FlashFsmError):
+    """A deploy gave up: the worker quota on every account, or another error.
+
+    `error_class` names the underlying error's class; `quota` is True when every account's
+    worker quota refused. The message is redacted and never holds a key.
+    """
+
+    def __init__(self, message: str, *, error_class: str = "DeployError", quota: bool = False):
+        super().__init__(redact(message) or message)
+        self.error_class = error_class
+        self.quota = quota
+
+
+def gpu_key(name: str) -> str:
+    """A GPU class name reduced for lookup: `"a100-80gb"` and `"A100 80GB"` are the same."""
+    return re.sub(r"[\s_\-]+", "", name).upper()
+
+
+# ----------------------------------------------------------------------- accounts
+
+
+class KeyPool:
+    """The RunPod accounts a deploy may use: one API key each, and which one is active.
+
+    `RUNPOD_API_KEY` may hold several comma-separated keys (`KeyPool.from_env()`). Accounts
+    are named by index everywhere outside this object; its repr shows no key. The active
+    account is where the next deploy starts; a quota failover moves it, so later deploys
+    start on the account that last had room. Every key is registered for redaction.
+    """
+
+    def __init__(self, keys: Sequence[str], *, active: int = 0):
+        cleaned = [k.strip() for k in keys if isinstance(k, str) and k.strip()]
+        if not cleaned:
+            raise ValueError("a key pool needs at least one RunPod API key")
+        if len(set(cleaned)) != len(cleaned):
+            raise ValueError("a key pool lists the same key twice")
+        register_secrets(*cleaned)
+        self._keys = tuple(cleaned)
+        self._lock = threading.Lock()
+        self._active = 0
+        self.activate(active)
+
+    @classmethod
+    def from_env(cls, var: str = "RUNPOD_API_KEY") -> KeyPool:
+        """The pool in `$RUNPOD_API_KEY` (comma-separated keys, first one active)."""
+        raw = os.environ.get(var) or ""
+        try:
+            return cls(raw.split(","))
+        except ValueError:
+            raise ValueError(f"{var} holds no RunPod API key") from None
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __repr__(self) -> str:
+        return f"KeyPool({len(self._keys)} accounts, active={self.active})"
+
+    @property
+    def active(self) -> int:
+        """The index of the account the next deploy starts on."""
+        with self._lock:
+            return self._active
+
+    def activate(self, account: int) -> None:
+        """Make `account` the active one."""
+        if not isinstance(account, int) or not 0 <= account < len(self._keys):
+            raise ValueError(f"no account {account!r} in a pool of {len(self._keys)}")
+        with self._lock:
+            self._active = account
+
+    def key(self, account: int | None = None) -> str:
+        """The key of `account` (default: the active one). Never log or record it."""
+        return self._keys[self.active if account is None else account]
+
+
+# ----------------------------------------------------------------------- the request
+
+
+class DeployRequest(BaseModel):
+    """What to deploy: one serverless training endpoint, as plain data.
+
+    `name` is the bare endpoint name (runpod-flash registers it as `live-<name>`).
+    `image` deploys a baked worker image; without one the Flash runtime image is used
+    and `dependencies` / `system_dependencies` are what the job installs at boot (they
+    travel in the job input, see `build_function_input`). `weight_cache` is the base
+    name of the weight cache (None: no cache): one network volume of `weight_cache_gb`
+    per volume-capable datacenter, named `<base>-<dc>`. `disk_gb` raises the container
+    disk (never lowers it below the SDK's default). `attempt` is recorded in each event.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1, max_length=150)
+    gpu_class: str = Field(min_length=1, max_length=100)
+    attempt: int = Field(0, ge=0)
+    execution_timeout_ms: int = Field(DEFAULT_EXECUTION_TIMEOUT_MS, gt=0)
+    image: str | None = None
+    dependencies: tuple[str, ...] = ()
+    system_dependencies: tuple[str, ...] = ()
+    weight_cache: str | None = None
+    weight_cache_gb: int = DEFAULT_WEIGHT_CACHE_GB
+    disk_gb: int | None = Field(None, ge=0)
+    workers: tuple[int, int] = (0, 1)
+    min_cuda_version: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", value):
+            raise ValueError("an endpoint name is letters, digits, '.', '_' and '-'")
+        return value
+
+    @field_validator("image", "weight_cache")
+    @classmethod
+    def _blank_is_none(cls, value: str | None) -> str | None:
+        return value.strip() or None if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _workers_in_order(self) -> DeployRequest:
+        low, high = self.workers
+        if low < 0 or high < low:
+            raise ValueError(f"workers must be (min, max) with 0 <= min <= max, not {self.workers}")
+        return self
+
+    @property
+    def baked_image(self) -> bool:
+        """True when the endpoint runs a baked worker image (the job input is the payload)."""
+        return self.image is not None
+
+    @property
+    def protected_names(self) -> set[str]:
+        """This endpoint's name in both forms, which a quota sweep must never delete."""
+        return {self.name, f"live-{self.name}"}
+
+
+@dataclass(frozen=True)
+class DeployedEndpoint:
+    """A deployed endpoint: its id, bare name, account index, cache volumes and disk."""
+
+    endpoint_id: str
+    name: str
+    account: int = 0
+    volumes: tuple[str, ...] = ()
+    disk_gb: int | None = None
+    registered_name: str = ""  # the name RunPod knows (runpod-flash's `live-` form)
+
+    @property
+    def endpoint_name(self) -> str:
+        """The bare name (the spelling `flashfsm.runs` expects)."""
+        return self.name
+
+
+def weight_cache_volume_name(base: str, datacenter: str) -> str:
+    """The physical volume of cache `base` in `datacenter`: `<base>-<dc lower-cased>`.
+
+    The datacenter must be in the name: runpod-flash keys a volume by name alone, so two
+    same-named volumes in different datacenters would collide in its registry.
+    """
+    return f"{base}-{datacenter.lower()}"
+
+
+def is_quota_error(exc: BaseException) -> bool:
+    """True when an error says the account's worker quota is exhausted."""
+    text = str(exc).lower()
+    return any(marker in text for marker in QUOTA_MARKERS)
+
+
+# ----------------------------------------------------------------------- the ladder
+
+
+def deploy_endpoint(
+    request: DeployRequest,
+    *,
+    accounts: KeyPool | None = None,
+    record: Record | None = None,
+    sweep: Sweep | None = None,
+    sleep: Callable[[float], Any] = time.sleep,
+    record_outcome: bool = True,
+) -> DeployedEndpoint:
+    """Deploy `request`'s endpoint, climbing the quota ladder; every step goes to `record`.
+
+    `accounts` defaults to `KeyPool.from_env()`; the deploy starts on its active account.
+    `sweep(protected) -> int` deletes idle endpoints of the active account and returns how
+    many (None: no sweep). With `record_outcome=False` the final `EndpointDeployed` /
+    `DeployFailed` is left to the caller (a run shell that records them itself).
+    Raises `DeployError`.
+    """
+    pool = accounts if accounts is not None else KeyPool.from_env()
+    note = record or _ignore
+    attempt, name = request.attempt, request.name
+    first = pool.active
+    order = [(first + hop) % len(pool) for hop in range(len(pool))]
+    last_refusal: BaseException | None = None
+
+    for hop, account in enumerate(order):
+        if hop:
+            note(
+                AccountFailedOver, attempt=attempt, from_account=order[hop - 1], to_account=account
+            )
+            pool.activate(account)
+            logger.warning(
+                "deploy %s: worker quota exhausted on account %d; failing over to account %d",
+                name,
+                order[hop - 1],
+                account,
+            )
+        for try_no in range(QUOTA_TRIES):
+            note(
+                DeployAttempted, attempt=attempt, account=account, endpoint_name=name, try_no=try_no
+            )
+            try:
+                deployed = _deploy_once(request, pool.key(account), account)
+            except Exception as exc:
+                if not is_quota_error(exc):
+                    error = _as_deploy_error(exc)
+                    if record_outcome:
+                        note(DeployFailed, attempt=attempt, **_error_fields(error))
+                    logger.warning("deploy %s failed: %s", name, error)
+                    raise error from exc
+                last_refusal = exc
+                more = try_no + 1 < QUOTA_TRIES
+                swept = _sweep_quietly(sweep, request.protected_names) if more else 0
+                wait_s = QUOTA_WAIT_S * (try_no + 1) if more else 0.0
+                note(
+                    QuotaExhausted,
+                    attempt=attempt,
+                    account=account,
+                    swept=swept,
+                    wait_s=wait_s,
+                    message=_message(exc),
+                )
+                if more:
+                    logger.warning(
+                        "deploy %s: worker quota hit on account %d (try %d/%d); swept %d idle "
+                        "endpoint(s), retrying in %.0fs",
+                        name,
+                        account,
+                        try_no + 1,
+                        QUOTA_TRIES,
+                        swept,
+                        wait_s,
+                    )
+                    sleep(wait_s)
+                continue
+            if record_outcome:
+                note(
+                    EndpointDeployed,
+                    attempt=attempt,
+                    endpoint_id=deployed.endpoint_id,
+                    endpoint_name=name,
+                    account=account,
+                    volumes=deployed.volumes,
+                    disk_gb=deployed.disk_gb,
+                )
+            logger.info(
+                "deployed %s as %s on account %d", name, deployed.endpoint_id, deployed.account
+            )
+            return deployed
+
+    error = DeployError(
+        f"deploy {name}: the worker quota refused {QUOTA_TRIES} tries on each of "
+        f"{len(pool)} account(s): {_message(last_refusal)}",
+        error_class="QuotaExhausted",
+        quota=True,
+    )
+    if record_outcome:
+        note(DeployFailed, attempt=attempt, **_error_fields(error))
+    logger.warning("%s", error)
+    raise error from last_refusal
+
+
+def _ignore(*_: Any, **__: Any) -> None:
+    return None
+
+
+def _message(exc: BaseException | None) -> str:
+    return cap_text(redact(str(exc)) if exc is not None else "", MESSAGE_CAP) or ""
+
+
+def _error_fields(error: DeployError) -> dict[str, str]:
+    return {"error_class": error.error_class, "message": _message(error)}
+
+
+def _as_deploy_error(exc: BaseException) -> DeployError:
+    if isinstance(exc, DeployError):
+        return exc
+    return DeployError(str(exc) or type(exc).__name__, error_class=type(exc).__name__)
+
+
+def _sweep_quietly(sweep: Sweep | None, protected: set[str]) -> int:
+    """Run the quota sweep; a sweep that fails deleted nothing (the retry still happens)."""
+    if sweep is None:
+        return 0
+    try:
+        swept = sweep(set(protected))
+    except Exception as exc:
+        logger.warning("quota sweep failed (%s); retrying without it", redact(str(exc)))
+        return 0
+    return swept if isinstance(swept, int) and swept >= 0 else 0
+
+
+# ----------------------------------------------------------------------- runpod-flash
+
+
+def _deploy_once(request: DeployRequest, key: str, account: int) -> DeployedEndpoint:
+    """One deploy on one account: the SDK critical section."""
+    with sdk_session(key) as sdk:
+        kwargs: dict[str, Any] = {
+            "name": request.name,
+            "gpu": _gpu(sdk, request.gpu_class),
+            "gpu_count": 1,
+            "workers": request.workers,
+            "execution_timeout_ms": request.execution_timeout_ms,
+        }
+        if request.min_cuda_version:
+            kwargs["min_cuda_version"] = request.min_cuda_version
+        if request.image:
+            kwargs["image"] = request.image
+        else:
+            kwargs["dependencies"] = list(request.dependencies)
+            kwargs["system_dependencies"] = list(request.system_dependencies)
+        cache = _weight_cache_kwargs(sdk, request)
+        kwargs.update(cache)
+        config = sdk.Endpoint(**kwargs)._build_resource_config()
+        disk = apply_disk_gb(config, request.disk_gb)
+        resource = _run_coroutine(sdk.ResourceManager().get_or_deploy_resource(config))
+        endpoint_id = getattr(resource, "id", None)
+        if not isinstance(endpoint_id, str) or not endpoint_id:
+            raise DeployError(f"deploy {request.name}: runpod-flash returned no endpoint id")
+        volumes = tuple(v.name for v in cache.get("volume", ()))
+        return DeployedEndpoint(
+            endpoint_id=endpoint_id,
+            name=request.name,
+            account=account,
+            volumes=volumes,
+            disk_gb=disk,
+            registered_name=str(getattr(resource, "name", "") or f"live-{request.name}"),
+        )
+
+
+def _gpu(sdk: Any, gpu_class: str) -> Any:
+    """The runpod-flash GPU enum for a friendly class, a pool name or a card's name."""
+    entry = GPU_CLASSES.get(gpu_key(gpu_class))
+    if entry is not None:
+        enum_name, member = entry
+        return getattr(sdk, enum_name)[member]
+    for enum in (sdk.GpuGroup, sdk.GpuType):
+        for option in enum:
+            if gpu_class in (option.name, option.value):
+                return option
+    known = ", ".join(sorted(GPU_CLASSES))
+    raise DeployError(f"unknown GPU class {gpu_class!r} (known: {known})", error_class="ValueError")
+
+
+def weight_cache_datacenters(sdk: Any | None = None) -> list[Any]:
+    """Every datacenter of `DataCenter.all()` that takes network volumes."""
+    sdk = sdk or _load_sdk()
+    return [dc for dc in sdk.DataCenter.all() if dc.value not in VOLUME_INCAPABLE_DATACENTERS]
+
+
+def _weight_cache_kwargs(sdk: Any, request: DeployRequest) -> dict[str, Any]:
+    """`volume` and `datacenter` kwargs for the cache, or {} (best effort, never raises).
+
+    The endpoint may run in every volume-capable datacenter and carries a volume in each,
+    so wherever it lands its cache is warm. Volumes are built fresh for every try:
+    runpod-flash stamps an account's volume id onto the object it deploys.
+    """
+    if not request.weight_cache:
+        return {}
+    try:
+        datacenters = weight_cache_datacenters(sdk)
+        volumes = [
+            sdk.NetworkVolume(
+                name=weight_cache_volume_name(request.weight_cache, dc.value),
+                size=request.weight_cache_gb,
+                datacenter=dc,
+            )
+            for dc in datacenters
+        ]
+        if not volumes:
+            return {}
+        return {"volume": volumes, "datacenter": datacenters}
+    except Exception as exc:  # the cache must never break a deploy
+        logger.warning(
+            "weight cache %r disabled for %s (%s); deploying without a volume",
+            request.weight_cache,
+            request.name,
+            redact(f"{type(exc).__name__}: {exc}"),
+        )
+        return {}
+
+
+def apply_disk_gb(config: Any, disk_gb: int | None) -> int | None:
+    """Raise the built config's container disk to `disk_gb` (never lower it); the result.
+
+    The SDK's `Endpoint` has no disk setting; its template defaults to 64 GB, and a model
+    whose checkpoint is bigger needs more. A smaller request keeps the default.
+    """
+    template = getattr(config, "template", None)
+    current = getattr(template, "containerDiskInGb", None) if template is not None else None
+    if not disk_gb:
+        return current
+    if template is None:
+        logger.warning("disk_gb=%s asked for, but the endpoint config has no template", disk_gb)
+        return None
+    template.containerDiskInGb = max(int(disk_gb), int(current or 0))
+    return template.containerDiskInGb
+
+
+def _run_coroutine(coroutine: Any) -> Any:
+    """Run an SDK coroutine to completion, also from a thread whose event loop is running."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="flashfsm-deploy") as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
+_sdk: SimpleNamespace | None = None
+_SDK_ENV = ("RUNPOD_API_KEY", "FLASH_IS_LIVE_PROVISIONING")
+_SDK_QUIET_LOGGERS = ("httpx", "httpcore", "asyncio")
+
+
+@contextlib.contextmanager
+def sdk_session(key: str) -> Iterator[SimpleNamespace]:
+    """The SDK, ready to act for the account of `key`, with its state isolated.
+
+    Holds `SDK_LOCK`; inside, the working directory is a fresh temporary directory,
+    `RUNPOD_API_KEY` and `runpod.api_key` are `key`, `FLASH_IS_LIVE_PROVISIONING` is
+    true and the resource registries are empty. Everything is restored on exit.
+    """
+    with SDK_LOCK:
+        saved_env = {name: os.environ.get(name) for name in _SDK_ENV}
+        saved_cwd = os.getcwd()
+        workdir = tempfile.mkdtemp(prefix="flashfsm-flash-")
+        sdk: SimpleNamespace | None = None
+        saved_api_key: Any = None
+        try:
+            os.chdir(workdir)
+            os.environ["RUNPOD_API_KEY"] = key
+            os.environ["FLASH_IS_LIVE_PROVISIONING"] = "true"
+            sdk = _load_sdk()
+            saved_api_key = sdk.runpod.api_key
+            sdk.runpod.api_key = key
+            _forget_resources(sdk)
+            yield sdk
+        finally:
+            if sdk is not None:
+                _forget_resources(sdk)
+                sdk.runpod.api_key = saved_api_key
+            for name, value in saved_env.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+            with contextlib.suppress(OSError):
+                os.chdir(saved_cwd)
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _forget_resources(sdk: SimpleNamespace) -> None:
+    """Empty the ResourceManager singleton's registries, so nothing is reused."""
+    manager = sdk.ResourceManager
+    manager._instances.pop(manager, None)
+    manager._resources = {}
+    manager._resource_configs = {}
+    manager._deployment_locks = {}
+    manager._global_lock = None
+    manager._lock_initialized = False
+    manager._resources_initialized = False
+
+
+def load_sdk() -> SimpleNamespace:
+    """Import runpod-flash now (from a temporary directory) and return its pieces.
+
+    Deploys import it on first use; call this to pay the import (about 2 s) up front.
+    Its hosts (`RUNPOD_API_BASE_URL`, `RUNPOD_REST_API_URL`, …) are read at this import.
+    """
+    with SDK_LOCK:
+        if _sdk is not None:
+            return _sdk
+        saved_cwd = os.getcwd()
+        workdir = tempfile.mkdtemp(prefix="flashfsm-flash-")
+        try:
+            os.chdir(workdir)
+            return _load_sdk()
+        finally:
+            with contextlib.suppress(OSError):
+                os.chdir(saved_cwd)
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _load_sdk() -> SimpleNamespace:
+    """Import runpod-flash once (the caller holds `SDK_LOCK`), undoing its logging setup."""
+    global _sdk
+    if _sdk is not None:
+        return _sdk
+    root = logging.getLogger()
+    saved_level = root.level
+    saved_handlers = list(root.handlers)
+    saved_filters = {id(h): list(h.filters) for h in saved_handlers}
+    saved_levels = {name: logging.getLogger(name).level for name in _SDK_QUIET_LOGGERS}
+    try:
+        # Submodules, not the package's lazy attributes: those print a sunset FutureWarning
+        # that this module's users cannot act on (the SDK is swapped here, in one file).
+        import runpod
+        from runpod_flash.core.resources.datacenter import DataCenter
+        from runpod_flash.core.resources.gpu import GpuGroup, GpuType
+        from runpod_flash.core.resources.network_volume import NetworkVolume
+        from runpod_flash.core.resources.resource_manager import ResourceManager
+        from runpod_flash.endpoint import Endpoint
+    finally:
+        for handler in list(root.handlers):
+            if handler not in saved_handlers:
+                root.removeHandler(handler)
+                with contextlib.suppress(Exception):
+                    handler.close()
+        for handler in saved_handlers:
+            handler.filters[:] = saved_filters[id(handler)]
+        root.setLevel(saved_level)
+        for name, level in saved_levels.items():
+            logging.getLogger(name).setLevel(level)
+    _sdk = SimpleNamespace(
+        runpod=runpod,
+        DataCenter=DataCenter,
+        GpuGroup=GpuGroup,
+        GpuType=GpuType,
+        NetworkVolume=NetworkVolume,
+        ResourceManager=ResourceManager,
+        Endpoint=Endpoint,
+    )
+    return _sdk
