@@ -207,7 +207,7 @@ def test_a_sweep_that_frees_a_worker_lets_the_retry_deploy(make_sim):
     assert record.events[1][1]["swept"] == 1 and sleeps == [30.0]
     ids = {e["id"] for e in sim.endpoints()}
     assert idle not in ids and {mine, deployed.endpoint_id} <= ids
-    assert [e.kind for e in store.read("sweeper")][-1] == "EndpointReaped"
+    assert [e.kind for e in store.read("sweeper-0")][-1] == "EndpointReaped"
 
 
 def test_failover_deploys_on_the_next_account_with_its_key_and_its_own_volumes(make_sim):

@@ -126,7 +126,7 @@ def test_no_secret_reaches_events_logs_or_errors(make_sim, monkeypatch, tmp_path
     raw = b"".join(p.read_bytes() for p in sorted(Path(store_dir).rglob("*")) if p.is_file())
     encoded = [encode(e) for stream in store.streams() for e in store.read(stream)]
     assert len(encoded) > 100 and {s.split("-")[0] for s in store.streams()} >= {"job", "run"}
-    assert "sweeper" in store.streams()  # the quota sweep ran and recorded
+    assert "sweeper-0" in store.streams()  # the quota sweep ran and recorded (account 0)
     assert not leaks(raw.decode("utf-8", "replace"))
     assert not [e for e in encoded if leaks(e.decode())]
     assert lines and not [line for line in lines if leaks(line)]
