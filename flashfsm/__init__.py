@@ -28,17 +28,27 @@ from flashfsm.events import (
     FlashFsmError,
     UnknownEventError,
 )
+from flashfsm.events.models import Candidate
 from flashfsm.fsm.commands import Verdict
 from flashfsm.fsm.job import JobState, VerifyReport, decide, evolve, replay, verify
 from flashfsm.fsm.policy import GracePolicy, stall_kwargs
 from flashfsm.fsm.table import JobPhase
+from flashfsm.runs import RunpodRunAdapters, RunResult, request_cancel, supervise_run
 from flashfsm.shell import JobHandle, JobWatch, PollResult, poll_job
-from flashfsm.submit import RunSpec, WorkerDependencyError, submit_run
+from flashfsm.submit import (
+    RunSpec,
+    WorkerDependencyError,
+    flash_run_adapters,
+    submit_run,
+    supervise_spec,
+)
+from flashfsm.supervisor import JobSpec, Supervisor
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AsyncRunpodClient",
+    "Candidate",
     "ConcurrencyError",
     "CorruptLogError",
     "DeployError",
@@ -51,6 +61,7 @@ __all__ = [
     "JobHandle",
     "JobOwnedElsewhere",
     "JobPhase",
+    "JobSpec",
     "JobState",
     "JobWatch",
     "JsonlStore",
@@ -58,11 +69,14 @@ __all__ = [
     "MemoryStore",
     "OutputDecodeError",
     "PollResult",
+    "RunResult",
     "RunSpec",
     "RunpodApiError",
     "RunpodAuthError",
     "RunpodClient",
+    "RunpodRunAdapters",
     "SqliteStore",
+    "Supervisor",
     "SweepReport",
     "UnknownEventError",
     "Verdict",
@@ -75,12 +89,16 @@ __all__ = [
     "decode_output",
     "default_store_url",
     "evolve",
+    "flash_run_adapters",
     "open_store",
     "policy_for_budget",
     "poll_job",
     "read_jsonl_file",
     "replay",
+    "request_cancel",
     "stall_kwargs",
     "submit_run",
+    "supervise_run",
+    "supervise_spec",
     "verify",
 ]

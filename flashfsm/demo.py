@@ -128,7 +128,7 @@ def _adapters(
     def deploy(run: RunState, attempt: Attempt, record: Recorder) -> Deployed:
         number = attempt.started.attempt
         scenario = demo.scenarios[min(number, len(demo.scenarios) - 1)]
-        name = f"flash-{attempt.started.endpoint_name}".lower()
+        name = attempt.started.endpoint_name
         endpoint_id = sim.add_endpoint(name, scenario=scenario, hf_repo=HF_REPO)
         return Deployed(endpoint_id, name)
 

@@ -58,6 +58,7 @@ from flashfsm.fsm.run import (
     replay_run,
 )
 from flashfsm.ids import new_id
+from flashfsm.naming import endpoint_name
 from flashfsm.redact import redact
 from flashfsm.shell import PollResult, resolve_store
 
@@ -211,7 +212,7 @@ def supervise_run(
             case RunFinished(result=result):
                 return RunResult.from_event(result)
             case StartAttempt(plan=plan):
-                name = f"{run_id}-a{plan.attempt}"
+                name = endpoint_name(run_id, plan.gpu_class, seed or 0, plan.attempt)
                 say(
                     f"run {run_id}: attempt {plan.attempt} on {plan.gpu_class}"
                     f"{' (last GPU)' if plan.on_last_gpu else ''}"

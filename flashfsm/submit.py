@@ -22,15 +22,14 @@ input to the worker, never in the spec, an event, a log line or an error message
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import logging
 import os
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -68,8 +67,12 @@ from flashfsm.events.models import (
 from flashfsm.events.store import EventStore
 from flashfsm.fsm.policy import GracePolicy, stall_kwargs
 from flashfsm.ids import new_id
+from flashfsm.naming import endpoint_name
 from flashfsm.redact import redact, register_secrets
 from flashfsm.shell import JobHandle, Log, PollResult, make_say, poll_job, resolve_store
+
+if TYPE_CHECKING:
+    from flashfsm.runs import RunpodRunAdapters, RunResult
 
 logger = logging.getLogger("flashfsm.submit")
 
@@ -80,7 +83,6 @@ _ENTRYPOINT = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 #: Worker env names submit_run sets itself; a spec or a runtime secret may not.
 RESERVED_ENV = frozenset({"RUN_ID", "PHASE", "SEED", "ATTEMPT"})
 APPEND_TRIES = 20  # tail appends retried while other writers' events keep landing
-RUN_SLUG_CAP = 40
 
 
 class RunSpec(BaseModel):
@@ -200,24 +202,6 @@ def resolve_entrypoint(entrypoint: str) -> Callable[..., Any]:
     if not callable(function):
         raise ValueError(f"entrypoint {entrypoint!r} is not a function")
     return function
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "x"
-
-
-def endpoint_name(run_id: str, gpu_class: str, seed: int, attempt: int = 0) -> str:
-    """The attempt's endpoint name: `flash-<run>-<gpu>-s<seed>`, plus `-r<attempt>` after 0.
-
-    Each attempt gets a fresh endpoint, so a retry never lands back on the host that
-    failed. A long run id is cut and given a hash, keeping names short and distinct.
-    """
-    run = _slug(run_id)
-    if len(run) > RUN_SLUG_CAP:
-        digest = hashlib.sha256(run_id.encode()).hexdigest()[:8]
-        run = f"{run[: RUN_SLUG_CAP - 9].rstrip('-')}-{digest}"
-    name = f"flash-{run}-{_slug(gpu_class)}-s{int(seed)}"
-    return f"{name}-r{int(attempt)}" if attempt else name
 
 
 def job_stream_name(run_id: str, seed: int, attempt: int = 0) -> str:
@@ -557,3 +541,138 @@ def _open_job_stream(
         submitted_at=handle.submitted_at,
     )
     store.append(stream, [event], 0)
+
+
+def flash_run_adapters(
+    spec: RunSpec,
+    seed: int,
+    *,
+    store: EventStore,
+    client: Any = None,
+    accounts: KeyPool | None = None,
+    runtime_secrets: Mapping[str, str] | None = None,
+    function: Callable[..., Any] | None = None,
+    deployer: Callable[..., DeployedEndpoint] = deploy_endpoint,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], Any] = time.sleep,
+    interval_s: float = 10.0,
+    hub_options: Mapping[str, Any] | None = None,
+    log: Log | None = None,
+) -> RunpodRunAdapters:
+    """The run machine's adapters for `spec`: runpod-flash deploys, REST submits and watches.
+
+    Dependencies are resolved (and a bad one refused) before anything is provisioned; each
+    attempt deploys a fresh endpoint, without the weight cache once the run dropped it.
+    """
+    from flashfsm.runs import Deployed, RunpodRunAdapters
+
+    secrets = _check_secrets(runtime_secrets)
+    register_secrets(*secrets.values(), os.environ.get("HF_TOKEN"))
+    deps = resolve_worker_dependencies(spec)
+    if not deps.baked and function is None:
+        if spec.entrypoint is None:
+            raise ValueError("a worker without a baked image needs spec.entrypoint or function")
+        function = resolve_entrypoint(spec.entrypoint)
+    pool = accounts if accounts is not None else KeyPool.from_env()
+    budget = policy_for_budget(spec.max_wall_seconds)
+    rest = client if client is not None else runpod_client(pool.key())
+
+    def deploy(run: Any, attempt: Any, record: Any) -> Deployed:
+        started = attempt.started
+        request = DeployRequest(
+            name=started.endpoint_name,
+            gpu_class=started.gpu_class,
+            attempt=started.attempt,
+            execution_timeout_ms=round(budget["execution_timeout_s"] * 1000),
+            image=deps.image,
+            dependencies=deps.pip,
+            system_dependencies=deps.system,
+            weight_cache=None if started.cache_dropped else spec.weight_cache,
+            weight_cache_gb=spec.weight_cache_gb,
+            disk_gb=spec.disk_gb,
+            min_cuda_version=spec.min_cuda_version,
+        )
+        deployed = deployer(
+            request,
+            accounts=pool,
+            record=record,
+            sweep=quota_sweeper(pool, store, clock=clock),
+            sleep=sleep,
+            record_outcome=False,
+        )
+        return Deployed(deployed.endpoint_id, deployed.name, deployed.account, deployed.volumes)
+
+    def job_input(run: Any, attempt: Any) -> dict[str, Any]:
+        payload = build_payload(spec, seed, attempt.started.attempt, secrets, deps)
+        return build_function_input(
+            payload,
+            baked_image=deps.baked,
+            function=function,
+            dependencies=deps.pip,
+            system_dependencies=deps.system,
+        )
+
+    def readers(run: Any, attempt: Any) -> tuple[Any, Any]:
+        if not spec.hf_repo:
+            return None, None
+        prefix = heartbeat_prefix(spec.phase, spec.run_id, seed)
+        options = {"clock": clock, **dict(hub_options or {})}
+        return (
+            make_hf_heartbeat_reader(spec.hf_repo, prefix, **options),
+            make_hf_failure_detail_reader(spec.hf_repo, prefix, spec.phase, **options),
+        )
+
+    return RunpodRunAdapters(
+        rest,
+        deploy,
+        job_input,
+        readers,
+        budget_s=spec.max_wall_seconds,
+        interval_s=interval_s,
+        clock=clock,
+        sleep=sleep,
+        log=log,
+    )
+
+
+def supervise_spec(
+    spec: RunSpec,
+    seed: int,
+    candidates: Sequence[Candidate],
+    *,
+    max_retries: int = 2,
+    store: EventStore | str | None = None,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], Any] = time.sleep,
+    **adapter_options: Any,
+) -> RunResult:
+    """Run `spec` for `seed` to a result: the GPU walk over `candidates`, with retries.
+
+    The run's stream is `run-<run_id>-s<seed>`; calling this again after a crash resumes
+    the run (see `supervise_run`). `adapter_options` go to `flash_run_adapters`.
+    """
+    from flashfsm.runs import supervise_run
+
+    owns_store = store is None or isinstance(store, str)
+    opened = resolve_store(store if store is not None else default_store_url())
+    try:
+        adapters = flash_run_adapters(
+            spec, seed, store=opened, clock=clock, sleep=sleep, **adapter_options
+        )
+        return supervise_run(
+            spec.run_id,
+            candidates,
+            adapters,
+            max_retries=max_retries,
+            weight_cache=bool(spec.weight_cache),
+            budget_s=spec.max_wall_seconds,
+            phase=spec.phase,
+            seed=seed,
+            store=opened,
+            stream=f"run-{spec.run_id}-s{int(seed)}",
+            clock=clock,
+            sleep=sleep,
+        )
+    finally:
+        if owns_store:
+            opened.close()
