@@ -1,4 +1,4 @@
-"""No secret reaches a store, a log line or an exception, across whole lifecycles.
+"""No secret reaches a store, a log line, CLI output or an exception, across lifecycles.
 
 Distinct secret values are planted in `RUNPOD_API_KEY` (a pool of two accounts, the
 simulator's keys), `HF_TOKEN` and the runtime secrets; then real lifecycles run through
@@ -140,6 +140,24 @@ def test_no_secret_reaches_events_logs_or_errors(make_sim, monkeypatch, tmp_path
     out, err = capfd.readouterr()
     assert not leaks(out + err)
     store.close()
+    # The post-mortem tools print nothing secret either, whatever they are asked.
+    from typer.testing import CliRunner
+
+    from flashfsm.cli import app
+
+    url = f"jsonl://{store_dir}"
+    runner = CliRunner()
+    printed = [runner.invoke(app, ["ls", "--store", url, "--json"]).output]
+    for stream in open_store(url).streams():
+        for command in (
+            ["replay", "--full"],
+            ["explain"],
+            ["whatif", "--set", "queue_grace_s=900"],
+        ):
+            if stream.startswith("job-") or command[0] == "replay":
+                result = runner.invoke(app, [command[0], stream, *command[1:], "--store", url])
+                printed.append(result.output)
+    assert len(printed) > 5 and not [text for text in printed if leaks(text)]
 
 
 def test_a_secret_in_the_spec_env_is_refused_without_echoing_it(make_sim, monkeypatch):
