@@ -1,156 +1,324 @@
-"""Replay cost per event, next to the raw-decode floor measured in the same run.
+"""Replay cost per event from the JSONL and SQLite stores, next to its floor and baselines.
 
-Builds a realistic job log (a training job polled every 10 s with a heartbeat every
-minute), writes it as JSON lines, then times, each as the median of several rounds:
+A training job's log (`common.training_log`: polls every 10 s, a heartbeat every 6th poll) is
+written to a JSONL store and a SQLite store, and each figure is the median of several rounds:
 
-- raw read: the file read and split into lines;
-- decode floor: the same plus `json.loads` of every line (and `orjson.loads` when installed);
-- replay: the same plus full pydantic validation of every event and `evolve` into the state;
-- trigger fold (baseline): a fold that fires a `transitions` trigger on every event, what a
-  naive event-sourced machine would do.
+- raw read: the JSONL file read and split into lines;
+- decode floor: the same plus `json.loads` of every line, and `orjson.loads` when orjson is
+  installed (the `bench` extra installs it; the faster of the two is the floor);
+- replay: `replay(iter_events(store, stream))` — every line or row decoded and validated in
+  full by pydantic, folded by `evolve` into the job state;
+- trigger per event (baseline): the same decoding, then a fold that fires a `transitions`
+  trigger on every event, as a naive event-sourced machine would;
+- eventsourcing (baseline): the `eventsourcing` library replaying an aggregate with as many
+  events, of the same payload, from its SQLite recorder (`repository.get`).
 
-Usage: python bench/replay.py [--events 100000] [--rounds 5]
-Goal (issue 7): replay ≤ 2 µs/event and ≤ 8× the read + decode floor.
+Usage: python bench/replay.py [--quick] [--events N ...]
+Goal (issue 7): replay ≤ 2 µs/event, ≤ 8× the read + decode floor, ≥ 15× faster than the
+eventsourcing library.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from flashfsm.events.codec import decode_many, encode
-from flashfsm.events.models import (
-    EventBase,
-    HeartbeatObserved,
-    JobSubmitted,
-    StatusObserved,
-    WatchStarted,
-)
-from flashfsm.fsm.job import JobState, evolve
+from common import Row, Section, fill, fmt, median, print_section, times, training_log
+
+from flashfsm.adapters.jsonl import JsonlStore
+from flashfsm.adapters.sqlite import SqliteStore
+from flashfsm.events.codec import decode_many
+from flashfsm.events.store import iter_events
+from flashfsm.fsm.job import replay
 from flashfsm.fsm.machine import MACHINE
-from flashfsm.ids import new_id
 
 STREAM = "job-bench"
+GOAL_US = 2.0
+GOAL_FLOOR_X = 8.0
+GOAL_ES_X = 15.0
 
 
-def make_log(n: int) -> list[EventBase]:
-    """A training job's log of `n` events: polls every 10 s, a heartbeat every 6th poll."""
-    t0 = 1_700_000_000.0
-    events: list[EventBase] = [
-        JobSubmitted(
-            stream=STREAM,
-            seq=0,
-            id=new_id(t0),
-            at=t0,
-            endpoint_id="ep",
-            job_id="j",
-            submitted_at=t0,
-        ),
-        WatchStarted(
-            stream=STREAM,
-            seq=1,
-            id=new_id(t0),
-            at=t0,
-            watcher="bench",
-            has_heartbeat_reader=True,
-        ),
-    ]
-    step = 0
-    while len(events) < n:
-        seq = len(events)
-        at = t0 + 10.0 * seq
-        if seq % 6 == 0:
-            step += 1
-            events.append(
-                HeartbeatObserved(
-                    stream=STREAM,
-                    seq=seq,
-                    id=new_id(at),
-                    at=at,
-                    stage="sft_train",
-                    step=step,
-                    ts=at,
-                )
-            )
+_AGGREGATE: list[type] = []
+
+
+def _aggregate_class() -> type:
+    """The eventsourcing aggregate of a watched job (built once: topics are registered)."""
+    if _AGGREGATE:
+        return _AGGREGATE[0]
+    from eventsourcing.domain import Aggregate, event
+
+    class JobAggregate(Aggregate):
+        @event("Submitted")
+        def __init__(self, job_id: str) -> None:
+            self.job_id = job_id
+            self.status: str | None = None
+            self.step: int | None = None
+            self.observed = 0
+
+        @event("StatusObserved")
+        def observe_status(
+            self,
+            at: float,
+            status: str,
+            error: str | None,
+            stdout_tail: str | None,
+            output_text: str | None,
+            metrics: dict[str, Any] | None,
+            output_error: str | None,
+        ) -> None:
+            self.status = status
+            self.observed += 1
+
+        @event("HeartbeatObserved")
+        def observe_heartbeat(
+            self,
+            at: float,
+            found: bool,
+            stage: str | None,
+            step: int | None,
+            ts: float | None,
+            retriable: bool,
+            forced: bool,
+        ) -> None:
+            self.step = step
+            self.observed += 1
+
+        @event("Other")
+        def observe_other(self, at: float, kind: str) -> None:
+            self.observed += 1
+
+    _AGGREGATE.append(JobAggregate)
+    return JobAggregate
+
+
+def _eventsourcing_replay(directory: Path, lines: list[bytes], rounds: int) -> list[float] | None:
+    """Write the same events into an eventsourcing aggregate, time `repository.get`."""
+    try:
+        from eventsourcing.application import Application
+    except ImportError:
+        return None
+    JobAggregate = _aggregate_class()
+
+    env = {
+        "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+        "SQLITE_DBNAME": str(directory / "eventsourcing.db"),
+    }
+    app = Application(env=env)
+    job = JobAggregate("job-bench")
+    status_keys = ("status", "error", "stdout_tail", "output_text", "metrics", "output_error")
+    beat_keys = ("found", "stage", "step", "ts", "retriable", "forced")
+    for n, line in enumerate(lines[1:], start=1):  # seq 0 is the aggregate's creation
+        raw = json.loads(line)
+        if raw["kind"] == "StatusObserved":
+            job.observe_status(raw["at"], *(raw[k] for k in status_keys))
+        elif raw["kind"] == "HeartbeatObserved":
+            job.observe_heartbeat(raw["at"], *(raw[k] for k in beat_keys))
         else:
-            status = "IN_QUEUE" if seq < 10 else "IN_PROGRESS"
-            events.append(
-                StatusObserved(stream=STREAM, seq=seq, id=new_id(at), at=at, status=status)
-            )
-    return events
+            job.observe_other(raw["at"], raw["kind"])
+        if n % 5000 == 0:
+            app.save(job)
+    app.save(job)
+    expected = len(lines)
+
+    def get() -> None:
+        got = app.repository.get(job.id)
+        assert got.version == expected, (got.version, expected)
+
+    result = times(get, rounds, warmup=0)
+    app.close()
+    return result
 
 
-def median_time(fn: Callable[[], object], rounds: int) -> float:
-    """Median wall time of `fn` over `rounds` runs (seconds)."""
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=100_000)
-    parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args()
-    n, rounds = args.events, args.rounds
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "log.jsonl"
-        path.write_bytes(b"\n".join(encode(e) for e in make_log(n)) + b"\n")
+def measure(n: int, rounds: int, *, baseline_rounds: int) -> Section:
+    """Every figure for a log of `n` events."""
+    section = Section(f"replay, {n:,} events")
+    with tempfile.TemporaryDirectory(prefix="flashfsm-bench-") as tmp:
+        root = Path(tmp)
+        jsonl = JsonlStore(root / "jsonl", fsync=False)
+        sqlite = SqliteStore(root / "events.db", durable=False)
+        fill(jsonl, STREAM, training_log(STREAM, n))
+        path = jsonl.path_for(STREAM)
+        data = path.read_bytes()
+        lines = data.splitlines()
+        sqlite_count = 0
+        for first in range(0, len(lines), 10_000):
+            sqlite.append(STREAM, list(decode_many(lines[first : first + 10_000])), first)
+            sqlite_count = first + len(lines[first : first + 10_000])
+        assert sqlite_count == len(lines) == n
+        del data
 
         def raw_read() -> list[bytes]:
-            return path.read_bytes().splitlines()
+            return path.read_bytes().split(b"\n")
 
         def json_floor() -> None:
-            for line in raw_read():
-                json.loads(line)
+            loads = json.loads
+            for line in raw_read()[:-1]:
+                loads(line)
 
-        def replay() -> JobState:
-            state = JobState()
-            for event in decode_many(raw_read()):
-                evolve(state, event)
-            return state
-
-        def trigger_fold() -> None:
-            model = type("Model", (), {"state": "QUEUED"})()
-            flip = MACHINE.events["throttle"], MACHINE.events["recover"]
-            for i, _line in enumerate(raw_read()):
-                flip[i % 2].trigger(model)
-
-        rows = [("raw read", median_time(raw_read, rounds))]
-        rows.append(("read + json.loads (floor)", median_time(json_floor, rounds)))
+        figures: dict[str, float] = {}
+        figures["raw"] = median(times(raw_read, rounds))
+        figures["json"] = median(times(json_floor, rounds))
         try:
             import orjson
 
             def orjson_floor() -> None:
-                for line in raw_read():
-                    orjson.loads(line)
+                loads = orjson.loads
+                for line in raw_read()[:-1]:
+                    loads(line)
 
-            rows.append(("read + orjson.loads", median_time(orjson_floor, rounds)))
+            figures["orjson"] = median(times(orjson_floor, rounds))
         except ImportError:
             pass
-        rows.append(("replay (validate + evolve)", median_time(replay, rounds)))
-        rows.append(("trigger per event (baseline)", median_time(trigger_fold, rounds)))
 
-    floor = rows[1][1]
-    replay_s = dict(rows)["replay (validate + evolve)"]
-    print(f"{n} events, median of {rounds} rounds")
-    print(f"{'what':32} {'µs/event':>10} {'× floor':>8}")
-    for name, seconds in rows:
-        print(f"{name:32} {seconds / n * 1e6:10.3f} {seconds / floor:8.2f}")
-    print(
-        f"replay: {replay_s / n * 1e6:.3f} µs/event, {replay_s / floor:.2f}× the json floor, "
-        f"{dict(rows)['trigger per event (baseline)'] / replay_s:.1f}× faster than a trigger "
-        "per event (goal ≤ 2 µs/event, ≤ 8× floor)"
+        states = []
+
+        def replay_jsonl() -> None:
+            states.append(replay(iter_events(jsonl, STREAM)))
+
+        def replay_sqlite() -> None:
+            states.append(replay(iter_events(sqlite, STREAM)))
+
+        figures["jsonl"] = median(times(replay_jsonl, rounds))
+        figures["sqlite"] = median(times(replay_sqlite, rounds))
+        assert all(s.next_seq == n and s.snapshot() == states[0].snapshot() for s in states)
+        states.clear()
+
+        def trigger_fold() -> None:
+            model = type("Model", (), {"state": "QUEUED"})()
+            flip = MACHINE.events["throttle"], MACHINE.events["recover"]
+            for i, _event in enumerate(decode_many(raw_read()[:-1])):
+                flip[i % 2].trigger(model)
+
+        figures["trigger"] = median(times(trigger_fold, baseline_rounds))
+        es = _eventsourcing_replay(root, lines, baseline_rounds)
+        if es is not None:
+            figures["eventsourcing"] = median(es)
+        del lines
+        sqlite.close()
+
+    def us(key: str) -> float:
+        return figures[key] / n * 1e6
+
+    floor_key = "orjson" if "orjson" in figures and figures["orjson"] < figures["json"] else "json"
+    floor = us(floor_key)
+    floor_name = f"read + {floor_key}.loads"
+    for name, key in (("JSONL", "jsonl"), ("SQLite", "sqlite")):
+        value = us(key)
+        metric = f"replay {name}, {n:,} events, full validation"
+        es_us = us("eventsourcing") if "eventsourcing" in figures else None
+        met = value <= GOAL_US and value / floor <= GOAL_FLOOR_X
+        if es_us is not None:
+            met = met and es_us / value >= GOAL_ES_X
+        section.rows.append(  # the summary row: every goal of the line at once
+            Row(
+                metric,
+                value,
+                "µs/event",
+                f"≤ {GOAL_US:g} µs/event, ≤ {GOAL_FLOOR_X:g}× floor, ≥ {GOAL_ES_X:g}× "
+                "faster than eventsourcing",
+                met,
+                baseline="eventsourcing" if es_us is not None else "—",
+                baseline_value=es_us,
+                ratio=(f"{es_us / value:.1f}× faster; " if es_us is not None else "")
+                + f"{value / floor:.1f}× the floor ({floor_name})",
+            )
+        )
+        section.rows.append(
+            Row(
+                f"replay {name}, {n:,} events, µs/event",
+                value,
+                "µs/event",
+                f"≤ {GOAL_US:g} µs/event",
+                value <= GOAL_US,
+                summary=False,
+            )
+        )
+        section.rows.append(
+            Row(
+                f"replay {name} vs the decode floor, {n:,} events",
+                value,
+                "µs/event",
+                f"≤ {GOAL_FLOOR_X:g}× floor",
+                value / floor <= GOAL_FLOOR_X,
+                baseline=floor_name,
+                baseline_value=floor,
+                ratio=f"{value / floor:.2f}× the floor",
+                summary=False,
+            )
+        )
+        if es_us is not None:
+            section.rows.append(
+                Row(
+                    f"replay {name} vs eventsourcing, {n:,} events",
+                    value,
+                    "µs/event",
+                    f"≥ {GOAL_ES_X:g}× faster",
+                    es_us / value >= GOAL_ES_X,
+                    baseline="eventsourcing (SQLite recorder)",
+                    baseline_value=es_us,
+                    ratio=f"{es_us / value:.1f}× faster",
+                    summary=False,
+                )
+            )
+        section.rows.append(
+            Row(
+                f"replay {name} vs a trigger per event, {n:,} events",
+                value,
+                "µs/event",
+                baseline="decode + a `transitions` trigger per event",
+                baseline_value=us("trigger"),
+                ratio=f"{us('trigger') / value:.1f}× faster",
+                summary=False,
+            )
+        )
+    section.details.append(
+        f"{n:,} events: raw read {fmt(us('raw'))} µs/event; read + json.loads {fmt(us('json'))}"
+        + (f"; read + orjson.loads {fmt(us('orjson'))}" if "orjson" in figures else "")
+        + f"; replay JSONL {fmt(us('jsonl'))}, SQLite {fmt(us('sqlite'))}; decode + trigger "
+        f"per event {fmt(us('trigger'))}"
+        + (
+            f"; eventsourcing {fmt(us('eventsourcing'))}"
+            if "eventsourcing" in figures
+            else "; eventsourcing not installed (pip install -e '.[bench]')"
+        )
+        + f" (median of {rounds} rounds, baselines {baseline_rounds})"
     )
+    return section
+
+
+def run(quick: bool, sizes: list[int] | None = None) -> list[Section]:
+    """The replay sections: 20k events when quick, else 100k and 1M."""
+    sizes = sizes or ([20_000] if quick else [100_000, 1_000_000])
+    sections = []
+    for n in sizes:
+        start = time.perf_counter()
+        big = n >= 1_000_000
+        section = measure(n, 3 if big else 5, baseline_rounds=1 if big else 3)
+        section.seconds = time.perf_counter() - start
+        sections.append(section)
+    return sections
+
+
+def merge(sections: list[Section]) -> Section:
+    """One section out of the per-size ones, the summary rows first."""
+    merged = Section("replay")
+    for section in sections:
+        merged.rows.extend(section.rows)
+        merged.details.extend(section.details)
+        merged.seconds += section.seconds
+    return merged
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--events", type=int, nargs="*")
+    args = parser.parse_args()
+    print_section(merge(run(args.quick, args.events)))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ import os
 import threading
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # Crockford base32
+#: Every pair of digits, indexed by 10 bits: an id is 13 lookups instead of 26.
+_PAIRS = [high + low for high in _ALPHABET for low in _ALPHABET]
 _lock = threading.Lock()
 _last: tuple[int, int] = (-1, 0)
 
@@ -27,7 +29,7 @@ def new_id(at: float) -> str:
             rand = int.from_bytes(os.urandom(10), "big") >> 1  # headroom for increments
         _last = (ms, rand)
     value = (ms << 80) | (rand & ((1 << 80) - 1))
-    return "".join(_ALPHABET[(value >> shift) & 31] for shift in range(125, -1, -5))
+    return "".join([_PAIRS[(value >> shift) & 1023] for shift in range(120, -1, -10)])
 
 
 def _forget_after_fork() -> None:

@@ -39,7 +39,7 @@ from flashfsm.events.models import (
     WatchStarted,
     cap_text,
 )
-from flashfsm.events.store import EventStore
+from flashfsm.events.store import EventStore, iter_events
 from flashfsm.fsm.commands import (
     Conclude,
     FetchStatus,
@@ -217,7 +217,7 @@ class JobWatch:
         """
         watcher = watcher or default_watcher()
         for _ in range(ATTACH_TRIES):
-            watch = cls(store, stream, replay(store.read(stream)), watcher=watcher)
+            watch = cls(store, stream, replay(iter_events(store, stream)), watcher=watcher)
             if watch.state.done:
                 return watch
             try:

@@ -34,7 +34,7 @@ from typing import Any
 from flashfsm.errors import JobOwnedElsewhere
 from flashfsm.events.errors import ConcurrencyError
 from flashfsm.events.models import Event
-from flashfsm.events.store import EventStore, append_many
+from flashfsm.events.store import EventStore, append_many, iter_events
 from flashfsm.fsm.commands import (
     Conclude,
     FetchStatus,
@@ -45,7 +45,7 @@ from flashfsm.fsm.commands import (
     Verdict,
     Wait,
 )
-from flashfsm.fsm.job import decide, replay, skip_read
+from flashfsm.fsm.job import JobState, decide, replay, skip_read
 from flashfsm.fsm.policy import GracePolicy
 from flashfsm.shell import (
     ATTACH_TRIES,
@@ -128,37 +128,57 @@ class GroupCommitter:
         await done
 
     async def _run(self) -> None:
+        # One commit per window at most (unless a full batch is waiting): appends that
+        # arrive while a commit is being written wait for the next window instead of
+        # starting a commit of their own, so a steady trickle of observations costs one
+        # transaction and one fsync per window, not one per observation.
         while True:
             await self._wake.wait()
             if len(self._pending) < self.max_batch:
                 await asyncio.sleep(self.window_s)
-            await self.flush()
+            await self._commit_once()
+
+    async def _commit_once(self) -> None:
+        """Write what is pending now (at most `max_batch`); later arrivals wait their turn."""
+        self._wake.clear()
+        if not self._pending:
+            return
+        await self._write(self._take())
+        if self._pending:
+            self._wake.set()
+
+    def _take(self) -> list[_Pending]:
+        batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
+        return batch
 
     async def flush(self) -> None:
         """Write everything pending now."""
         self._wake.clear()
         while self._pending:
-            batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
-            try:
-                outcomes = await asyncio.to_thread(
-                    append_many, self.store, [(p.stream, p.events, p.expected_seq) for p in batch]
-                )
-            except BaseException as exc:  # the store itself failed: every waiter learns it
-                for p in batch:
-                    if not p.done.done():
-                        p.done.set_exception(exc)
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
+            await self._write(self._take())
+
+    async def _write(self, batch: list[_Pending]) -> None:
+        """One group commit of `batch`; each waiter learns its own batch's outcome."""
+        try:
+            outcomes = await asyncio.to_thread(
+                append_many, self.store, [(p.stream, p.events, p.expected_seq) for p in batch]
+            )
+        except BaseException as exc:  # the store itself failed: every waiter learns it
+            for p in batch:
+                if not p.done.done():
+                    p.done.set_exception(exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return
+        self.commits += 1
+        for p, outcome in zip(batch, outcomes, strict=True):
+            if p.done.done():
                 continue
-            self.commits += 1
-            for p, outcome in zip(batch, outcomes, strict=True):
-                if p.done.done():
-                    continue
-                if outcome is None:
-                    self.events_written += len(p.events)
-                    p.done.set_result(None)
-                else:
-                    p.done.set_exception(outcome)
+            if outcome is None:
+                self.events_written += len(p.events)
+                p.done.set_result(None)
+            else:
+                p.done.set_exception(outcome)
 
     async def close(self) -> None:
         """Flush and stop."""
@@ -193,6 +213,7 @@ class Supervisor:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
         jitter: float = 0.1,
+        spread: float | None = None,
         status_rate_per_s: float = STATUS_RATE_PER_S,
         health_rate_per_s: float = HEALTH_RATE_PER_S,
         commit_window_s: float = 0.005,
@@ -206,6 +227,9 @@ class Supervisor:
         self.clock = clock
         self.sleep = sleep
         self.jitter = jitter
+        # The share of its interval over which each job's first poll is spread (default:
+        # `jitter`); 1.0 spreads a fleet started together evenly over a whole interval.
+        self.spread = jitter if spread is None else spread
         self.status_rate = status_rate_per_s
         self.health_rate = health_rate_per_s
         self.committer = GroupCommitter(self.store, window_s=commit_window_s)
@@ -239,16 +263,16 @@ class Supervisor:
         handle = job.handle
         stream = job.stream or default_stream(handle)
         watch = await self._attach(job, stream)
-        if not watch.state.done and self.jitter > 0:
-            await self.sleep(self.rng.uniform(0, self.jitter * job.interval_s))
+        if not watch.state.done and self.spread > 0:
+            await self.sleep(self.rng.uniform(0, self.spread * job.interval_s))
         verdict = await self._loop(watch, job)
         return PollResult.from_verdict(verdict)
 
     async def _attach(self, job: JobSpec, stream: str) -> JobWatch:
         """`JobWatch.attach`, with the claim written through the group committer."""
         for _ in range(ATTACH_TRIES):
-            events = await asyncio.to_thread(self.store.read, stream)
-            watch = JobWatch(self.store, stream, replay(events), watcher=self.watcher or "")
+            state = await asyncio.to_thread(_replay_stream, self.store, stream)
+            watch = JobWatch(self.store, stream, state, watcher=self.watcher or "")
             if watch.state.done:
                 return watch
             claim = watch.claim_events(
@@ -351,6 +375,11 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         for sig in signals:
             loop.add_signal_handler(sig, self.stop)
+
+
+def _replay_stream(store: EventStore, stream: str) -> JobState:
+    """A stream's state, replayed as it is decoded (runs in a worker thread)."""
+    return replay(iter_events(store, stream))
 
 
 async def _acall(

@@ -100,10 +100,20 @@ def _decode_envelope(envelope: dict[str, Any], allow_pickle: bool, limit: int) -
 
 
 def _failure_message(error: Any, stdout: Any) -> str:
-    message = f"Remote execution failed: {str(error)[:_ERROR_CAP]}"
+    message = f"Remote execution failed: {safe_text(error)[:_ERROR_CAP]}"
     if stdout:
-        message += "\n--- worker stdout tail ---\n" + str(stdout)[-_STDOUT_TAIL:]
+        message += "\n--- worker stdout tail ---\n" + safe_text(stdout)[-_STDOUT_TAIL:]
     return message
+
+
+def safe_text(value: Any) -> str:
+    """`str(value)` that never raises (a 5,000-digit int, a 5,000-deep list) and is valid
+    UTF-8 (a lone surrogate from the wire is replaced)."""
+    try:
+        text = value if isinstance(value, str) else str(value)
+    except (ValueError, RecursionError):
+        text = f"<unprintable {type(value).__name__}>"
+    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def build_function_input(

@@ -56,10 +56,10 @@ from flashfsm.adapters._files import (
     fsync_fd,
     make_private_dirs,
 )
-from flashfsm.events.codec import decode_many, encode
+from flashfsm.events.codec import CHUNK, decode_prefix, encode
 from flashfsm.events.errors import CorruptLogError, DuplicateEventError, StoreError
 from flashfsm.events.models import Event
-from flashfsm.events.store import check_batch
+from flashfsm.events.store import check_batch, first_misplaced
 
 logger = logging.getLogger(__name__)
 
@@ -122,21 +122,24 @@ def _decode_lines(
     lines: Sequence[bytes], first_seq: int, where: str, stream: str | None
 ) -> list[Event]:
     """Decode lines holding seqs `first_seq`, … of `stream` (None: the first line's)."""
-    events: list[Event] = []
-    try:
-        for event in decode_many(lines):
-            seq = first_seq + len(events)
-            if stream is None:
-                stream = event.stream
-            if event.seq != seq or event.stream != stream:
-                raise ValueError(
-                    f"holds stream {event.stream!r} seq {event.seq} where stream {stream!r} "
-                    f"seq {seq} belongs"
-                )
-            events.append(event)
-    except ValueError as exc:  # EventDecodeError is a ValueError
+    events, error = decode_prefix(lines)
+    if stream is None and events:
+        stream = events[0].stream
+    if events:
+        assert stream is not None
+        bad = first_misplaced(events, range(first_seq, first_seq + len(events)), stream)
+        if bad is not None:
+            event, seq = events[bad], first_seq + bad
+            raise CorruptLogError(
+                where,
+                stream,
+                f"holds stream {event.stream!r} seq {event.seq} where stream {stream!r} "
+                f"seq {seq} belongs",
+                line=seq + 1,
+            )
+    if error is not None:
         seq = first_seq + len(events)
-        raise CorruptLogError(where, stream, str(exc), line=seq + 1) from exc
+        raise CorruptLogError(where, stream, str(error), line=seq + 1) from error
     return events
 
 
@@ -433,6 +436,63 @@ class JsonlStore:
         if cut is not None:
             self._repair(stream)
         return events
+
+    def iter_read(self, stream: str, after: int | None = None) -> Iterator[Event]:
+        """`read`, decoded lazily `CHUNK` lines at a time (what a replay wants).
+
+        The file is read at once under its lock, as `read` does; only the decoding is lazy.
+        """
+        path = self.path_for(stream)
+        loaded = _read_locked(path)
+        if loaded is None:
+            return
+        data, st = loaded
+        lines, tail = _split(data)
+        del data
+        good, cut = _trim_torn(lines, tail)
+        start = 0 if after is None else max(0, after + 1)
+        ids: list[str] = []
+        for first in range(start, len(good), CHUNK):
+            events = _decode_lines(good[first : first + CHUNK], first, str(path), stream)
+            if start == 0:
+                ids.extend([event.id for event in events])
+            yield from events
+        if start == 0:
+            self._prime(path.name, stream, st, good, ids)
+        if cut is not None:
+            self._repair(stream)
+
+    def _prime(
+        self, name: str, stream: str, st: os.stat_result, good: list[bytes], ids: list[str]
+    ) -> None:
+        """Index a file that a whole read just decoded, as `_scan` would have.
+
+        A reattach reads the whole stream and then appends its claim: without this the
+        append's `_refresh` would parse every line of the file a second time. The bytes and
+        the stat were taken under the file's shared lock, so they agree, and `_refresh`
+        still re-scans the file if it changed since.
+        """
+        with self._mutex:
+            known = self._files.get(name)
+            if known is not None and (known.ino, known.size, known.mtime_ns) == (
+                st.st_ino,
+                st.st_size,
+                st.st_mtime_ns,
+            ):
+                return
+            self._forget(name)
+            state = _FileState(
+                ino=st.st_ino,
+                size=st.st_size,
+                mtime_ns=st.st_mtime_ns,
+                offset=sum(map(len, good)) + len(good),
+                lines=len(good),
+                stream=stream,
+                ids=ids,
+            )
+            for event_id in ids:
+                self._ids.setdefault(event_id, name)
+            self._files[name] = state
 
     def streams(self) -> list[str]:
         """Every stream with at least one event, sorted."""

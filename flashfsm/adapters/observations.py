@@ -11,7 +11,7 @@ import json
 import math
 from typing import Any
 
-from flashfsm.adapters.flash_wire import decode_output
+from flashfsm.adapters.flash_wire import decode_output, safe_text
 from flashfsm.errors import OutputDecodeError
 from flashfsm.events.models import (
     ERROR_CAP,
@@ -26,6 +26,7 @@ from flashfsm.fsm.rules import TERMINAL_STATUSES
 from flashfsm.redact import redact
 
 METRICS_CAP = 64 * 1024  # bytes of JSON kept for a success's metrics
+_JSON_INT_MAX = 2**53  # larger integers are not exact in every JSON reader
 _TRUE_STRINGS = frozenset({"true", "1", "yes"})
 
 
@@ -40,7 +41,7 @@ def status_fields(payload: Any, *, allow_pickle: bool = True) -> dict[str, Any]:
     status = payload.get("status")
     if not isinstance(status, str) or not status:
         raise MalformedAnswer("status answer has no status string")
-    fields: dict[str, Any] = {"status": status[:NAME_CAP]}
+    fields: dict[str, Any] = {"status": safe_text(status)[:NAME_CAP]}
     if status not in TERMINAL_STATUSES:
         return fields
     output = payload.get("output")
@@ -52,10 +53,10 @@ def status_fields(payload: Any, *, allow_pickle: bool = True) -> dict[str, Any]:
         return fields
     error = payload.get("error")
     if error is not None and error != "":
-        text = error if isinstance(error, str) else _dumps(error)
+        text = safe_text(error) if isinstance(error, str) else _dumps(error)
         fields["error"] = cap_text(redact(text), ERROR_CAP)
     if isinstance(output, dict) and output.get("stdout"):
-        fields["stdout_tail"] = cap_text(redact(str(output["stdout"])), STDOUT_CAP, tail=True)
+        fields["stdout_tail"] = cap_text(redact(safe_text(output["stdout"])), STDOUT_CAP, tail=True)
     elif output is not None and "error" not in fields:
         fields["output_text"] = cap_text(redact(_dumps(output)), ERROR_CAP)
     return fields
@@ -88,7 +89,7 @@ def heartbeat_fields(payload: Any) -> dict[str, Any]:
     stage = payload.get("stage")
     return {
         "found": True,
-        "stage": redact(str(stage))[:NAME_CAP] if stage is not None else None,
+        "stage": redact(safe_text(stage))[:NAME_CAP] if stage is not None else None,
         "step": _integer(payload.get("step")),
         "ts": _finite(payload.get("ts")),
         "retriable": _flag(payload.get("retriable")),
@@ -101,7 +102,7 @@ def error_fields(exc: BaseException) -> dict[str, Any]:
     return {
         "error_class": type(exc).__name__[:NAME_CAP],
         "http_status": status if isinstance(status, int) and not isinstance(status, bool) else None,
-        "message": cap_text(redact(str(exc)), MESSAGE_CAP) or "",
+        "message": cap_text(redact(safe_text(exc)), MESSAGE_CAP) or "",
     }
 
 
@@ -123,16 +124,27 @@ def _plain(value: Any, depth: int) -> Any:
         return [_plain(v, depth + 1) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
-    if value is None or isinstance(value, (str, int, float, bool)):
+    if isinstance(value, str):
+        return safe_text(value)
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _JSON_INT_MAX:
+        return safe_text(value)[:200]
+    if value is None or isinstance(value, (int, float, bool)):
         return value
-    return repr(value)[:200]
+    try:
+        return repr(value)[:200]
+    except (ValueError, RecursionError):
+        return f"<unprintable {type(value).__name__}>"
 
 
 def _dumps(value: Any) -> str:
     try:
-        return json.dumps(value, default=repr, allow_nan=True)
+        text = json.dumps(value, default=repr, allow_nan=True)
     except (ValueError, TypeError, RecursionError):
-        return repr(value)[:ERROR_CAP]
+        try:
+            text = repr(value)[:ERROR_CAP]
+        except (ValueError, RecursionError):
+            text = f"<unprintable {type(value).__name__}>"
+    return safe_text(text)
 
 
 def _count(value: Any) -> int:
@@ -140,18 +152,21 @@ def _count(value: Any) -> int:
         return 0
     if isinstance(value, float) and not math.isfinite(value):
         return 0
-    return max(0, int(value))
+    return min(_JSON_INT_MAX, max(0, int(value)))
 
 
 def _integer(value: Any) -> int | None:
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        return value
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit() and len(value) < 30:
-        return int(value)
+        value = int(value)
+    if isinstance(value, str) and len(value) < 30:
+        try:
+            value = int(value.strip())
+        except ValueError:
+            return None
+    if isinstance(value, int) and abs(value) <= _JSON_INT_MAX:
+        return value
     return None
 
 

@@ -39,7 +39,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from flashfsm.adapters._files import create_private_file, make_private_dirs
-from flashfsm.events.codec import decode_many, encode
+from flashfsm.events.codec import CHUNK, decode_prefix, encode, gc_paused
 from flashfsm.events.errors import (
     ConcurrencyError,
     CorruptLogError,
@@ -47,7 +47,7 @@ from flashfsm.events.errors import (
     StoreError,
 )
 from flashfsm.events.models import Event
-from flashfsm.events.store import check_batch, follow_by_polling
+from flashfsm.events.store import check_batch, first_misplaced, follow_by_polling
 
 SCHEMA_VERSION = 1
 
@@ -206,13 +206,64 @@ class SqliteStore:
         with self._connection() as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                for stream, events, expected_seq in batches:
-                    outcomes.append(self._append_in(conn, stream, events, expected_seq))
+                fast = self._append_all_in(conn, batches)
+                if fast is not None:
+                    outcomes = fast
+                else:
+                    for stream, events, expected_seq in batches:
+                        outcomes.append(self._append_in(conn, stream, events, expected_seq))
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
+        return outcomes
+
+    def _append_all_in(
+        self, conn: sqlite3.Connection, batches: Sequence[tuple[str, Sequence[Event], int]]
+    ) -> list[StoreError | ValueError | None] | None:
+        """The group's fast path: one query for every stream's next seq, one insert.
+
+        Each batch is checked against the seqs as the batches before it leave them, so the
+        outcomes are those of appending the batches one by one. If the insert clashes (a
+        duplicate id), nothing of it stays and None sends the caller to the batch-by-batch
+        path, whose savepoints tell which batch clashed.
+        """
+        streams = list(dict.fromkeys(stream for stream, _, _ in batches))
+        next_seq: dict[str, int] = {}
+        for first in range(0, len(streams), 500):  # well under SQLite's bound-variable limit
+            chunk = streams[first : first + 500]
+            marks = ",".join("?" * len(chunk))
+            next_seq.update(
+                (stream, last + 1)
+                for stream, last in conn.execute(
+                    f"SELECT stream, max(seq) FROM events WHERE stream IN ({marks}) "
+                    "GROUP BY stream",
+                    chunk,
+                )
+            )
+        outcomes: list[StoreError | ValueError | None] = []
+        rows: list[tuple[str, int, str, float, str, bytes]] = []
+        for stream, events, expected_seq in batches:
+            if not events:
+                outcomes.append(None)
+                continue
+            try:
+                check_batch(stream, events, expected_seq, next_seq.get(stream, 0))
+            except (StoreError, ValueError) as error:
+                outcomes.append(error)
+                continue
+            rows.extend((stream, e.seq, e.id, e.at, e.kind, encode(e)) for e in events)
+            next_seq[stream] = expected_seq + len(events)
+            outcomes.append(None)
+        conn.execute("SAVEPOINT group_insert")
+        try:
+            conn.executemany(_INSERT, rows)
+        except sqlite3.IntegrityError:
+            conn.execute("ROLLBACK TO group_insert")
+            conn.execute("RELEASE group_insert")
+            return None
+        conn.execute("RELEASE group_insert")
         return outcomes
 
     def _append_in(
@@ -254,26 +305,56 @@ class SqliteStore:
         (last,) = conn.execute("SELECT max(seq) FROM events WHERE stream = ?", (stream,)).fetchone()
         return ConcurrencyError(stream, expected_seq, 0 if last is None else last + 1)
 
-    def read(self, stream: str, after: int | None = None) -> list[Event]:
-        """The stream's events with seq > `after` (all when None), in seq order."""
-        with self._connection() as conn:
-            rows = conn.execute(
+    def _rows(self, stream: str, after: int | None) -> list[tuple[int, bytes]]:
+        with gc_paused(), self._connection() as conn:  # fresh row tuples hold no cycles
+            return conn.execute(
                 "SELECT seq, body FROM events WHERE stream = ? AND seq > ? ORDER BY seq",
                 (stream, -1 if after is None else after),
             ).fetchall()
-        events: list[Event] = []
-        try:
-            for event in decode_many(body for _, body in rows):
-                seq = rows[len(events)][0]
-                if event.seq != seq or event.stream != stream:
-                    raise ValueError(
-                        f"the body says stream {event.stream!r} seq {event.seq}, not the row's"
-                    )
-                events.append(event)
-        except ValueError as exc:  # EventDecodeError is a ValueError
-            seq = rows[len(events)][0]
-            raise CorruptLogError(f"sqlite file {self.path}", stream, str(exc), seq=seq) from exc
+
+    def _decode_rows(self, stream: str, rows: list[tuple[int, bytes]]) -> list[Event]:
+        events, error = decode_prefix([body for _, body in rows])
+        seqs = [seq for seq, _ in rows]
+        bad = first_misplaced(events, seqs, stream)
+        if bad is not None:
+            event = events[bad]
+            raise CorruptLogError(
+                f"sqlite file {self.path}",
+                stream,
+                f"the body says stream {event.stream!r} seq {event.seq}, not the row's",
+                seq=seqs[bad],
+            )
+        if error is not None:
+            raise CorruptLogError(
+                f"sqlite file {self.path}", stream, str(error), seq=seqs[len(events)]
+            ) from error
         return events
+
+    def read(self, stream: str, after: int | None = None) -> list[Event]:
+        """The stream's events with seq > `after` (all when None), in seq order."""
+        return self._decode_rows(stream, self._rows(stream, after))
+
+    def iter_read(self, stream: str, after: int | None = None) -> Iterator[Event]:
+        """`read`, fetched and decoded lazily `CHUNK` rows at a time (what a replay wants).
+
+        One statement reads the whole stream, so the events come from one consistent
+        snapshot, as `read`'s do; the connection it holds goes back to the pool when the
+        iterator is exhausted or closed.
+        """
+        with self._connection() as conn:
+            cursor = conn.execute(
+                "SELECT seq, body FROM events WHERE stream = ? AND seq > ? ORDER BY seq",
+                (stream, -1 if after is None else after),
+            )
+            try:
+                while True:
+                    with gc_paused():
+                        rows = cursor.fetchmany(CHUNK)
+                    if not rows:
+                        return
+                    yield from self._decode_rows(stream, rows)
+            finally:
+                cursor.close()
 
     def streams(self) -> list[str]:
         """Every stream name with at least one event, sorted."""

@@ -7,10 +7,24 @@ look at `(kind, v)` and run the registered upcasters, which rewrite an old schem
 into the next one until the current version is reached. A kind or version with no model
 and no upcaster is an `UnknownEventError` naming the stream and seq; anything else that
 fails validation is an `EventDecodeError` naming them too.
+
+Bulk decoding (`decode_lines`, `decode_many`) is the replay hot path, and most of its cost is
+pydantic-core building one frozen model per line. Two things keep it at that cost:
+
+- the cyclic garbage collector is paused while a batch is decoded. Events hold no reference
+  cycles, but every model allocated counts toward the collector's thresholds, so decoding a
+  100k-event log into a list would run dozens of collections, each walking every event
+  decoded so far (it doubles the cost of a large read);
+- each line is validated by its own `validate_json` call. Validating a whole batch as one
+  JSON array (`list[Event]`) was measured too: the join costs more than the calls it saves,
+  and a line that is not one JSON value could merge with its neighbour.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import itertools
 import json
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -54,22 +68,84 @@ def encode(event: Event) -> bytes:
     return event.__pydantic_serializer__.to_json(event)
 
 
+#: pydantic-core's validator itself: `TypeAdapter.validate_json` only forwards its default
+#: options to it, and the forwarding is a Python call per event on the replay path.
+_validate_json: Callable[[bytes | str], Event] = EVENT_ADAPTER.validator.validate_json
+
+
 def decode(line: bytes | str) -> Event:
     """One JSON line back into its event, upcasting an older schema version."""
     try:
-        return EVENT_ADAPTER.validate_json(line)
+        return _validate_json(line)
     except ValidationError as fast_error:
         return _decode_slow(line, fast_error)
 
 
+#: Lines `decode_many` decodes at a time (with the collector paused) before yielding them.
+#: Small enough that a chunk's events stay in the CPU cache while a replay folds them and
+#: drops them (measured: 256 lines decode ~1.5x faster than 4096 at a time).
+CHUNK = 256
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector for a burst of allocations that form no cycles.
+
+    Only a collector that was enabled is re-enabled, so a program that turned it off
+    keeps it off.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def decode_prefix(lines: Iterable[bytes | str]) -> tuple[list[Event], Exception | None]:
+    """Decode lines up to the first bad one: the events before it, and its error (or None).
+
+    The error is an `EventDecodeError` (or `UnknownEventError`); it belongs to the line at
+    index `len(events)`, so a caller can name that line.
+    """
+    events: list[Event] = []
+    append = events.append
+    validate = _validate_json
+    with gc_paused():
+        for line in lines:
+            try:
+                append(validate(line))
+            except ValidationError as fast_error:
+                try:
+                    append(_decode_slow(line, fast_error))
+                except EventDecodeError as exc:
+                    return events, exc
+    return events, None
+
+
+def decode_lines(lines: Iterable[bytes | str]) -> list[Event]:
+    """Decode JSON lines into a list of events (raises the first line's error)."""
+    events, error = decode_prefix(lines)
+    if error is not None:
+        raise error
+    return events
+
+
 def decode_many(lines: Iterable[bytes | str]) -> Iterator[Event]:
-    """Decode a sequence of JSON lines."""
-    validate = EVENT_ADAPTER.validate_json
-    for line in lines:
-        try:
-            yield validate(line)
-        except ValidationError as fast_error:
-            yield _decode_slow(line, fast_error)
+    """Decode a sequence of JSON lines lazily, `CHUNK` lines at a time.
+
+    Every event before a bad line is yielded before its error is raised.
+    """
+    iterator = iter(lines)
+    while True:
+        events, error = decode_prefix(itertools.islice(iterator, CHUNK))
+        yield from events
+        if error is not None:
+            raise error
+        if len(events) < CHUNK:
+            return
 
 
 def upcast(raw: dict[str, Any]) -> Event:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, TypeAdapter, field_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, TypeAdapter
 
 from flashfsm.fsm.policy import GracePolicy
 
@@ -26,6 +26,13 @@ DETAIL_CAP = 12000  # a verdict's detail
 NAME_CAP = 200  # ids, names, stages, status strings
 
 Text = Annotated[str, Field(max_length=NAME_CAP)]
+
+
+#: The type of `v` at schema version 1: exactly the JSON integer 1. A strict int bounded to
+#: 1, not `Literal[1]`, which would take `true` and `1.0` (they hash like 1); the check runs
+#: inside pydantic-core, so a replay pays no Python call per event for it. A kind that moves
+#: to version 2 declares `Annotated[int, Field(strict=True, ge=2, le=2)]`.
+V1 = Annotated[int, Field(strict=True, ge=1, le=1)]
 
 
 def cap_text(text: str | None, limit: int, *, tail: bool = False) -> str | None:
@@ -50,20 +57,12 @@ class EventBase(BaseModel):
     id: Annotated[str, Field(max_length=NAME_CAP, strict=True)]
     at: Annotated[float, Field(strict=True)]
 
-    @field_validator("v", mode="before", check_fields=False)
-    @classmethod
-    def _integer_version(cls, v: object) -> object:
-        # `Literal[1]` alone would take `true` and `1.0` (they hash like 1).
-        if type(v) is not int:
-            raise ValueError(f"the schema version must be an integer, not {v!r}")
-        return v
-
 
 class JobSubmitted(EventBase):
     """The job exists on RunPod: its handle, where it runs, and the policy that judges it."""
 
     kind: Literal["JobSubmitted"] = "JobSubmitted"
-    v: Literal[1] = 1
+    v: V1 = 1
     endpoint_id: Text
     endpoint_name: Text = ""
     job_id: Text
@@ -78,7 +77,7 @@ class WatchStarted(EventBase):
     """A supervisor began watching the job (`reattach` when an earlier watch exists)."""
 
     kind: Literal["WatchStarted"] = "WatchStarted"
-    v: Literal[1] = 1
+    v: V1 = 1
     watcher: Text
     reattach: bool = False
     interval_s: float = Field(10.0, gt=0)
@@ -94,7 +93,7 @@ class StatusObserved(EventBase):
     """
 
     kind: Literal["StatusObserved"] = "StatusObserved"
-    v: Literal[1] = 1
+    v: V1 = 1
     status: Text
     error: Annotated[str, Field(max_length=ERROR_CAP)] | None = None
     stdout_tail: Annotated[str, Field(max_length=STDOUT_CAP)] | None = None
@@ -107,7 +106,7 @@ class StatusFetchFailed(EventBase):
     """The job-status route failed: an HTTP error, a transport error or an unusable body."""
 
     kind: Literal["StatusFetchFailed"] = "StatusFetchFailed"
-    v: Literal[1] = 1
+    v: V1 = 1
     error_class: Text
     http_status: int | None = None
     message: Annotated[str, Field(max_length=MESSAGE_CAP)] = ""
@@ -142,7 +141,7 @@ class HealthObserved(EventBase):
     """One good answer of the endpoint-health route."""
 
     kind: Literal["HealthObserved"] = "HealthObserved"
-    v: Literal[1] = 1
+    v: V1 = 1
     workers: WorkerCounts = WorkerCounts()
     jobs: JobCounts = JobCounts()
 
@@ -151,7 +150,7 @@ class HealthProbeFailed(EventBase):
     """The endpoint-health route failed; diagnostic only, it changes no timer."""
 
     kind: Literal["HealthProbeFailed"] = "HealthProbeFailed"
-    v: Literal[1] = 1
+    v: V1 = 1
     error_class: Text
     http_status: int | None = None
     message: Annotated[str, Field(max_length=MESSAGE_CAP)] = ""
@@ -166,7 +165,7 @@ class HeartbeatObserved(EventBase):
     """
 
     kind: Literal["HeartbeatObserved"] = "HeartbeatObserved"
-    v: Literal[1] = 1
+    v: V1 = 1
     found: bool = True
     stage: Text | None = None
     step: int | None = None
@@ -179,7 +178,7 @@ class FailureDetailObserved(EventBase):
     """The worker's failure artifacts (error and console tails), read after a failure."""
 
     kind: Literal["FailureDetailObserved"] = "FailureDetailObserved"
-    v: Literal[1] = 1
+    v: V1 = 1
     text: Annotated[str, Field(max_length=ARTIFACT_CAP)] | None = None
 
 
@@ -187,7 +186,7 @@ class Concluded(EventBase):
     """The verdict: the terminal state, the rule that fired and the events it rests on."""
 
     kind: Literal["Concluded"] = "Concluded"
-    v: Literal[1] = 1
+    v: V1 = 1
     state: Text
     ok: bool
     failure: Text | None = None
@@ -215,7 +214,7 @@ class RunStarted(EventBase):
     """A run (one training job to a result, over one or more attempts) began."""
 
     kind: Literal["RunStarted"] = "RunStarted"
-    v: Literal[1] = 1
+    v: V1 = 1
     run_id: Text
     candidates: tuple[Candidate, ...]
     max_retries: NonNegativeInt = 2
@@ -229,7 +228,7 @@ class AttemptStarted(EventBase):
     """The run picked a GPU for its next attempt."""
 
     kind: Literal["AttemptStarted"] = "AttemptStarted"
-    v: Literal[1] = 1
+    v: V1 = 1
     attempt: NonNegativeInt
     candidate: NonNegativeInt  # index into RunStarted.candidates
     provider: Text
@@ -245,7 +244,7 @@ class DeployAttempted(EventBase):
     """One try to deploy the attempt's endpoint on one account."""
 
     kind: Literal["DeployAttempted"] = "DeployAttempted"
-    v: Literal[1] = 1
+    v: V1 = 1
     attempt: NonNegativeInt
     account: NonNegativeInt
     endpoint_name: Text
@@ -256,7 +255,7 @@ class QuotaExhausted(EventBase):
     """The account's worker quota refused the deploy; idle endpoints were swept."""
 
     kind: Literal["QuotaExhausted"] = "QuotaExhausted"
-    v: Literal[1] = 1
+    v: V1 = 1
     attempt: NonNegativeInt
     account: NonNegativeInt
     swept: NonNegativeInt = 0
@@ -268,7 +267,7 @@ class AccountFailedOver(EventBase):
     """The deploy moved to the next account of the key pool (keys are never recorded)."""
 
     kind: Literal["AccountFailedOver"] = "AccountFailedOver"
-    v: Literal[1] = 1
+    v: V1 = 1
     attempt: NonNegativeInt
     from_account: NonNegativeInt
     to_account: NonNegativeInt
@@ -278,7 +277,7 @@ class EndpointDeployed(EventBase):
     """The attempt's endpoint exists."""
 
     kind: Literal["EndpointDeployed"] = "EndpointDeployed"
-    v: Literal[1] = 1
+    v: V1 = 1
     attempt: NonNegativeInt
     endpoint_id: Text
     endpoint_name: Text
@@ -291,7 +290,7 @@ class DeployFailed(EventBase):
     """The deploy gave up (quota on every account, or another error)."""
 
     kind: Literal["DeployFailed"] = "DeployFailed"
-    v: Literal[1] = 1
+    v: V1 = 1
     attempt: NonNegativeInt
     error_class: Text
     message: Annotated[str, Field(max_length=MESSAGE_CAP)] = ""
@@ -301,7 +300,7 @@ class JobQueued(EventBase):
     """The attempt's job was submitted; its watch lives in `job_stream`."""
 
     kind: Literal["JobQueued"] = "JobQueued"
-    v: Literal[1] = 1
+    v: V1 = 1
     attempt: NonNegativeInt
     endpoint_id: Text
     job_id: Text
@@ -313,7 +312,7 @@ class SubmitFailed(EventBase):
     """The submit call failed; the endpoint it was meant for is deleted."""
 
     kind: Literal["SubmitFailed"] = "SubmitFailed"
-    v: Literal[1] = 1
+    v: V1 = 1
     attempt: NonNegativeInt
     error_class: Text
     message: Annotated[str, Field(max_length=MESSAGE_CAP)] = ""
@@ -323,7 +322,7 @@ class JobCancelled(EventBase):
     """A job of the run was cancelled on RunPod (before a retry, or on a user cancel)."""
 
     kind: Literal["JobCancelled"] = "JobCancelled"
-    v: Literal[1] = 1
+    v: V1 = 1
     attempt: NonNegativeInt
     job_id: Text
     ok: bool = True
@@ -333,7 +332,7 @@ class EndpointDeleted(EventBase):
     """An endpoint the run created was deleted (`ok=False`: the delete failed)."""
 
     kind: Literal["EndpointDeleted"] = "EndpointDeleted"
-    v: Literal[1] = 1
+    v: V1 = 1
     endpoint_id: Text
     reason: Text = ""
     ok: bool = True
@@ -343,7 +342,7 @@ class AttemptEnded(EventBase):
     """An attempt's outcome: its job's verdict, or the deploy or submit error."""
 
     kind: Literal["AttemptEnded"] = "AttemptEnded"
-    v: Literal[1] = 1
+    v: V1 = 1
     attempt: NonNegativeInt
     ok: bool
     failure: Text | None = None
@@ -356,7 +355,7 @@ class CancelRequested(EventBase):
     """The user asked the run to stop; it wins over everything that follows."""
 
     kind: Literal["CancelRequested"] = "CancelRequested"
-    v: Literal[1] = 1
+    v: V1 = 1
     by: Text = ""
     reason: Annotated[str, Field(max_length=MESSAGE_CAP)] = ""
 
@@ -365,7 +364,7 @@ class RunConcluded(EventBase):
     """The run's result."""
 
     kind: Literal["RunConcluded"] = "RunConcluded"
-    v: Literal[1] = 1
+    v: V1 = 1
     ok: bool
     failure: Text | None = None
     attempts: NonNegativeInt = 0
@@ -380,7 +379,7 @@ class IdleSeen(EventBase):
     """A sweep found an endpoint idle for the first time (its grace starts at `since`)."""
 
     kind: Literal["IdleSeen"] = "IdleSeen"
-    v: Literal[1] = 1
+    v: V1 = 1
     endpoint_id: Text
     endpoint_name: Text = ""
     since: float
@@ -390,7 +389,7 @@ class IdleCleared(EventBase):
     """An endpoint seen idle is busy again, protected, or gone: its grace timer clears."""
 
     kind: Literal["IdleCleared"] = "IdleCleared"
-    v: Literal[1] = 1
+    v: V1 = 1
     endpoint_id: Text
     reason: Text = ""
 
@@ -399,7 +398,7 @@ class EndpointReaped(EventBase):
     """The sweeper deleted an endpoint that stayed idle past its grace."""
 
     kind: Literal["EndpointReaped"] = "EndpointReaped"
-    v: Literal[1] = 1
+    v: V1 = 1
     endpoint_id: Text
     endpoint_name: Text = ""
     idle_s: float = Field(0.0, ge=0)
@@ -470,4 +469,6 @@ EVENT_TYPES: dict[str, type[EventBase]] = {
 }
 """Every event kind and its model."""
 
-EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+#: Decodes any event. Only keys are cached while parsing: ids, times and most values differ
+#: on every line, so caching string values costs a replay more than it saves.
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event, config=ConfigDict(cache_strings="keys"))

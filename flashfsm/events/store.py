@@ -66,6 +66,31 @@ def check_batch(stream: str, events: Sequence[Event], expected_seq: int, next_se
         ids.add(event.id)
 
 
+def iter_events(store: EventStore, stream: str, after: int | None = None) -> Iterator[Event]:
+    """`store.read(stream, after)` as an iterator, decoded a chunk at a time when the store
+    can (an `iter_read` method): a replay then holds only the events its state keeps, and
+    decodes into memory that is still in the CPU cache.
+    """
+    lazy = getattr(store, "iter_read", None)
+    return iter(store.read(stream, after)) if lazy is None else lazy(stream, after)
+
+
+def first_misplaced(events: Sequence[Event], seqs: Sequence[int], stream: str) -> int | None:
+    """The index of the first event whose seq is not `seqs[i]` or whose stream is not `stream`.
+
+    What a backend checks after decoding a read: the body of each row or line must be the
+    event its position says. Comparing whole lists first keeps the common, all-good case
+    off a Python-level loop.
+    """
+    n = len(events)
+    if [e.seq for e in events] == list(seqs[:n]) and [e.stream for e in events].count(stream) == n:
+        return None
+    for index, event in enumerate(events):
+        if event.seq != seqs[index] or event.stream != stream:
+            return index
+    return None  # pragma: no cover - the fast comparison said otherwise
+
+
 def follow_by_polling(
     read: Callable[[str, int | None], list[Event]],
     stream: str,

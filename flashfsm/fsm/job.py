@@ -72,6 +72,10 @@ READ_COMMANDS: dict[str, Command] = {
     "failure_detail": ReadFailureDetail(),
 }
 _DUE_EPSILON = 1e-9  # float slack when comparing a virtual clock with a computed due time
+# The phase groups as sets of plain strings: `JobState.state` is a str, and `evolve` asks
+# on every status whether it is in one of them.
+_WAITING = frozenset(p.value for p in WAITING)
+_RUNNING = frozenset(p.value for p in RUNNING)
 
 
 class NotWatchingError(RuntimeError):
@@ -175,22 +179,21 @@ def evolve(s: JobState, event: Event) -> JobState:
     """
     if s.verdict is not None:
         return s
-    if event.seq != s.next_seq or (s.stream is not None and event.stream != s.stream):
+    seq, stream = event.seq, event.stream
+    if seq != s.next_seq or (stream != s.stream and s.stream is not None):
         raise CorruptLogError(
             "replay",
-            event.stream,
-            f"expected seq {s.next_seq} of stream {s.stream or event.stream!r}, "
-            f"got seq {event.seq} ({event.kind})",
-            seq=event.seq,
+            stream,
+            f"expected seq {s.next_seq} of stream {s.stream or stream!r}, "
+            f"got seq {seq} ({event.kind})",
+            seq=seq,
         )
-    apply = _APPLY.get(event.kind)
+    apply = _APPLY_BY_TYPE.get(type(event)) or _APPLY.get(event.kind)
     if apply is None:
-        raise CorruptLogError(
-            "replay", event.stream, f"{event.kind} is not a job-watch event", seq=event.seq
-        )
+        raise CorruptLogError("replay", stream, f"{event.kind} is not a job-watch event", seq=seq)
     apply(s, event)
-    s.stream = event.stream
-    s.next_seq = event.seq + 1
+    s.stream = stream
+    s.next_seq = seq + 1
     s.last_at = event.at
     return s
 
@@ -251,19 +254,23 @@ def _interval(s: JobState) -> float:
 def _on_status(s: JobState, e: StatusObserved) -> None:
     s.cycle = "status"
     s.status = e
-    s.fetch_error = None
-    s.error_seqs = ()
-    s.health = None
-    s.forced_heartbeat = None
-    s.failure_text = None
-    s.failure_seq = None
-    interval = _interval(s)
-    s.next_fetch_at, s.wait_anchor, s.wait_s = e.at + interval, e.at, interval
+    # This poll's leftovers of the last one, cleared (most polls find them clear already).
+    if s.fetch_error is not None or s.error_seqs:
+        s.fetch_error = None
+        s.error_seqs = ()
+    if s.health is not None or s.forced_heartbeat is not None or s.failure_seq is not None:
+        s.health = None
+        s.forced_heartbeat = None
+        s.failure_text = None
+        s.failure_seq = None
+    at, watch = e.at, s.watch
+    interval = 10.0 if watch is None else watch.interval_s
+    s.next_fetch_at, s.wait_anchor, s.wait_s = at + interval, at, interval
     status = e.status
     if rules.status_counts_as_progress(s.last_status, status):
-        s.progress_at, s.progress_seq = e.at, e.seq
+        s.progress_at, s.progress_seq = at, e.seq
     s.last_status = status
-    has_hb = s.watch is not None and s.watch.has_heartbeat_reader
+    has_hb = watch is not None and watch.has_heartbeat_reader
     if status in rules.TERMINAL_STATUSES:
         pending: tuple[str, ...] = ()
         if status == "FAILED" or (status == "COMPLETED" and e.metrics is None):
@@ -276,17 +283,20 @@ def _on_status(s: JobState, e: StatusObserved) -> None:
     if status == rules.QUEUED_STATUS:
         if s.queued_since is None:
             s.queued_since, s.queued_seq = e.at, e.seq
-        if s.state in RUNNING:
+        if s.state in _RUNNING:
             _move(s, JobPhase.QUEUED)
         probe = rules.probe_is_due(s.last_probe_at, e.at, s.policy.probe_every_s)
         s.pending = ("probe",) * probe + ("heartbeat",) * has_hb
         return
     # Any other status (IN_PROGRESS, RUNNING, or one we do not know) means a worker has it.
-    s.queued_since = s.queued_seq = None
-    if rules.capacity_timers_clear_on_leaving_queue():
+    if s.queued_since is not None:
+        s.queued_since = s.queued_seq = None
+    if (
+        s.throttled_since is not None or s.unhealthy_since is not None
+    ) and rules.capacity_timers_clear_on_leaving_queue():
         s.throttled_since = s.throttled_seq = None
         s.unhealthy_since = s.unhealthy_seq = None
-    if s.state in WAITING:
+    if s.state in _WAITING:
         _move(s, JobPhase.TRAINING if s.training_seen else JobPhase.SETUP)
     s.pending = ("heartbeat",) if has_hb else ()
 
@@ -323,7 +333,7 @@ def _on_health(s: JobState, e: HealthObserved) -> None:
             s.throttled_since, s.throttled_seq = e.at, e.seq
     else:
         s.throttled_since = s.throttled_seq = None
-    if s.state in WAITING:
+    if s.state in _WAITING:
         if unhealthy:
             _move(s, JobPhase.UNHEALTHY)
         elif throttled:
@@ -389,6 +399,22 @@ _APPLY: dict[str, Callable[[JobState, Any], None]] = {
     "HeartbeatObserved": _on_heartbeat,
     "FailureDetailObserved": _on_failure_detail,
     "Concluded": _on_concluded,
+}
+#: The same table keyed by model class: `evolve` dispatches on `type(event)` (a subclass of
+#: an event model falls back to its `kind`).
+_APPLY_BY_TYPE: dict[type, Callable[[JobState, Any], None]] = {
+    cls: _APPLY[cls.model_fields["kind"].default]
+    for cls in (
+        JobSubmitted,
+        WatchStarted,
+        StatusObserved,
+        StatusFetchFailed,
+        HealthObserved,
+        HealthProbeFailed,
+        HeartbeatObserved,
+        FailureDetailObserved,
+        Concluded,
+    )
 }
 
 
