@@ -29,15 +29,20 @@ from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
 from tests.test_fuzz import TARGETS, Target  # noqa: E402
 
 DEFAULT_EXAMPLES = 100_000
+PROGRESS_EVERY = 10_000  # a progress line every so many inputs
 
 
 def run(name: str, target: Target, examples: int, random_seed: int | None) -> bool:
     """Fuzz one target; print how many inputs it took and any failure. True when it held."""
     tried = 0
 
+    started = time.monotonic()
+
     def one(value: object) -> None:
         nonlocal tried
         tried += 1
+        if tried % PROGRESS_EVERY == 0:
+            print(f"  {name}: {tried:,} inputs, {time.monotonic() - started:.0f} s", flush=True)
         target.check(value)
 
     test = settings(
@@ -48,11 +53,11 @@ def run(name: str, target: Target, examples: int, random_seed: int | None) -> bo
     )(given(target.inputs)(one))
     if random_seed is not None:
         test = seed(random_seed)(test)
-    started = time.monotonic()
     failure: BaseException | None = None
     try:
         test()
     except KeyboardInterrupt:
+        print(f"{name:24} {tried:>9,} inputs  interrupted", flush=True)
         raise
     except BaseException as exc:  # a failed invariant, a hang, or a crash of the target
         failure = exc
