@@ -18,7 +18,13 @@ from flashfsm.adapters.runpod import (
 from flashfsm.adapters.sqlite import SqliteStore
 from flashfsm.adapters.stores import copy_streams, default_store_url, open_store
 from flashfsm.adapters.sweeper import IdleSweeper, SweepReport
-from flashfsm.errors import JobOwnedElsewhere, OutputDecodeError, RunpodApiError
+from flashfsm.errors import (
+    JobOwnedElsewhere,
+    OutputDecodeError,
+    RunpodApiError,
+    TransientReadError,
+    UntrustedOutputError,
+)
 from flashfsm.events import (
     ConcurrencyError,
     CorruptLogError,
@@ -78,7 +84,9 @@ __all__ = [
     "SqliteStore",
     "Supervisor",
     "SweepReport",
+    "TransientReadError",
     "UnknownEventError",
+    "UntrustedOutputError",
     "Verdict",
     "VerifyReport",
     "WorkerDependencyError",

@@ -22,6 +22,15 @@ class OutputDecodeError(FlashFsmError, RuntimeError):
     """A job output that is not a metrics dict: a worker error, or a shape we cannot read."""
 
 
+class UntrustedOutputError(OutputDecodeError):
+    """A Flash envelope whose result is only a pickle, from a job whose output is not trusted.
+
+    Unpickling runs code chosen by whoever wrote the bytes, so a pickle is loaded only from
+    an endpoint the run itself deployed (`JobHandle.trusted_output`) or on an explicit
+    `allow_pickle=True`. Recorded like any undecodable output (`output_error`).
+    """
+
+
 class JobOwnedElsewhere(FlashFsmError):
     """A newer watch owns this job's stream; this supervisor must stop."""
 
@@ -34,3 +43,18 @@ class JobOwnedElsewhere(FlashFsmError):
 
 class WatchStopped(FlashFsmError):
     """A watch given up on request (a run was cancelled); nothing false is recorded."""
+
+
+class TransientReadError(FlashFsmError):
+    """A worker-side read (the heartbeat on the Hub) failed in a way a retry may fix.
+
+    Raised by a heartbeat reader for a Hub 5xx or 429, a timeout or a dropped connection:
+    the read tells nothing about the heartbeat. A forced read that raises it (or
+    `TimeoutError` / `ConnectionError`) is recorded as a failed read and tried again;
+    any other exception from a reader counts as no data. `status_code` is the HTTP status
+    when there was one.
+    """
+
+    def __init__(self, message: str, *, status_code: int | None = None):
+        super().__init__(message)
+        self.status_code = status_code

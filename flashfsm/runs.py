@@ -367,6 +367,10 @@ class RunpodRunAdapters:
     builds the job's input; `readers` gives the attempt's Hub heartbeat and failure
     readers. Watching is `poll_job` on the attempt's job stream with
     `stall_kwargs(on_last_gpu)`, so a restarted control plane reattaches by replay.
+
+    The watched endpoint is always the one this run deployed (the attempt's endpoint comes
+    only from its own `EndpointDeployed` record), so the handle is `trusted_output` and a
+    Flash envelope's pickled result is unpickled; `allow_pickle=False` keeps it JSON-only.
     """
 
     client: Any
@@ -378,6 +382,7 @@ class RunpodRunAdapters:
     clock: Callable[[], float] = time.time
     sleep: Callable[[float], Any] = time.sleep
     log: Callable[[str], Any] | None = None
+    allow_pickle: bool | None = None
 
     def deploy(self, run: RunState, attempt: Attempt, record: Recorder) -> Deployed:
         return self.deployer(run, attempt, record)
@@ -407,6 +412,7 @@ class RunpodRunAdapters:
             submitted_at=attempt.submitted_at,
             gpu_class=started.gpu_class,
             attempt=started.attempt,
+            trusted_output=True,  # the endpoint of the run's own EndpointDeployed
         )
         return poll_job(
             handle,
@@ -420,6 +426,7 @@ class RunpodRunAdapters:
             store=store,
             stream=attempt.job_stream,
             stop=stop,
+            allow_pickle=self.allow_pickle,
             **stall_kwargs(started.on_last_gpu),
         )
 

@@ -73,7 +73,13 @@ class JobClient(Protocol):
 
 @dataclass
 class JobHandle:
-    """Where a submitted job lives: enough for any process to reattach to it."""
+    """Where a submitted job lives: enough for any process to reattach to it.
+
+    `trusted_output` says the job runs on an endpoint this run deployed itself, so a Flash
+    envelope's pickled result may be unpickled. Only the code that deployed the endpoint
+    sets it (`submit_run`, the run adapters); every other handle is JSON-only. It is the
+    caller's own statement, never taken from anything the endpoint returns.
+    """
 
     endpoint_id: str
     endpoint_name: str
@@ -82,6 +88,7 @@ class JobHandle:
     submitted_at: float | None = None
     gpu_class: str | None = None
     attempt: int = 0
+    trusted_output: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (what an orchestrator persists)."""
@@ -94,11 +101,15 @@ class JobHandle:
             "submitted_at": self.submitted_at,
             "gpu_class": self.gpu_class,
             "attempt": self.attempt,
+            "trusted_output": self.trusted_output,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> JobHandle:
-        """Rebuild a handle; unknown keys are ignored and optional ones default."""
+        """Rebuild a handle; unknown keys are ignored and optional ones default.
+
+        `trusted_output` is honoured only as the boolean `True` (what `to_dict` writes).
+        """
         missing = [k for k in ("endpoint_id", "job_id") if not data.get(k)]
         if missing:
             raise ValueError(f"a job handle needs {' and '.join(missing)}")
@@ -120,7 +131,14 @@ class JobHandle:
             attempt=attempt
             if isinstance(attempt, int) and not isinstance(attempt, bool) and attempt >= 0
             else 0,
+            trusted_output=data.get("trusted_output") is True,
         )
+
+
+def unpickling_allowed(handle: JobHandle, allow_pickle: bool | None = None) -> bool:
+    """Whether a watch of `handle` may unpickle a Flash result: the explicit override when
+    given, else the handle's `trusted_output` (False unless this run deployed the endpoint)."""
+    return handle.trusted_output is True if allow_pickle is None else allow_pickle is True
 
 
 @dataclass
@@ -173,15 +191,20 @@ def make_say(log: Log | None) -> Callable[[str], None]:
     return say
 
 
+def try_read(reader: Reader | None, force: bool) -> tuple[Any, BaseException | None]:
+    """Call a reader: (its answer, None), or (None, the exception it raised)."""
+    if reader is None:
+        return None, None
+    try:
+        return reader(force=force), None
+    except Exception as exc:  # a raise is data too: `heartbeat_observation` classifies it
+        logger.debug("reader %r raised %s", reader, type(exc).__name__)
+        return None, exc
+
+
 def safe_read(reader: Reader | None, force: bool) -> Any:
     """Call a reader; a reader that raises counts as one that found nothing."""
-    if reader is None:
-        return None
-    try:
-        return reader(force=force)
-    except Exception as exc:  # the contract: a raise is no data
-        logger.debug("reader %r raised %s; treated as no data", reader, type(exc).__name__)
-        return None
+    return try_read(reader, force)[0]
 
 
 class JobWatch:
@@ -356,10 +379,13 @@ def run_watch(
     clock: Clock,
     sleep: Callable[[float], Any],
     say: Callable[[str], None],
-    allow_pickle: bool = True,
+    allow_pickle: bool = False,
     stop: Callable[[], bool] | None = None,
 ) -> Verdict:
     """Drive one watch to its verdict (the sync poll loop).
+
+    `allow_pickle` lets a COMPLETED Flash envelope's pickled result be unpickled (only for
+    an endpoint the run deployed: see `unpickling_allowed`); otherwise output is JSON-only.
 
     `stop()`, when given, is asked before each status fetch; True ends the watch with
     `WatchStopped` and records nothing (the job is left as the log last saw it).
@@ -387,9 +413,11 @@ def run_watch(
                     say,
                 )
             case ReadHeartbeat(force=force):
-                raw = safe_read(readers.heartbeat, force)
+                raw, error = try_read(readers.heartbeat, force)
                 watch.observe(
-                    *heartbeat_observation(state, raw, force=force, stream=watch.stream, at=now),
+                    *heartbeat_observation(
+                        state, raw, force=force, stream=watch.stream, at=now, error=error
+                    ),
                     now,
                     say,
                 )
@@ -410,9 +438,11 @@ def _call(fn: Callable[..., Any], *args: Any) -> tuple[Any, BaseException | None
 
 
 def status_observation(
-    payload: Any = None, error: BaseException | None = None, *, allow_pickle: bool = True
+    payload: Any = None, error: BaseException | None = None, *, allow_pickle: bool = False
 ) -> tuple[type[EventBase], dict[str, Any]]:
     """The event for one status fetch: its answer, or the error it raised.
+
+    The output is decoded JSON-only unless `allow_pickle` (a trusted endpoint's job).
 
     Any failure of the status route, a client bug included, is an observation: it counts
     toward the poll-error budget instead of killing the watch of a healthy job.
@@ -438,9 +468,25 @@ def health_observation(
 
 
 def heartbeat_observation(
-    state: JobState, raw: Any, *, force: bool, stream: str, at: float
+    state: JobState,
+    raw: Any,
+    *,
+    force: bool,
+    stream: str,
+    at: float,
+    error: BaseException | None = None,
 ) -> tuple[type[EventBase] | None, dict[str, Any]]:
-    """The event for one heartbeat read; `None` when a regular read brought nothing new."""
+    """The event for one heartbeat read; `None` when a regular read brought nothing new.
+
+    `error` is what the reader raised. On a forced read a transient failure
+    (`obs.read_error_text`) is recorded as a failed read, which the core tries again; any
+    other raise, and any raise on a regular read, is no data.
+    """
+    if error is not None:
+        read_error = obs.read_error_text(error) if force else None
+        if read_error is not None:
+            return HeartbeatObserved, {"found": False, "forced": True, "read_error": read_error}
+        raw = None
     fields = obs.heartbeat_fields(raw)
     if force:
         return HeartbeatObserved, {**fields, "forced": True}
@@ -485,6 +531,10 @@ def say_observation(
             say(f"{job}: queued; workers: {w.model_dump()}")
         case HeartbeatObserved(found=True, forced=False, stage=stage, step=step):
             say(f"heartbeat: {stage}{'' if step is None else f' step {step}'}")
+        case HeartbeatObserved(forced=True, read_error=str() as read_error):
+            tries = len(state.forced_read_errors)
+            again = "; reading it again" if "forced_heartbeat" in state.pending else ""
+            say(f"{job}: forced heartbeat read {tries} failed ({read_error}){again}")
         case Concluded(state=final, ok=ok, failure=failure, rule=rule):
             say(f"{job}: {final}: {'succeeded' if ok else f'{failure} ({rule})'}")
 
@@ -520,7 +570,7 @@ def poll_job(
     sleep: Callable[[float], Any] = time.sleep,
     store: EventStore | str | None = None,
     stream: str | None = None,
-    allow_pickle: bool = True,
+    allow_pickle: bool | None = None,
     stop: Callable[[], bool] | None = None,
 ) -> PollResult:
     """Watch a submitted job until a rule reaches a verdict; every observation is an event.
@@ -528,7 +578,9 @@ def poll_job(
     The first status fetch happens at `clock()` on entry; after each fetch the loop calls
     `sleep(interval_s)` (after a fetch error, the backoff `min(60, interval_s × n)`) before
     the next. `heartbeat_reader(force=False)` and `failure_detail_reader(force=False)` may
-    be None or raise (a raise is no data). `log` receives human-readable progress lines.
+    be None or raise (a raise is no data, except that a forced heartbeat read raising
+    `TransientReadError`, `TimeoutError` or `ConnectionError` is recorded as failed and tried
+    again, `GracePolicy.forced_read_tries` times in all). `log` receives progress lines.
 
     `store` (a store or a URL; an in-memory store by default) keeps the stream (default
     `job-<job_id>`). When the stream already holds a watch of this job, the log is replayed
@@ -536,7 +588,12 @@ def poll_job(
     the time nobody watched is charged to no timer. When it already holds a verdict, that
     verdict is returned without any call. Raises `JobOwnedElsewhere` if a newer watch takes
     the stream over, and `WatchStopped` when `stop()` (asked before each status fetch)
-    says so. `allow_pickle=False` never unpickles a Flash result (JSON results only).
+    says so.
+
+    Output is JSON-only unless the handle is `trusted_output` (its endpoint was deployed by
+    this run): a Flash envelope holding only a pickle is then recorded as undecodable
+    output and the job concludes by `completed_with_error`. `allow_pickle` overrides the
+    handle: True unpickles (up to `MAX_PICKLE_BYTES`), False never does.
     """
     if not isinstance(handle, JobHandle):
         handle = JobHandle.from_dict(handle)
@@ -571,7 +628,7 @@ def poll_job(
         clock=clock,
         sleep=sleep,
         say=say,
-        allow_pickle=allow_pickle,
+        allow_pickle=unpickling_allowed(handle, allow_pickle),
         stop=stop,
     )
     return PollResult.from_verdict(verdict)

@@ -339,7 +339,7 @@ def submit_run(
     sweep: Callable[[set[str]], int] | None = None,
     function: Callable[..., Any] | None = None,
     interval_s: float = 10.0,
-    allow_pickle: bool = True,
+    allow_pickle: bool | None = None,
     hub_options: Mapping[str, Any] | None = None,
 ) -> PollResult:
     """Deploy, submit and watch one attempt of `spec` for `seed`; return the verdict.
@@ -350,7 +350,9 @@ def submit_run(
     - `candidate` (a `Candidate`) overrides the spec's GPU class for this attempt.
     - `runtime_secrets` go into the worker's env only, and are redacted everywhere.
     - `on_handle(handle_dict)` is called once the job is queued: persist it to reattach
-      with `poll_job(handle, store=..., stream=...)` from any process.
+      with `poll_job(handle, store=..., stream=...)` from any process. The handle is
+      `trusted_output` (this call deployed the endpoint), so the job's Flash envelope is
+      unpickled (up to `MAX_PICKLE_BYTES`); `allow_pickle=False` keeps the watch JSON-only.
     - `store` is a store or a URL (default `default_store_url()`); `run_stream` defaults
       to `run-<run_id>`; the job stream is `job-<run_id>-s<seed>-a<attempt>`.
     - `client` is a `RunpodClient` for the account the endpoint lands on; by default one
@@ -514,7 +516,10 @@ def _submit(
         )
         say(f"submit to {deployed.name} failed ({type(exc).__name__}); endpoint deleted")
         raise
-    return JobHandle(deployed.endpoint_id, deployed.name, job_id, submitted_at=submitted_at)
+    # this call deployed the endpoint: its output is the run's own, so it may be unpickled
+    return JobHandle(
+        deployed.endpoint_id, deployed.name, job_id, submitted_at=submitted_at, trusted_output=True
+    )
 
 
 def _open_job_stream(
@@ -558,11 +563,14 @@ def flash_run_adapters(
     interval_s: float = 10.0,
     hub_options: Mapping[str, Any] | None = None,
     log: Log | None = None,
+    allow_pickle: bool | None = None,
 ) -> RunpodRunAdapters:
     """The run machine's adapters for `spec`: runpod-flash deploys, REST submits and watches.
 
     Dependencies are resolved (and a bad one refused) before anything is provisioned; each
     attempt deploys a fresh endpoint, without the weight cache once the run dropped it.
+    Jobs are watched on endpoints the run deployed, so their Flash results are unpickled;
+    `allow_pickle=False` keeps every watch JSON-only.
     """
     from flashfsm.runs import Deployed, RunpodRunAdapters
 
@@ -632,6 +640,7 @@ def flash_run_adapters(
         clock=clock,
         sleep=sleep,
         log=log,
+        allow_pickle=allow_pickle,
     )
 
 

@@ -21,6 +21,7 @@ from flashfsm.events.errors import EventDecodeError, UnknownEventError
 from flashfsm.events.models import (
     ERROR_CAP,
     EVENT_TYPES,
+    MESSAGE_CAP,
     NAME_CAP,
     Concluded,
     FailureDetailObserved,
@@ -152,6 +153,7 @@ def heartbeat_observed(draw: st.DrawFn) -> HeartbeatObserved:
         ts=draw(st.none() | finite),
         retriable=draw(st.booleans()),
         forced=draw(st.booleans()),
+        read_error=draw(st.none() | st.text(max_size=MESSAGE_CAP)),
     )
 
 
@@ -307,6 +309,28 @@ def test_decode_of_hand_written_bytes() -> None:
         4,
         True,
     )
+
+
+def test_events_written_before_the_forced_read_retry_decode_as_reads_that_did_not_fail() -> None:
+    # A log line from before `read_error` (and a policy from before the forced-read knobs).
+    old = minimal("HeartbeatObserved", found=False, forced=True)
+    assert "read_error" not in old
+    event = decode(json.dumps(old))
+    assert isinstance(event, HeartbeatObserved) and event.read_error is None
+    old_policy = {"stall_after_s": 1500.0, "max_poll_errors": 8, "max_backoff_s": 60.0}
+    submitted = decode(json.dumps(minimal("JobSubmitted", policy=old_policy)))
+    assert isinstance(submitted, JobSubmitted)
+    assert submitted.policy.forced_read_tries == GracePolicy().forced_read_tries
+    assert submitted.policy.forced_read_backoff_s == GracePolicy().forced_read_backoff_s
+
+
+def test_a_failed_forced_read_round_trips_with_its_error() -> None:
+    line = minimal("HeartbeatObserved", found=False, forced=True, read_error="TimeoutError")
+    event = decode(json.dumps(line))
+    assert isinstance(event, HeartbeatObserved) and event.read_error == "TimeoutError"
+    assert decode(encode(event)) == event
+    with pytest.raises(EventDecodeError):
+        decode(json.dumps({**line, "read_error": "x" * (MESSAGE_CAP + 1)}))
 
 
 # --- unknown kinds and versions -------------------------------------------------------------

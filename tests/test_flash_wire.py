@@ -19,6 +19,11 @@ def b64pickle(value: Any) -> str:
     return base64.b64encode(cloudpickle.dumps(value)).decode()
 
 
+def trusted(output: Any, **kwargs: Any) -> dict[str, Any]:
+    """`decode_output` as a watch of an endpoint the run deployed calls it."""
+    return decode_output(output, allow_pickle=True, **kwargs)
+
+
 def envelope(value: Any, **extra: Any) -> dict[str, Any]:
     return {"success": True, "result": b64pickle(value), **extra}
 
@@ -44,11 +49,11 @@ def test_an_empty_dict_is_an_empty_metrics_dict() -> None:
 
 
 def test_a_flash_envelope_is_unpickled() -> None:
-    assert decode_output(envelope(METRICS)) == METRICS
+    assert trusted(envelope(METRICS)) == METRICS
 
 
 def test_an_envelope_with_stdout_still_decodes() -> None:
-    assert decode_output(envelope(METRICS, stdout="training done")) == METRICS
+    assert trusted(envelope(METRICS, stdout="training done")) == METRICS
 
 
 @pytest.mark.parametrize(
@@ -57,7 +62,7 @@ def test_an_envelope_with_stdout_still_decodes() -> None:
     ids=["json-dict", "json-bytes", "json-envelope"],
 )
 def test_json_strings_are_decoded(output: str | bytes) -> None:
-    assert decode_output(output) == METRICS
+    assert trusted(output) == METRICS
 
 
 # --- not a metrics dict -------------------------------------------------------------------
@@ -149,13 +154,13 @@ def test_a_successful_envelope_without_result_is_an_error() -> None:
 @pytest.mark.parametrize("result", ["not base64!!", "abc", "YWJj\nZGVm"])
 def test_broken_base64_is_a_decode_error(result: str) -> None:
     with pytest.raises(OutputDecodeError, match="not valid base64"):
-        decode_output({"success": True, "result": result})
+        trusted({"success": True, "result": result})
 
 
 @pytest.mark.parametrize("raw", [b"garbage", b"\x80\x05\x95", b""])
 def test_a_broken_pickle_is_a_decode_error(raw: bytes) -> None:
     with pytest.raises(OutputDecodeError, match="does not unpickle"):
-        decode_output({"success": True, "result": base64.b64encode(raw).decode()})
+        trusted({"success": True, "result": base64.b64encode(raw).decode()})
 
 
 def test_a_pickle_that_raises_while_loading_is_a_decode_error() -> None:
@@ -164,19 +169,19 @@ def test_a_pickle_that_raises_while_loading_is_a_decode_error() -> None:
             return (int, ("not a number",))
 
     with pytest.raises(OutputDecodeError, match=r"does not unpickle \(ValueError\)"):
-        decode_output(envelope(Boom()))
+        trusted(envelope(Boom()))
 
 
 @pytest.mark.parametrize("value", [[1, 2], 3.5, None, "metrics"])
 def test_a_pickled_non_dict_is_a_decode_error(value: Any) -> None:
     with pytest.raises(OutputDecodeError, match="not a metrics dict"):
-        decode_output(envelope(value))
+        trusted(envelope(value))
 
 
 @pytest.mark.parametrize("result", [5, ["YWJj"], {"b64": "YWJj"}])
 def test_a_result_that_is_not_a_string_is_a_decode_error(result: Any) -> None:
     with pytest.raises(OutputDecodeError, match="not a base64 string"):
-        decode_output({"success": True, "result": result})
+        trusted({"success": True, "result": result})
 
 
 # --- allow_pickle=False -------------------------------------------------------------------
@@ -221,7 +226,7 @@ def test_without_pickle_a_plain_dict_still_decodes() -> None:
 
 
 def test_with_pickle_a_flash_envelope_is_unpickled_once(unpickles: list[bytes]) -> None:
-    assert decode_output(envelope(METRICS)) == METRICS
+    assert trusted(envelope(METRICS)) == METRICS
     assert len(unpickles) == 1
 
 
@@ -231,7 +236,7 @@ def test_with_pickle_a_flash_envelope_is_unpickled_once(unpickles: list[bytes]) 
 def test_an_oversize_pickle_is_rejected_before_unpickling(unpickles: list[bytes]) -> None:
     output = envelope({"blob": "x" * 5000})
     with pytest.raises(OutputDecodeError, match="at most 1000 bytes"):
-        decode_output(output, max_pickle_bytes=1000)
+        trusted(output, max_pickle_bytes=1000)
     assert unpickles == []
 
 
@@ -239,14 +244,14 @@ def test_the_default_bound_is_16_mib() -> None:
     assert flash_wire.MAX_PICKLE_BYTES == 16 * 1024 * 1024
     oversize = "A" * (flash_wire.MAX_PICKLE_BYTES * 4 // 3 + 8)
     with pytest.raises(OutputDecodeError, match="at most 16777216 bytes"):
-        decode_output({"success": True, "result": oversize})
+        trusted({"success": True, "result": oversize})
 
 
 @pytest.mark.parametrize("limit", [99, 100, 101, 300])
 def test_a_pickle_of_exactly_the_limit_is_accepted(limit: int) -> None:
     raw = pickle_of_size(limit)
     output = {"success": True, "result": base64.b64encode(raw).decode()}
-    assert decode_output(output, max_pickle_bytes=limit) == cloudpickle.loads(raw)
+    assert trusted(output, max_pickle_bytes=limit) == cloudpickle.loads(raw)
 
 
 @pytest.mark.parametrize("limit", [100, 300])
@@ -254,7 +259,7 @@ def test_a_pickle_one_byte_over_the_limit_is_rejected(limit: int, unpickles: lis
     raw = pickle_of_size(limit + 1)
     output = {"success": True, "result": base64.b64encode(raw).decode()}
     with pytest.raises(OutputDecodeError, match=f"at most {limit} bytes"):
-        decode_output(output, max_pickle_bytes=limit)
+        trusted(output, max_pickle_bytes=limit)
     assert unpickles == []
 
 

@@ -13,6 +13,7 @@ from flashfsm.adapters.hub import (
     make_hf_text_reader,
 )
 from flashfsm.adapters.simulator import Simulator
+from flashfsm.errors import TransientReadError
 
 REPO = "team/runs"
 PREFIX = heartbeat_prefix("sft", "run-7", 3)
@@ -65,13 +66,41 @@ def test_a_rate_limited_reader_makes_no_request(sim, tmp_path):
     assert len(sim.requests_for("hub_resolve")) == before
 
 
-@pytest.mark.parametrize("fault", [500, 503, "reset", "malformed"])
-def test_a_reader_never_raises_whatever_the_hub_does(sim, tmp_path, fault):
+@pytest.mark.parametrize("fault", [500, 503, 429, "reset", "malformed", 404, 401, 403])
+def test_a_text_reader_never_raises_whatever_the_hub_does(sim, tmp_path, fault):
+    sim.hub.put(REPO, "a.txt", "hello")
+    read = make_hf_text_reader(REPO, "a.txt", endpoint=sim.url, cache_dir=tmp_path)
+    sim.add_fault("hub_resolve", fault, times=None)
+    assert read(force=True) is None
+    failure = make_hf_failure_detail_reader(
+        REPO, PREFIX, "sft", endpoint=sim.url, cache_dir=tmp_path
+    )
+    assert failure(force=True) is None
+
+
+@pytest.mark.parametrize("fault", ["malformed", 404, 401, 403])
+def test_the_heartbeat_reader_reads_a_hub_that_refuses_as_nothing(sim, tmp_path, fault):
     sim.hub.put(REPO, f"{PREFIX}/heartbeat.json", "{not json")
     read = make_hf_heartbeat_reader(REPO, PREFIX, endpoint=sim.url, cache_dir=tmp_path)
     assert read(force=True) is None  # a file that is not JSON reads as nothing
     sim.add_fault("hub_resolve", fault, times=None)
     assert read(force=True) is None
+
+
+@pytest.mark.parametrize(
+    ("fault", "code"), [(500, 500), (502, 502), (503, 503), (429, 429), ("reset", None)]
+)
+def test_the_heartbeat_reader_raises_transient_read_error_on_what_a_retry_may_fix(
+    sim, tmp_path, fault, code
+):
+    sim.hub.put(REPO, f"{PREFIX}/heartbeat.json", json.dumps({"stage": "train", "step": 2}))
+    read = make_hf_heartbeat_reader(REPO, PREFIX, endpoint=sim.url, cache_dir=tmp_path)
+    sim.add_fault("hub_resolve", fault, times=1)
+    with pytest.raises(TransientReadError) as caught:
+        read(force=True)
+    assert caught.value.status_code == code
+    assert "heartbeat.json" in str(caught.value)
+    assert read(force=True) == {"stage": "train", "step": 2}  # the next try reads it
 
 
 def test_a_heartbeat_that_is_not_an_object_reads_as_nothing(sim, tmp_path):
@@ -103,5 +132,10 @@ def test_the_token_is_sent_but_never_returned_or_logged(sim, tmp_path, monkeypat
     caplog.set_level("DEBUG")
     sim.add_fault("hub_resolve", 500, times=None)
     read = make_hf_heartbeat_reader(REPO, PREFIX, endpoint=sim.url, cache_dir=tmp_path)
-    assert read(force=True) is None
+    with pytest.raises(TransientReadError) as caught:
+        read(force=True)
+    assert "hf_planted_secret_token_123" not in str(caught.value)
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+    text = make_hf_text_reader(REPO, "a.txt", endpoint=sim.url, cache_dir=tmp_path)
+    assert text(force=True) is None
     assert "hf_planted_secret_token_123" not in caplog.text

@@ -83,16 +83,20 @@ def test_completed_with_metrics_keeps_metrics_only() -> None:
     assert fields == {"status": "COMPLETED", "metrics": {"loss": 0.5}}
 
 
-def test_completed_with_an_envelope_decodes_it() -> None:
+def test_completed_with_an_envelope_decodes_it_when_unpickling_is_allowed() -> None:
     result = base64.b64encode(cloudpickle.dumps({"reward": 2.0})).decode()
-    fields = status_fields({"status": "COMPLETED", "output": {"success": True, "result": result}})
+    payload = {"status": "COMPLETED", "output": {"success": True, "result": result}}
+    fields = status_fields(payload, allow_pickle=True)
     assert fields["metrics"] == {"reward": 2.0}
 
 
-def test_completed_with_a_pickle_and_pickling_off_is_an_output_error() -> None:
+@pytest.mark.parametrize("options", [{}, {"allow_pickle": False}], ids=["default", "off"])
+def test_completed_with_a_pickle_and_pickling_off_is_an_output_error(
+    options: dict[str, Any],
+) -> None:
     result = base64.b64encode(cloudpickle.dumps({"reward": 2.0})).decode()
     payload = {"status": "COMPLETED", "output": {"success": True, "result": result}}
-    fields = status_fields(payload, allow_pickle=False)
+    fields = status_fields(payload, **options)
     assert "metrics" not in fields
     assert "unpickling is off" in fields["output_error"]
 

@@ -20,7 +20,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from flashfsm import JobHandle, MemoryStore, RunpodApiError, poll_job
+from flashfsm import JobHandle, MemoryStore, RunpodApiError, TransientReadError, poll_job
 from flashfsm.events.codec import decode, encode
 from flashfsm.events.models import (
     Concluded,
@@ -157,6 +157,25 @@ heartbeat_answers = st.one_of(
     st.just("raise"),  # the reader raises
     heartbeat_dicts,
 )
+#: Heartbeat answers, and a reader that fails on a transient error (a Hub 503) on every read.
+heartbeat_answers_or_hub_errors = heartbeat_answers | st.just("transient")
+#: What a reader raises for a failure a retry may fix.
+transient_read_errors = st.sampled_from(
+    [
+        TransientReadError("hub read failed: HTTPStatusError", status_code=503),
+        TransientReadError("hub read failed: HTTPStatusError", status_code=429),
+        TimeoutError("read timed out"),
+        ConnectionResetError("connection reset by peer"),
+    ]
+)
+
+
+def raise_answer(answer: Any) -> None:
+    """A reader's scripted failure: "raise" is no data, "transient" a read to try again."""
+    if answer == "raise":
+        raise RuntimeError("hub unreachable")
+    if answer == "transient":
+        raise TransientReadError("hub read failed: HTTPStatusError", status_code=503)
 
 
 @dataclass(frozen=True)
@@ -225,7 +244,7 @@ def scripts(
         submitted_at=draw(st.sampled_from([START, None])),
         heartbeat_reader=draw(st.booleans()),
         failure_reader=draw(st.sampled_from([None, "raise", "Traceback: CUDA error"])),
-        forced_heartbeat=draw(heartbeat_answers),
+        forced_heartbeat=draw(heartbeat_answers_or_hub_errors),
         graces=draw(graces),
     )
 
@@ -270,8 +289,7 @@ class World:
         if force:
             self.forced_reads += 1
         answer = self.script.forced_heartbeat if force else self._step().heartbeat
-        if answer == "raise":
-            raise RuntimeError("hub unreachable")
+        raise_answer(answer)
         return copy.deepcopy(answer)
 
     def read_failure_detail(self, force: bool = False) -> Any:
@@ -298,15 +316,23 @@ def handle_for(script: Script) -> JobHandle:
     return JobHandle("ep-1", "ep-name", "job-1", submitted_at=script.submitted_at)
 
 
-def run_poll_job(script: Script, **graces: float) -> tuple[Any, list[Any], World]:
-    """`poll_job` over a script: (the result, the log it wrote, the world it played)."""
+def run_poll_job(
+    script: Script, *, wrap_heartbeat: Any = None, **graces: float
+) -> tuple[Any, list[Any], World]:
+    """`poll_job` over a script: (the result, the log it wrote, the world it played).
+
+    `wrap_heartbeat(reader)`, when given, returns the heartbeat reader the watch uses.
+    """
     clock = VirtualClock()
     world = World(script, clock)
     store = MemoryStore()
+    reader = world.heartbeat_reader
     result = poll_job(
         handle_for(script),
         interval_s=10.0,
-        heartbeat_reader=world.heartbeat_reader,
+        heartbeat_reader=reader
+        if wrap_heartbeat is None or reader is None
+        else wrap_heartbeat(reader),
         failure_detail_reader=world.failure_detail_reader,
         **{**dict(script.graces), **graces},
         client=world.client,
@@ -759,6 +785,82 @@ def test_the_retriable_flag_counts_only_from_this_attempts_heartbeat(
     assert result.failure == ("job_preempted" if preempted else "job_failed")
 
 
+# --- a transient error on the forced heartbeat read -----------------------------------------
+
+
+def failing_first(failures: int, error: BaseException) -> Any:
+    """A wrapper whose reader's first `failures` forced reads raise `error` (a Hub hiccup)."""
+
+    def wrap(read: Any) -> Any:
+        failed = [0]
+
+        def reader(force: bool = False) -> Any:
+            if force and failed[0] < failures:
+                failed[0] += 1
+                raise error
+            return read(force=force)
+
+        return reader
+
+    return wrap
+
+
+def retry_delay(failures: int, policy: GracePolicy) -> float:
+    """How long `failures` failed forced reads put the verdict off: backoff × (1 + … + n)."""
+    return sum(policy.forced_read_backoff_s * n for n in range(1, failures + 1))
+
+
+DEFAULT_TRIES = GracePolicy().forced_read_tries
+failure_ends = scripts_ending_with(
+    st.one_of(failed, completed_with_error, completed_without_output)
+)
+
+
+@given(failure_ends, st.integers(0, DEFAULT_TRIES - 1), transient_read_errors)
+def test_transient_forced_read_errors_never_change_the_verdict(
+    script: Script, failures: int, error: BaseException
+) -> None:
+    clean, clean_log, _ = run_poll_job(script, **NO_GRACE_ENDS)
+    result, log, world = run_poll_job(
+        script, wrap_heartbeat=failing_first(failures, error), **NO_GRACE_ENDS
+    )
+    # The same verdict, for the same reasons: state, rule, kind and every word of the detail.
+    assert (result.state, result.rule, result.failure, result.detail) == (
+        clean.state,
+        clean.rule,
+        clean.failure,
+        clean.detail,
+    )
+    failed_reads = [e for e in log if isinstance(e, HeartbeatObserved) and e.read_error]
+    tried = failures if script.heartbeat_reader else 0
+    assert len(failed_reads) == tried and all(e.forced and not e.found for e in failed_reads)
+    assert world.forced_reads == (1 if script.heartbeat_reader else 0)
+    # Put off by the backoffs alone, a time the log fixes: today's rules agree with every step.
+    assert log[-1].at - clean_log[-1].at == pytest.approx(retry_delay(tried, GracePolicy()))
+    assert verify(log).ok, str(verify(log))
+    assert replay(log).verdict == log[-1]
+
+
+@given(failure_ends, st.integers(DEFAULT_TRIES, DEFAULT_TRIES + 3), transient_read_errors)
+def test_a_forced_read_that_fails_every_try_concludes_job_failed_after_the_last_try(
+    script: Script, failures: int, error: BaseException
+) -> None:
+    assume(script.heartbeat_reader)
+    clean, clean_log, _ = run_poll_job(script, **NO_GRACE_ENDS)
+    result, log, world = run_poll_job(
+        script, wrap_heartbeat=failing_first(failures, error), **NO_GRACE_ENDS
+    )
+    assert (result.state, result.rule, result.failure) == ("FAILED", clean.rule, "job_failed")
+    assert "the worker's heartbeat could not be read" in result.detail
+    failed_reads = [e for e in log if isinstance(e, HeartbeatObserved) and e.read_error]
+    assert len(failed_reads) == DEFAULT_TRIES and world.forced_reads == 0
+    assert set(e.seq for e in failed_reads) <= set(log[-1].evidence)
+    delay = retry_delay(DEFAULT_TRIES - 1, GracePolicy())
+    assert log[-1].at - clean_log[-1].at == pytest.approx(delay)
+    assert log[-1].at == failed_reads[-1].at  # concluded on the last try, at its time
+    assert verify(log).ok, str(verify(log))
+
+
 # --- robustness -----------------------------------------------------------------------------
 
 
@@ -897,8 +999,7 @@ class LiveCoreMachine(RuleBasedStateMachine):
         return copy.deepcopy(self.health)
 
     def read_heartbeat(self, force: bool = False) -> Any:
-        if self.heartbeat == "raise":
-            raise RuntimeError("hub unreachable")
+        raise_answer(self.heartbeat)
         return copy.deepcopy(self.heartbeat)
 
     def read_failure_detail(self, force: bool = False) -> Any:
@@ -940,7 +1041,7 @@ class LiveCoreMachine(RuleBasedStateMachine):
         self.health = answer
         self._run_for(then)
 
-    @rule(answer=heartbeat_answers, then=st.integers(0, 40))
+    @rule(answer=heartbeat_answers_or_hub_errors, then=st.integers(0, 40))
     def heartbeat_reads_answer(self, answer: Any, then: int) -> None:
         if isinstance(answer, dict) and answer["ts"] is not None:
             answer = {**answer, "ts": answer["ts"] + self.clock.elapsed}  # a fresh beat

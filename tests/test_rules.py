@@ -9,6 +9,7 @@ interval is 10 s, so fetches happen at 0, 10, 20, … unless a backoff says othe
 from __future__ import annotations
 
 import base64
+import dataclasses
 import io
 import json
 from collections.abc import Callable
@@ -17,7 +18,21 @@ from typing import Any
 import cloudpickle
 import pytest
 
-from flashfsm import JobHandle, MemoryStore, PollResult, RunpodApiError, poll_job, stall_kwargs
+from flashfsm import (
+    JobHandle,
+    MemoryStore,
+    PollResult,
+    RunpodApiError,
+    TransientReadError,
+    poll_job,
+    replay,
+    stall_kwargs,
+    verify,
+)
+from flashfsm.events.models import Concluded, HeartbeatObserved
+from flashfsm.fsm.commands import ReadHeartbeat, Wait
+from flashfsm.fsm.explain import explain, why_not
+from flashfsm.fsm.job import decide
 from tests.conftest import ScriptedClient, VirtualClock
 
 JOB = JobHandle(endpoint_id="ep-1", endpoint_name="trainer", job_id="job-1")
@@ -262,6 +277,7 @@ def test_completed_with_metrics_succeeds(clock: VirtualClock, output: Any) -> No
         clock,
         timeline((0, RUNNING), (50, {"status": "COMPLETED", "output": output})),
         heartbeat_reader=hb,
+        handle=dataclasses.replace(JOB, trusted_output=True),  # an endpoint the run deployed
     )
     assert_verdict(result, clock, failure=None, rule="completed", at=50, words=("COMPLETED",))
     assert result.metrics == METRICS
@@ -750,6 +766,145 @@ def test_raising_readers_after_a_failure_give_a_plain_job_failure(clock: Virtual
     assert result.detail == "[FAILED] boom"
     assert hb.forced == [0]
     assert artifacts.calls == [(0, True)]
+
+
+# --- steps 4 and 6: a transient error on the forced heartbeat read is read again ------------
+
+#: What a reader raises for a failure a retry may fix: each is a failed read, tried again.
+TRANSIENT_READ_ERRORS: dict[str, BaseException] = {
+    "hub-503": TransientReadError("hub read failed: HTTPStatusError", status_code=503),
+    "timeout": TimeoutError("read timed out"),
+    "reset": ConnectionResetError("connection reset by peer"),
+}
+FAILURE_ENDS: dict[str, tuple[dict[str, Any], str]] = {
+    "failed": ({"status": "FAILED", "error": "host lost"}, "worker_failed"),
+    "completed-error": (
+        {"status": "COMPLETED", "output": {"error": "NCCL watchdog timeout"}},
+        "completed_with_error",
+    ),
+}
+
+
+def flaky(clock: VirtualClock, failures: int, error: BaseException) -> Reader:
+    """A heartbeat reader whose first `failures` forced reads raise `error`; every other read
+    returns a fresh beat flagged retriable on a forced read (a preempted host)."""
+
+    def script(t: float, force: bool) -> Any:
+        if force and len(reader.forced) <= failures:
+            return error
+        return training_beat(2, clock.now, retriable=force)
+
+    reader = Reader(clock, script)
+    return reader
+
+
+def heartbeat_events(store: MemoryStore) -> list[HeartbeatObserved]:
+    return [e for e in store.read("job-job-1") if isinstance(e, HeartbeatObserved)]
+
+
+@pytest.mark.parametrize("error", sorted(TRANSIENT_READ_ERRORS))
+@pytest.mark.parametrize("end", sorted(FAILURE_ENDS))
+def test_a_transient_error_on_the_forced_read_is_read_again_and_the_job_preempted(
+    clock: VirtualClock, error: str, end: str
+) -> None:
+    status, rule = FAILURE_ENDS[end]
+    hb = flaky(clock, 1, TRANSIENT_READ_ERRORS[error])
+    artifacts = Reader(clock, lambda t, force: "--- error_rl.txt ---\nhost went away")
+    store = MemoryStore()
+    result, _ = watch(
+        clock,
+        timeline((0, RUNNING), (30, status)),
+        heartbeat_reader=hb,
+        failure_detail_reader=artifacts,
+        store=store,
+    )
+    # The read at 30 fails; the one 10 s later finds the worker's `retriable` flag.
+    assert_verdict(result, clock, failure="job_preempted", rule=rule, at=40, words=("retriable",))
+    assert hb.forced == [30, 40]
+    assert artifacts.calls == [(30, True)]  # the artifacts are read during the backoff
+    assert "host went away" in (result.detail or "")
+    forced = [e for e in heartbeat_events(store) if e.forced]
+    assert [e.read_error is not None for e in forced] == [True, False]
+    assert not forced[0].found and forced[1].found and forced[1].retriable
+    events = store.read("job-job-1")
+    assert verify(events).ok, verify(events)
+    assert forced[0].seq in events[-1].evidence and forced[1].seq in events[-1].evidence
+    assert "flagged it retriable, after 1 failed forced read" in explain(events).because
+
+
+def test_a_forced_read_failing_every_try_concludes_job_failed_after_the_last_try(
+    clock: VirtualClock,
+) -> None:
+    hb = flaky(clock, 1_000, TRANSIENT_READ_ERRORS["hub-503"])
+    store = MemoryStore()
+    result, _ = watch(
+        clock,
+        timeline((0, RUNNING), (30, {"status": "FAILED", "error": "host lost"})),
+        heartbeat_reader=hb,
+        store=store,
+    )
+    # 4 tries (the default `forced_read_tries`), 10, 20 and 30 s apart: the verdict at 90.
+    assert_verdict(
+        result,
+        clock,
+        failure="job_failed",
+        rule="worker_failed",
+        at=90,
+        words=(
+            "[FAILED] host lost",
+            "the worker's heartbeat could not be read: 4 forced reads failed",
+            "TransientReadError HTTP 503",
+        ),
+    )
+    assert hb.forced == [30, 40, 60, 90]
+    events = store.read("job-job-1")
+    verdict = events[-1]
+    assert isinstance(verdict, Concluded) and verdict.at == clock.start + 90
+    failed = [e for e in heartbeat_events(store) if e.read_error is not None]
+    assert [e.at - clock.start for e in failed] == [30, 40, 60, 90]
+    assert {e.seq for e in failed} <= set(verdict.evidence)
+    # The retry schedule and the verdict follow from the log alone.
+    assert verify(events).ok, verify(events)
+    assert replay(events).verdict == verdict
+    after_third = replay(events[: failed[2].seq + 1])
+    assert decide(after_third, failed[2].at) == Wait(30.0)
+    assert decide(after_third, failed[2].at + 30) == ReadHeartbeat(force=True)
+    because = explain(events).because
+    assert "the heartbeat could not be read: 4 forced reads failed" in because
+    assert "(limit forced_read_tries 4)" in because and "t+90 s" in because
+    assert "could not be read" in why_not(events, "worker_failed")
+    # A watch attached to the concluded stream returns the recorded verdict, no call made.
+    again = poll_job(JOB, client=ScriptedClient(clock, status=timeline((0, RUNNING))), store=store)
+    assert (again.failure, again.rule, again.detail) == (
+        "job_failed",
+        "worker_failed",
+        result.detail,
+    )
+
+
+def test_a_forced_read_that_raises_no_transient_error_is_not_read_again(
+    clock: VirtualClock,
+) -> None:
+    # A 404 or a bad token (the reader returns None) or any other raise is no data: at once.
+    hb = flaky(clock, 1_000, PermissionError("bad token"))
+    result, _ = watch(
+        clock,
+        timeline((0, RUNNING), (30, {"status": "FAILED", "error": "boom"})),
+        heartbeat_reader=hb,
+    )
+    assert_verdict(result, clock, failure="job_failed", rule="worker_failed", at=30)
+    assert result.detail == "[FAILED] boom"
+    assert hb.forced == [30]
+
+
+def test_regular_reads_that_fail_transiently_are_no_data(clock: VirtualClock) -> None:
+    hb = Reader(clock, lambda t, force: TransientReadError("hub 503", status_code=503))
+    store = MemoryStore()
+    result, _ = watch(clock, timeline((0, RUNNING)), heartbeat_reader=hb, store=store)
+    assert_verdict(
+        result, clock, failure="stalled", rule="stall", at=3010, words=("setup (pre-training)",)
+    )
+    assert heartbeat_events(store) == []  # nothing recorded, as for a read that found nothing
 
 
 # --- D1: capacity timers clear when the job leaves the queue -------------------------------

@@ -142,6 +142,7 @@ def test_submit_run_deploys_submits_and_watches_each_scenario_to_its_verdict(
             "submitted_at": submitted.submitted_at,
             "gpu_class": "H100",
             "attempt": 0,
+            "trusted_output": True,  # submit_run deployed the endpoint
         }
     ]
     assert any(submitted.job_id in line for line in lines)

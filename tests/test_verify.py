@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from flashfsm import JobHandle, MemoryStore, PollResult, RunpodApiError, poll_job, replay, verify
+from flashfsm import (
+    JobHandle,
+    MemoryStore,
+    PollResult,
+    RunpodApiError,
+    TransientReadError,
+    poll_job,
+    replay,
+    verify,
+)
 from flashfsm.events.codec import decode, encode
-from flashfsm.events.models import Concluded, HealthObserved, StatusObserved
+from flashfsm.events.models import Concluded, HealthObserved, HeartbeatObserved, StatusObserved
 from flashfsm.fsm.job import VerifyReport
 from tests.conftest import ScriptedClient, VirtualClock
 
@@ -94,6 +104,26 @@ def _training_heartbeat(clock: VirtualClock, force: bool) -> dict[str, Any]:
     return {"stage": stage, "step": step, "ts": clock.start + 30 * step, "retriable": force}
 
 
+def _hub_hiccup(failures: int) -> Callable[[VirtualClock, bool], Any]:
+    """`_training_heartbeat`, whose first `failures` forced reads fail on a Hub 503."""
+    failed = [0]
+
+    def read(clock: VirtualClock, force: bool) -> Any:
+        if force and failed[0] < failures:
+            failed[0] += 1
+            raise TransientReadError("hub read failed", status_code=503)
+        return _training_heartbeat(clock, force)
+
+    return read
+
+
+def failed_log(failures: int) -> list[Any]:
+    """RUNNING from 0 to 30, FAILED at 40; the first `failures` forced reads fail."""
+    failed = {"status": "FAILED", "error": "NCCL timeout"}
+    _, log = watch([queued("RUNNING")] * 4 + [failed], heartbeats=_hub_hiccup(failures))
+    return log
+
+
 #: name -> (how to run the watch, the verdict it must reach: state, rule)
 FINISHED_WATCHES: dict[str, tuple[Callable[[], tuple[PollResult, list[Any]]], tuple[str, str]]] = {
     "succeeded": (
@@ -112,6 +142,21 @@ FINISHED_WATCHES: dict[str, tuple[Callable[[], tuple[PollResult, list[Any]]], tu
             failure_detail="Traceback: NCCL",
         ),
         ("PREEMPTED", "worker_failed"),
+    ),
+    "preempted_after_a_hub_hiccup_on_the_forced_read": (
+        lambda: watch(
+            [queued("RUNNING")] * 4 + [{"status": "FAILED", "error": "NCCL timeout"}],
+            heartbeats=_hub_hiccup(2),
+            failure_detail="Traceback: NCCL",
+        ),
+        ("PREEMPTED", "worker_failed"),
+    ),
+    "failed_when_no_forced_read_succeeds": (
+        lambda: watch(
+            [queued("RUNNING")] * 4 + [{"status": "COMPLETED", "output": None}],
+            heartbeats=_hub_hiccup(100),
+        ),
+        ("FAILED", "completed_with_error"),
     ),
     "poll_errors": (
         lambda: watch([RunpodApiError("bad gateway", status_code=502)]),
@@ -253,3 +298,46 @@ def test_a_repeated_event_is_reported_at_the_seq_it_repeats() -> None:
     doctored = [*log[:6], log[5], *log[6:]]
     found = _disagreement(verify(doctored))
     assert (found.seq, found.reason) == (6, "seq repeated")
+
+
+# --- the forced heartbeat read's retries ----------------------------------------------------
+
+
+def _as_written_before_read_error(event: Any) -> Any:
+    """An event as a library without the forced-read retry wrote it (no such fields)."""
+    raw = json.loads(encode(event))
+    if raw["kind"] == "HeartbeatObserved":
+        assert raw.pop("read_error") is None
+    if raw["kind"] == "JobSubmitted":
+        del raw["policy"]["forced_read_tries"], raw["policy"]["forced_read_backoff_s"]
+    return decode(json.dumps(raw))
+
+
+#: The finished watches with no failed forced read: each has a form an older library wrote.
+WATCHES_WITH_AN_OLDER_FORM = sorted(
+    set(FINISHED_WATCHES)
+    - {"preempted_after_a_hub_hiccup_on_the_forced_read", "failed_when_no_forced_read_succeeds"}
+)
+
+
+@pytest.mark.parametrize("name", WATCHES_WITH_AN_OLDER_FORM)
+def test_a_log_written_before_the_forced_read_retry_replays_to_the_same_verdict(
+    name: str,
+) -> None:
+    run, _ = FINISHED_WATCHES[name]
+    _, log = run()
+    assert not any(isinstance(e, HeartbeatObserved) and e.read_error for e in log)
+    old = [_as_written_before_read_error(event) for event in log]
+    assert verify(old).ok and replay(old).verdict == log[-1]
+    assert replay(old).snapshot() == replay(log).snapshot()
+
+
+def test_a_verdict_before_the_forced_read_tries_are_spent_is_reported_at_the_verdict() -> None:
+    log = failed_log(failures=100)
+    assert (log[-1].state, log[-1].rule) == ("FAILED", "worker_failed")
+    failed = [e.seq for e in log if isinstance(e, HeartbeatObserved) and e.read_error]
+    assert len(failed) == 4 and failed[-1] == log[-1].seq - 1
+    # Drop the last try: the verdict now follows a failed read whose retry is still due.
+    doctored = renumbered([e for e in log if e.seq != failed[-1]])
+    found = _disagreement(verify(doctored))
+    assert (found.seq, found.reason) == (doctored[-1].seq, "verdict the rules do not reach")

@@ -12,9 +12,12 @@ of the return value. A baked-image worker (client mode) returns its metrics dict
 Either may arrive as a JSON string. Anything else, and any worker-reported error, is an
 `OutputDecodeError` whose message carries the error and the tail of the worker's stdout.
 
-Unpickling runs code chosen by whoever wrote the bytes, so it is bounded: only envelopes,
-only up to `max_pickle_bytes`, and never when the caller passes `allow_pickle=False`
-(then a `json_result` is used when present).
+Unpickling runs code chosen by whoever wrote the bytes, so it is opt-in and bounded: by
+default (`allow_pickle=False`) only JSON is read (a plain dict, or an envelope's
+`json_result`) and an envelope that holds nothing but a pickle is `UntrustedOutputError`.
+The shell passes `allow_pickle=True` only for a job on an endpoint the run itself deployed
+(`JobHandle.trusted_output`), and even then only envelopes are unpickled, and only up to
+`max_pickle_bytes`.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import textwrap
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from flashfsm.errors import OutputDecodeError
+from flashfsm.errors import OutputDecodeError, UntrustedOutputError
 
 MAX_PICKLE_BYTES = 16 * 1024 * 1024
 _ERROR_CAP = 1500
@@ -37,9 +40,15 @@ ENVELOPE_KEYS = frozenset({"success", "result", "json_result", "error", "stdout"
 
 
 def decode_output(
-    output: Any, *, allow_pickle: bool = True, max_pickle_bytes: int = MAX_PICKLE_BYTES
+    output: Any, *, allow_pickle: bool = False, max_pickle_bytes: int = MAX_PICKLE_BYTES
 ) -> dict[str, Any]:
-    """The metrics dict a finished job returned, or `OutputDecodeError`."""
+    """The metrics dict a finished job returned, or `OutputDecodeError`.
+
+    JSON-only unless `allow_pickle=True`: pass it only for output of an endpoint you
+    deployed yourself. A pickled Flash result is then loaded if it is at most
+    `max_pickle_bytes`; without it, an envelope with no `json_result` raises
+    `UntrustedOutputError` (an `OutputDecodeError`) and nothing is unpickled.
+    """
     if isinstance(output, (str, bytes)):
         try:
             output = json.loads(output)
@@ -77,7 +86,10 @@ def _decode_envelope(envelope: dict[str, Any], allow_pickle: bool, limit: int) -
     if result is None:
         raise OutputDecodeError("Flash envelope reports success but carries no result")
     if not allow_pickle:
-        raise OutputDecodeError("Flash envelope holds a pickled result and unpickling is off")
+        raise UntrustedOutputError(
+            "Flash envelope holds only a pickled result and unpickling is off (JSON-only: "
+            "the output of an endpoint this run did not deploy is never unpickled)"
+        )
     if not isinstance(result, str) or len(result) > limit * 4 // 3 + 4:
         raise OutputDecodeError(f"Flash result is not a base64 string of at most {limit} bytes")
     try:

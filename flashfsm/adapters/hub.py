@@ -6,9 +6,13 @@ Workers write `{phase}/{run_id}/seed{seed}/heartbeat.json` and `error_{phase}.tx
 another server (the bundled simulator in tests).
 
 Every reader is rate-limited (`min_interval_s` between downloads; `force=True` bypasses the
-gate), thread-safe, and never raises: any failure — the file not there yet, the network, a
-bad token — reads as None. The token comes from `HF_TOKEN` at call time and never appears in
-anything a reader returns or logs.
+gate) and thread-safe. A failure that says the file is not there or cannot be had — not
+written yet (404), a bad token (401/403), a body that is not the file — reads as None. A
+failure a retry may fix — a 5xx or 429 answer, a timeout, a dropped connection — reads as
+None too, except from the heartbeat reader, which raises `TransientReadError` for it: the
+forced heartbeat read after a terminal failure decides whether the job is retried, and a
+watch reads it again rather than judge on a Hub hiccup. The token comes from `HF_TOKEN` at
+call time and never appears in anything a reader returns, raises or logs.
 """
 
 from __future__ import annotations
@@ -22,10 +26,48 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from flashfsm.errors import TransientReadError
+
 logger = logging.getLogger("flashfsm.hub")
 
 TextReader = Callable[..., str | None]
 ARTIFACT_TAIL = 4000  # characters kept from each failure artifact
+#: HTTP answers a retry may fix (with every 5xx): timeout, too early, too many requests.
+TRANSIENT_HTTP = frozenset({408, 425, 429})
+#: Exception classes (by name, anywhere in an error's class hierarchy) of a transport
+#: failure: the stdlib's, httpx's and requests' (huggingface_hub has used both clients).
+TRANSPORT_ERRORS = frozenset(
+    {
+        "TimeoutError",
+        "ConnectionError",
+        "TimeoutException",
+        "NetworkError",
+        "RemoteProtocolError",
+        "Timeout",
+    }
+)
+
+
+def transient_failure(exc: BaseException) -> tuple[bool, int | None]:
+    """(a retry may fix it, the HTTP status if any) for a failed Hub download.
+
+    huggingface_hub wraps the cause (a forced download's HEAD failure becomes a
+    `ValueError`), so the chain of causes is walked: the first HTTP answer found decides
+    (5xx, 408, 425, 429 are transient; 404, 401, 403 are not), else a transport error
+    anywhere in it is transient.
+    """
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    transport = False
+    while cause is not None and id(cause) not in seen and len(seen) < 32:
+        seen.add(id(cause))
+        code = getattr(getattr(cause, "response", None), "status_code", None)
+        if isinstance(code, int) and not isinstance(code, bool):
+            return code >= 500 or code in TRANSIENT_HTTP, code
+        if any(cls.__name__ in TRANSPORT_ERRORS for cls in type(cause).__mro__):
+            transport = True
+        cause = cause.__cause__ or cause.__context__
+    return transport, None
 
 
 def make_hf_text_reader(
@@ -36,11 +78,13 @@ def make_hf_text_reader(
     clock: Callable[[], float] = time.monotonic,
     cache_dir: str | os.PathLike[str] | None = None,
     endpoint: str | None = None,
+    raise_transient: bool = False,
 ) -> TextReader:
     """A reader `read(force=False) -> str | None` of one text file of a dataset repo.
 
     `endpoint` is the Hub's URL; by default `HF_ENDPOINT` as it is when the read happens
-    (huggingface_hub itself reads it once, at import).
+    (huggingface_hub itself reads it once, at import). With `raise_transient`, a failure a
+    retry may fix raises `TransientReadError` instead of reading as None.
     """
     lock = threading.Lock()
     last: list[float | None] = [None]
@@ -66,17 +110,45 @@ def make_hf_text_reader(
                 endpoint=endpoint or os.environ.get("HF_ENDPOINT") or None,
             )
             return Path(local).read_text(encoding="utf-8", errors="replace")
-        except Exception as exc:  # the contract: never raise, a failure reads as nothing
-            logger.debug("hub read of %s/%s failed: %s", hf_repo, path_in_repo, type(exc).__name__)
-            return None
+        except Exception as exc:  # the contract: a failure reads as nothing, or is transient
+            transient, code = transient_failure(exc)
+            logger.debug(
+                "hub read of %s/%s failed: %s%s",
+                hf_repo,
+                path_in_repo,
+                type(exc).__name__,
+                " (transient)" if transient else "",
+            )
+            if not (transient and raise_transient):
+                return None
+            raise TransientReadError(
+                f"hub read of {path_in_repo} failed: {_cause_name(exc)}", status_code=code
+            ) from None
 
     return read
+
+
+def _cause_name(exc: BaseException) -> str:
+    """The innermost cause's class name (what failed, without the wrappers' messages)."""
+    seen: set[int] = set()
+    while id(exc) not in seen and len(seen) < 32:
+        seen.add(id(exc))
+        inner = exc.__cause__ or exc.__context__
+        if inner is None:
+            break
+        exc = inner
+    return type(exc).__name__
 
 
 def make_hf_heartbeat_reader(
     hf_repo: str, prefix: str, min_interval_s: float = 30.0, **options: Any
 ) -> Callable[..., dict[str, Any] | None]:
-    """A reader of `{prefix}/heartbeat.json`: the parsed dict, or None."""
+    """A reader of `{prefix}/heartbeat.json`: the parsed dict, or None.
+
+    A failure a retry may fix (a 5xx or 429 answer, a timeout, a dropped connection) raises
+    `TransientReadError`, so a watch can tell it from a heartbeat that is not there.
+    """
+    options.setdefault("raise_transient", True)
     text_reader = make_hf_text_reader(
         hf_repo, f"{prefix}/heartbeat.json", min_interval_s, **options
     )

@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from flashfsm.adapters.flash_wire import decode_output, safe_text
-from flashfsm.errors import OutputDecodeError
+from flashfsm.errors import OutputDecodeError, TransientReadError
 from flashfsm.events.models import (
     ERROR_CAP,
     MESSAGE_CAP,
@@ -34,8 +34,12 @@ class MalformedAnswer(ValueError):
     """A payload without the shape the route promises (no `status`, not an object, …)."""
 
 
-def status_fields(payload: Any, *, allow_pickle: bool = True) -> dict[str, Any]:
-    """The `StatusObserved` fields of one status answer, or `MalformedAnswer`."""
+def status_fields(payload: Any, *, allow_pickle: bool = False) -> dict[str, Any]:
+    """The `StatusObserved` fields of one status answer, or `MalformedAnswer`.
+
+    A COMPLETED output is decoded JSON-only unless `allow_pickle` (see `decode_output`);
+    an output that does not decode, an untrusted pickle included, becomes `output_error`.
+    """
     if not isinstance(payload, dict):
         raise MalformedAnswer(f"status answer is a {type(payload).__name__}, not an object")
     status = payload.get("status")
@@ -106,6 +110,23 @@ def error_fields(exc: BaseException) -> dict[str, Any]:
     }
 
 
+#: Reader exceptions that mean "try again" rather than "nothing there".
+TRANSIENT_READ_ERRORS = (TransientReadError, TimeoutError, ConnectionError)
+
+
+def read_error_text(exc: BaseException) -> str | None:
+    """A failed read's `read_error` ("class HTTP code: message"), or None when the exception
+    is not a transient failure (`TRANSIENT_READ_ERRORS`): then the read counts as no data."""
+    if not isinstance(exc, TRANSIENT_READ_ERRORS):
+        return None
+    fields = error_fields(exc)
+    code = fields["http_status"]
+    text = fields["error_class"] + ("" if code is None else f" HTTP {code}")
+    if fields["message"]:
+        text += f": {fields['message']}"
+    return cap_text(text, MESSAGE_CAP)
+
+
 def json_safe(value: Any, *, cap: int = METRICS_CAP) -> dict[str, Any]:
     """A metrics dict reduced to plain JSON (no NaN, no objects), redacted and size-capped."""
     text = redact(_dumps(_plain(value, 0))) or "{}"
@@ -119,7 +140,7 @@ def _plain(value: Any, depth: int) -> Any:
     if depth > 32:
         return "…"
     if isinstance(value, dict):
-        return {str(k): _plain(v, depth + 1) for k, v in value.items()}
+        return {safe_text(k): _plain(v, depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v, depth + 1) for v in value]
     if isinstance(value, float) and not math.isfinite(value):

@@ -161,7 +161,10 @@ class HeartbeatObserved(EventBase):
 
     A regular read is recorded only when it returns a heartbeat different from the last one;
     a forced read (after a terminal failure) is always recorded, `found=False` when it
-    returned nothing.
+    returned nothing. A forced read that failed on a transient error (a Hub 5xx or 429, a
+    timeout, a reset) carries the error in `read_error` (with `found=False`): it tells
+    nothing about the heartbeat, and the core reads again. Logs written before `read_error`
+    existed decode with it None, a read that did not fail.
     """
 
     kind: Literal["HeartbeatObserved"] = "HeartbeatObserved"
@@ -172,6 +175,7 @@ class HeartbeatObserved(EventBase):
     ts: float | None = None
     retriable: bool = False
     forced: bool = False
+    read_error: Annotated[str, Field(max_length=MESSAGE_CAP)] | None = None
 
 
 class FailureDetailObserved(EventBase):

@@ -95,6 +95,9 @@ def summarize(event: Event) -> str:
         case HealthProbeFailed():
             return f"health probe failed: {event.error_class}"
         case HeartbeatObserved():
+            if event.read_error is not None:
+                forced = " (forced)" if event.forced else ""
+                return f"heartbeat read failed{forced}: {_first_line(event.read_error, 80)}"
             if not event.found:
                 return "heartbeat: none found" + (" (forced)" if event.forced else "")
             flag = " retriable" if event.retriable else ""
@@ -253,13 +256,29 @@ def _retriable_facts(p: _Point) -> tuple[str, ...]:
         if s.watch is not None and not s.watch.has_heartbeat_reader:
             return ("no heartbeat reader to flag it retriable",)
         return ("no forced heartbeat read yet",)
+    failed = len(s.forced_read_errors)
+    if hb.read_error is not None:
+        reads = f"{failed} forced read{'s' if failed != 1 else ''}"
+        if "forced_heartbeat" in s.pending and s.forced_retry_at is not None:
+            return (
+                f"the heartbeat could not be read yet: {reads} failed, the last at "
+                f"{p.t(hb.at)} ({hb.read_error}); the next is due at {p.t(s.forced_retry_at)}",
+            )
+        return (
+            f"the heartbeat could not be read: {reads} failed "
+            f"(limit forced_read_tries {s.policy.forced_read_tries}), the last at "
+            f"{p.t(hb.at)} ({hb.read_error}): not known to be retriable",
+        )
+    after = f", after {failed} failed forced read{'s' if failed != 1 else ''}" if failed else ""
     if not hb.found:
-        return (f"the forced heartbeat read at {p.t(hb.at)} found nothing: not retriable",)
+        return (f"the forced heartbeat read at {p.t(hb.at)} found nothing{after}: not retriable",)
     if rules.is_leftover_heartbeat(hb, s.submitted_at):
-        return ("the forced heartbeat predates the submission, a leftover (D3): not retriable",)
+        return (
+            f"the forced heartbeat predates the submission, a leftover (D3){after}: not retriable",
+        )
     if hb.retriable:
-        return (f"the worker's heartbeat (seq {hb.seq}) flagged it retriable",)
-    return (f"the worker's heartbeat (seq {hb.seq}) did not flag it retriable",)
+        return (f"the worker's heartbeat (seq {hb.seq}) flagged it retriable{after}",)
+    return (f"the worker's heartbeat (seq {hb.seq}) did not flag it retriable{after}",)
 
 
 def _find_client_deadline(p: _Point) -> Finding:

@@ -6,7 +6,10 @@ fetch made due (a health probe, a heartbeat read, or the forced reads after a te
 failure); `JobState.pending` lists the reads still due in the current poll. After every
 event `decide` first tries the verdict rules (`rules.VERDICT_RULES`, in order), then asks
 for the next pending read, then waits for the next poll, then checks the client deadline
-and fetches again.
+and fetches again. A forced heartbeat read that failed on a transient error goes back to
+the end of `pending` with a due time (`forced_retry_at`, from the failed read's `at`), so
+`decide` waits for it and reads again, a bounded number of times
+(`rules.forced_read_retry_at`); the verdict rules wait while it is pending.
 
 `evolve` is the only function that changes a state, and replay is `evolve` over the log,
 so a state rebuilt from the log equals the live one after every event. The shell's one
@@ -109,7 +112,9 @@ class JobState:
     fetch_error: StatusFetchFailed | None = None
     pending: tuple[str, ...] = ()
     health: HealthObserved | None = None  # this poll's probe answer
-    forced_heartbeat: HeartbeatObserved | None = None
+    forced_heartbeat: HeartbeatObserved | None = None  # the poll's last forced read
+    forced_read_errors: tuple[int, ...] = ()  # seqs of this poll's failed forced reads
+    forced_retry_at: float | None = None  # when the failed forced read is due again
     failure_text: str | None = None
     failure_seq: int | None = None
     # progress and timers
@@ -261,6 +266,8 @@ def _on_status(s: JobState, e: StatusObserved) -> None:
     if s.health is not None or s.forced_heartbeat is not None or s.failure_seq is not None:
         s.health = None
         s.forced_heartbeat = None
+        s.forced_read_errors = ()
+        s.forced_retry_at = None
         s.failure_text = None
         s.failure_seq = None
     at, watch = e.at, s.watch
@@ -349,11 +356,15 @@ def _on_probe_failed(s: JobState, e: HealthProbeFailed) -> None:
 
 def _on_heartbeat(s: JobState, e: HeartbeatObserved) -> None:
     if e.forced:
+        due = "forced_heartbeat" in s.pending
         _done_read(s, "forced_heartbeat")
         s.forced_heartbeat = e
+        if e.read_error is not None:
+            _on_forced_read_failed(s, e, due)
+            return
     else:
         _done_read(s, "heartbeat")
-    if not e.found:
+    if not e.found or e.read_error is not None:
         return
     s.last_heartbeat = e
     if rules.is_leftover_heartbeat(e, s.submitted_at):
@@ -367,6 +378,20 @@ def _on_heartbeat(s: JobState, e: HeartbeatObserved) -> None:
         s.training_seen = True
         if s.state == JobPhase.SETUP:
             _move(s, JobPhase.TRAINING)
+
+
+def _on_forced_read_failed(s: JobState, e: HeartbeatObserved, due: bool) -> None:
+    """A forced read that failed on a transient error: read again later, while tries last."""
+    s.forced_read_errors = (*s.forced_read_errors, e.seq)
+    if not due:  # not a read this poll asked for: nothing to try again
+        s.forced_retry_at = None
+        return
+    p = s.policy
+    s.forced_retry_at = rules.forced_read_retry_at(
+        e.at, len(s.forced_read_errors), p.forced_read_tries, p.forced_read_backoff_s
+    )
+    if s.forced_retry_at is not None:
+        s.pending = (*s.pending, "forced_heartbeat")  # the other reads go first meanwhile
 
 
 def _on_failure_detail(s: JobState, e: FailureDetailObserved) -> None:
@@ -452,7 +477,11 @@ def decide(s: JobState, now: float) -> Command:
     if verdict is not None:
         return Conclude(verdict)
     if s.pending:
-        return READ_COMMANDS[s.pending[0]]
+        name = s.pending[0]
+        due = s.forced_retry_at
+        if name == "forced_heartbeat" and due is not None and now < due - _DUE_EPSILON:
+            return Wait(due - now)  # a failed forced read, tried again after its backoff
+        return READ_COMMANDS[name]
     if s.next_fetch_at is not None and now < s.next_fetch_at - _DUE_EPSILON:
         return Wait(max(0.0, s.wait_s - (now - s.wait_anchor)))
     verdict = rules.rule_client_deadline(s, now)

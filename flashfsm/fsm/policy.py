@@ -17,7 +17,9 @@ class GracePolicy(BaseModel):
     """How long each rule waits before it concludes (seconds), and the poll-error budget.
 
     The defaults are those of DESIGN §6; `GracePolicy.for_attempt(on_last_gpu)` gives the
-    tuning the run machine uses for an attempt.
+    tuning the run machine uses for an attempt. A forced heartbeat read (after a terminal
+    failure) that fails on a transient error is tried again after 10, 20 and 30 s by default,
+    so a Hub hiccup does not decide whether the failure is retried.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -31,6 +33,12 @@ class GracePolicy(BaseModel):
     probe_every_s: float = Field(90.0, ge=0, description="health probe spacing while queued")
     max_poll_errors: int = Field(8, ge=1, description="consecutive status errors tolerated")
     max_backoff_s: float = Field(60.0, gt=0, description="cap of the status-error backoff")
+    forced_read_tries: int = Field(
+        4, ge=1, description="forced heartbeat reads tried when each fails on a transient error"
+    )
+    forced_read_backoff_s: float = Field(
+        10.0, ge=0, description="wait before the n-th retry of a forced read: n times this"
+    )
 
     @model_validator(mode="after")
     def _finite(self) -> GracePolicy:

@@ -1,10 +1,10 @@
 """The job rules of DESIGN §6 and the divergences D1–D4, one named function each.
 
-Two kinds of rule live here. *Bookkeeping rules* (steps 2, 3, 7–9 and D1–D3) say how one
-observation moves a timer or the progress mark; `evolve` calls them. *Verdict rules*
-(steps 1, 2, 4–8, 10 and D4) look at the state after an observation and either return a
-`Verdict` or None; `decide` tries them in `VERDICT_RULES` order, so the order of that
-table decides which rule wins when two could fire in the same poll.
+Two kinds of rule live here. *Bookkeeping rules* (steps 2–4, 6–9 and D1–D3) say how one
+observation moves a timer, the progress mark or a read still due; `evolve` calls them.
+*Verdict rules* (steps 1, 2, 4–8, 10 and D4) look at the state after an observation and
+either return a `Verdict` or None; `decide` tries them in `VERDICT_RULES` order, so the
+order of that table decides which rule wins when two could fire in the same poll.
 
 Verdict rules judge by the time of the observations they rest on (the status fetch, the
 health probe, the last read of the poll), never by "now", so re-running them over a
@@ -86,6 +86,22 @@ def capacity_timers_clear_on_leaving_queue() -> bool:
     return True
 
 
+def forced_read_retry_at(
+    failed_at: float, failures: int, tries: int, backoff_s: float
+) -> float | None:
+    """Steps 4 and 6: a forced heartbeat read that failed on a transient error is read again.
+
+    A Hub 5xx, 429, timeout or reset says nothing about the heartbeat, so it must not decide
+    whether a failure is retried: after the n-th failed forced read the next one is due
+    `backoff × n` later, until `tries` reads have failed (None: the tries are spent, and the
+    verdict rests on no heartbeat). The time comes from the failed read's event, so a replay
+    schedules the retry where the live watch did.
+    """
+    if failures >= tries:
+        return None
+    return failed_at + backoff_s * failures
+
+
 def blind_gap(previous_at: float | None, watch_at: float) -> float:
     """D2: the time nobody watched, between the last event and a reattach; charged to no timer."""
     if previous_at is None:
@@ -152,7 +168,11 @@ def rule_completed(s: JobState) -> Verdict | None:
 
 
 def rule_completed_with_error(s: JobState) -> Verdict | None:
-    """Step 4: COMPLETED whose output is an error: the worker's `retriable` flag decides."""
+    """Step 4: COMPLETED whose output is an error: the worker's `retriable` flag decides.
+
+    The flag comes from the forced heartbeat read, which waits for its retries when it fails
+    on a transient error (`forced_read_retry_at`): the rule fires once no read is pending.
+    """
     st = s.status
     if s.cycle != "status" or st is None or st.status != "COMPLETED" or st.metrics is not None:
         return None
@@ -176,7 +196,10 @@ def rule_platform_termination(s: JobState) -> Verdict | None:
 
 
 def rule_worker_failed(s: JobState) -> Verdict | None:
-    """Step 6: FAILED: the worker's `retriable` flag tells infra from the job's own failure."""
+    """Step 6: FAILED: the worker's `retriable` flag tells infra from the job's own failure.
+
+    As in step 4, the forced heartbeat read is retried on a transient error before this fires.
+    """
     st = s.status
     if s.cycle != "status" or st is None or st.status != "FAILED" or s.pending:
         return None
@@ -307,23 +330,38 @@ def judge(s: JobState) -> Verdict | None:
 def worker_flagged_retriable(s: JobState) -> bool:
     """Steps 4 and 6: the forced heartbeat read says `retriable` (and is this attempt's, D3)."""
     hb = s.forced_heartbeat
-    if hb is None or not hb.found or not hb.retriable:
+    if hb is None or not hb.found or not hb.retriable or hb.read_error is not None:
         return False
     return not is_leftover_heartbeat(hb, s.submitted_at)
 
 
+def heartbeat_unreadable(s: JobState) -> bool:
+    """Steps 4 and 6: every forced heartbeat read failed on a transient error."""
+    hb = s.forced_heartbeat
+    return hb is not None and hb.read_error is not None
+
+
 def _failed_or_preempted(s: JobState, rule: str, detail: str) -> Verdict:
     assert s.status is not None
-    evidence = [s.status.seq]
+    evidence = {s.status.seq, *s.forced_read_errors}
     if s.forced_heartbeat is not None:
-        evidence.append(s.forced_heartbeat.seq)
+        evidence.add(s.forced_heartbeat.seq)
     if s.failure_seq is not None:
-        evidence.append(s.failure_seq)
+        evidence.add(s.failure_seq)
     retriable = worker_flagged_retriable(s)
     state = JobPhase.PREEMPTED if retriable else JobPhase.FAILED
     if retriable:
         detail = f"{detail}\n(worker flagged the failure retriable)"
-    return Verdict(state, rule, detail, evidence=tuple(evidence))
+    elif heartbeat_unreadable(s):
+        hb = s.forced_heartbeat
+        assert hb is not None
+        tries = len(s.forced_read_errors)
+        detail = (
+            f"{detail}\n(the worker's heartbeat could not be read: {tries} forced "
+            f"read{'s' if tries != 1 else ''} failed, the last with {hb.read_error}; "
+            "not known to be retriable)"
+        )
+    return Verdict(state, rule, detail, evidence=tuple(sorted(evidence)))
 
 
 def _status_detail(s: JobState) -> str:

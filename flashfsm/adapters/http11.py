@@ -1,0 +1,260 @@
+"""A lean asyncio HTTP/1.1 transport for httpx: h11 over asyncio streams, keep-alive pooled.
+
+Why. httpx's default async transport (httpcore over anyio) costs ~1 ms of CPU per request
+on this kind of machine, most of it pool bookkeeping: every request rescans the pool, and
+every reuse asks anyio for socket details and polls the socket. A supervisor watching
+10,000 jobs at a 10 s interval sends 1,000 requests a second from one event loop, so that
+bookkeeping, not the network, decides how many jobs one process can watch. This transport
+keeps what matters and drops the rest:
+
+- HTTP/1.1 framing is h11's (the sans-IO parser httpcore itself uses), not ours;
+- one LIFO stack of idle keep-alive connections per origin, at most `max_idle_per_origin`;
+  a connection is reused only when h11 says its previous exchange is complete and the
+  server has not closed it, and is dropped after `keepalive_expiry` seconds idle;
+- every phase obeys httpx's per-request timeouts (`connect`, `write`, `read`; `pool` has
+  no meaning here: no request ever waits for a connection, a new one is opened instead);
+- failures surface as httpx's own exceptions (`ConnectError`, `ConnectTimeout`,
+  `ReadTimeout`, `ReadError`, `WriteError`, `RemoteProtocolError`), so callers classify
+  them exactly as they do with the default transport;
+- HTTPS through the same `ssl.SSLContext` httpx would build.
+
+It never retries: a request that fails is the caller's to classify (the RunPod client's
+retry policy decides). Request bodies must be in memory (as the RunPod client's always
+are); response bodies are read whole, up to `max_response_bytes`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import h11
+import httpx
+
+#: Read size per socket read.
+READ_CHUNK = 64 * 1024
+#: The largest response body read (RunPod status answers are a few KiB).
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+
+_Origin = tuple[bytes, bytes, int]
+
+
+class _Connection:
+    """One keep-alive connection: an asyncio stream pair and its h11 state."""
+
+    __slots__ = ("h11", "idle_since", "reader", "writer")
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.reader = reader
+        self.writer = writer
+        self.h11 = h11.Connection(our_role=h11.CLIENT)
+        self.idle_since = 0.0
+
+    def reusable(self, now: float, expiry: float) -> bool:
+        """Still open (the server has not hung up) and not idle for too long."""
+        return (
+            not self.reader.at_eof()
+            and not self.writer.is_closing()
+            and now - self.idle_since < expiry
+        )
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.writer.close()
+
+
+class AsyncH11Transport(httpx.AsyncBaseTransport):
+    """An `httpx.AsyncBaseTransport` over h11 and asyncio streams (see the module doc)."""
+
+    def __init__(
+        self,
+        *,
+        verify: ssl.SSLContext | bool = True,
+        max_idle_per_origin: int = 100,
+        keepalive_expiry: float = 5.0,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
+    ):
+        if isinstance(verify, ssl.SSLContext):
+            self._ssl: ssl.SSLContext | None = verify
+        else:
+            self._ssl = None
+            self._verify = verify
+        self.max_idle_per_origin = max_idle_per_origin
+        self.keepalive_expiry = keepalive_expiry
+        self.max_response_bytes = max_response_bytes
+        self._idle: dict[_Origin, list[_Connection]] = {}
+        self._closed = False
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            self._ssl = httpx.create_ssl_context(verify=self._verify)
+        return self._ssl
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self._closed:
+            raise RuntimeError("the transport is closed")
+        url = request.url
+        scheme = url.raw_scheme
+        if scheme not in (b"http", b"https"):
+            raise httpx.UnsupportedProtocol(f"unsupported URL scheme {scheme!r}", request=request)
+        port = url.port or (443 if scheme == b"https" else 80)
+        origin: _Origin = (scheme, url.raw_host, port)
+        timeouts = request.extensions.get("timeout", {})
+        body = await request.aread()
+        conn = self._checkout(origin)
+        if conn is None:
+            conn = await self._connect(origin, timeouts.get("connect"), request)
+        try:
+            status, headers, content = await self._exchange(conn, request, body, timeouts)
+        except BaseException:
+            conn.close()
+            raise
+        self._checkin(origin, conn)
+        return httpx.Response(
+            status,
+            headers=headers,
+            content=content,
+            request=request,
+            extensions={"http_version": b"HTTP/1.1"},
+        )
+
+    def _checkout(self, origin: _Origin) -> _Connection | None:
+        stack = self._idle.get(origin)
+        now = time.monotonic()
+        while stack:
+            conn = stack.pop()
+            if conn.reusable(now, self.keepalive_expiry):
+                return conn
+            conn.close()
+        return None
+
+    def _checkin(self, origin: _Origin, conn: _Connection) -> None:
+        state = conn.h11
+        if self._closed or state.our_state is not h11.DONE or state.their_state is not h11.DONE:
+            conn.close()
+            return
+        state.start_next_cycle()
+        stack = self._idle.setdefault(origin, [])
+        if len(stack) >= self.max_idle_per_origin:
+            conn.close()
+            return
+        conn.idle_since = time.monotonic()
+        stack.append(conn)
+
+    async def _connect(
+        self, origin: _Origin, timeout: float | None, request: httpx.Request
+    ) -> _Connection:
+        scheme, host, port = origin
+        hostname = host.decode("ascii")
+        tls = self._ssl_context() if scheme == b"https" else None
+        try:
+            async with asyncio.timeout(timeout):
+                reader, writer = await asyncio.open_connection(
+                    hostname,
+                    port,
+                    ssl=tls,
+                    server_hostname=hostname if tls is not None else None,
+                    limit=READ_CHUNK,
+                )
+        except TimeoutError:
+            raise httpx.ConnectTimeout("timed out connecting", request=request) from None
+        except (OSError, ssl.SSLError) as exc:
+            raise httpx.ConnectError(
+                f"cannot connect: {type(exc).__name__}", request=request
+            ) from exc
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            import socket
+
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return _Connection(reader, writer)
+
+    async def _exchange(
+        self,
+        conn: _Connection,
+        request: httpx.Request,
+        body: bytes,
+        timeouts: dict[str, float | None],
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        state = conn.h11
+        headers = [(k, v) for k, v in request.headers.raw]
+        target = request.url.raw_path
+        try:
+            out = state.send(h11.Request(method=request.method, target=target, headers=headers))
+            if body:
+                out += state.send(h11.Data(data=body))
+            out += state.send(h11.EndOfMessage())
+        except h11.LocalProtocolError as exc:
+            raise httpx.LocalProtocolError(str(exc), request=request) from None
+        try:
+            async with asyncio.timeout(timeouts.get("write")):
+                conn.writer.write(out)
+                await conn.writer.drain()
+        except TimeoutError:
+            raise httpx.WriteTimeout("timed out sending the request", request=request) from None
+        except OSError as exc:
+            raise httpx.WriteError(f"send failed: {type(exc).__name__}", request=request) from exc
+        try:
+            async with asyncio.timeout(timeouts.get("read")):
+                return await self._receive(conn, request)
+        except TimeoutError:
+            raise httpx.ReadTimeout("timed out reading the response", request=request) from None
+
+    async def _receive(
+        self, conn: _Connection, request: httpx.Request
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        status = 0
+        headers: list[tuple[bytes, bytes]] = []
+        parts: list[bytes] = []
+        size = 0
+        async for event in self._events(conn, request):
+            if isinstance(event, h11.Response):
+                status, headers = event.status_code, list(event.headers)
+            elif isinstance(event, h11.Data):
+                size += len(event.data)
+                if size > self.max_response_bytes:
+                    raise httpx.RemoteProtocolError(
+                        f"response body over {self.max_response_bytes} bytes", request=request
+                    )
+                parts.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                return status, headers, b"".join(parts)
+        raise httpx.RemoteProtocolError("the server closed the connection", request=request)
+
+    async def _events(self, conn: _Connection, request: httpx.Request) -> AsyncIterator[Any]:
+        state = conn.h11
+        while True:
+            try:
+                event = state.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise httpx.RemoteProtocolError(str(exc), request=request) from None
+            if event is h11.NEED_DATA:
+                try:
+                    data = await conn.reader.read(READ_CHUNK)
+                except OSError as exc:
+                    raise httpx.ReadError(
+                        f"receive failed: {type(exc).__name__}", request=request
+                    ) from exc
+                if not data and state.their_state is h11.SEND_RESPONSE:
+                    raise httpx.RemoteProtocolError(
+                        "the server disconnected without sending a response", request=request
+                    )
+                state.receive_data(data)
+                continue
+            if event is h11.PAUSED or isinstance(event, h11.ConnectionClosed):
+                return
+            if isinstance(event, h11.InformationalResponse):
+                continue
+            yield event
+
+    async def aclose(self) -> None:
+        self._closed = True
+        stacks, self._idle = self._idle, {}
+        for stack in stacks.values():
+            for conn in stack:
+                conn.close()
