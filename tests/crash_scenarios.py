@@ -7,14 +7,13 @@ process would have seen, so their verdicts must agree to the second.
 
 from __future__ import annotations
 
-import os
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from flashfsm import JobHandle, RunpodApiError, poll_job
 from flashfsm.adapters.stores import open_store
+from tests.store_support import KillAfter
 
 T0 = 1_000_000.0
 HANDLE = JobHandle("ep-crash", "flash-crash", "job-crash", submitted_at=T0)
@@ -111,21 +110,6 @@ class _Client:
         return _answer(self.scenario.health(self.clock() - T0))
 
 
-class _KillAfter:
-    """A store proxy that SIGKILLs its own process once the stream holds `events` events."""
-
-    def __init__(self, store: Any, events: int | None):
-        self._store, self._events = store, events
-
-    def append(self, stream: str, events: Any, expected_seq: int) -> None:
-        self._store.append(stream, events, expected_seq)
-        if self._events is not None and expected_seq + len(events) >= self._events:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
-
-
 def run_watch(name: str, url: str, stream: str, kill_after: int | None = None) -> None:
     """Watch scenario `name` on the store at `url`, resuming at the log's last time."""
     scenario = SCENARIOS[name]
@@ -146,7 +130,7 @@ def run_watch(name: str, url: str, stream: str, kill_after: int | None = None) -
             client=_Client(scenario, clock),
             clock=clock,
             sleep=clock.sleep,
-            store=_KillAfter(store, kill_after),
+            store=KillAfter(store, kill_after),
             stream=stream,
             **scenario.policy,
         )

@@ -1,25 +1,36 @@
-"""Helpers of the store contract tests: backends by kind, event factories, process workers.
+"""Helpers of the store tests: backends by kind, event factories, process workers, crashes.
 
 The worker functions run in processes started with the `spawn` method, so they live in an
-importable module and take only picklable arguments (a store URL, never a store).
+importable module and take only picklable arguments (a store URL, never a store). The
+crash helpers (`KillAfter`, `run_in_child`, `check_reattached`, …) serve the SIGKILL
+tests, which fork their watchers instead.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import multiprocessing
 import os
 import shutil
+import signal
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flashfsm import verify
 from flashfsm.adapters.stores import open_store, path_url
 from flashfsm.events.errors import ConcurrencyError
-from flashfsm.events.models import Event, HeartbeatObserved, StatusObserved
+from flashfsm.events.models import (
+    Concluded,
+    Event,
+    HeartbeatObserved,
+    StatusObserved,
+    WatchStarted,
+)
 from flashfsm.events.store import EventStore
 from flashfsm.ids import new_id
 
@@ -172,3 +183,103 @@ def delayed_writer_process(url: str, stream: str, seq: int, ready: Any, delay_s:
         store.append(stream, [make_event(stream, seq)], seq)
     finally:
         store.close()
+
+
+# -- crash tests: SIGKILL a watcher after an append, reattach, compare ----------------------
+
+FORK = multiprocessing.get_context("fork")
+
+
+def crash_store_kinds() -> list[Any]:
+    """Parameters for the store kinds of a crash test (Postgres only when the DSN is set).
+
+    (pytest is imported here, not at the top: spawned workers import this module too.)
+    """
+    import pytest
+
+    return [
+        "sqlite",
+        "jsonl",
+        pytest.param(
+            "postgres",
+            marks=pytest.mark.skipif(postgres_dsn() is None, reason=f"{PG_ENV} not set"),
+        ),
+    ]
+
+
+Verdict = tuple[str, str, str | None, float]
+
+
+@contextlib.contextmanager
+def store_locations(kind: str, root: Path) -> Iterator[Callable[[], str]]:
+    """`new()` gives the URL of a fresh, empty location of `kind`; all are removed on exit."""
+    cleanups: list[Callable[[], None]] = []
+    try:
+        yield lambda: make_backend(kind, root, cleanups).url
+    finally:
+        run_cleanups(cleanups)
+
+
+class KillAfter:
+    """A store proxy that SIGKILLs its own process once the stream holds `events` events."""
+
+    def __init__(self, store: Any, events: int | None):
+        self._store, self._events = store, events
+
+    def append(self, stream: str, events: Any, expected_seq: int) -> None:
+        self._store.append(stream, events, expected_seq)
+        if self._events is not None and expected_seq + len(events) >= self._events:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+def run_in_child(target: Callable[..., Any], *args: Any, timeout_s: float = 60.0) -> int | None:
+    """Run `target(*args)` in a forked process; its exit code (-9 when SIGKILLed)."""
+    child = FORK.Process(target=target, args=args)
+    child.start()
+    child.join(timeout_s)
+    if child.is_alive():
+        child.kill()
+        child.join()
+        raise AssertionError("the watching process hung")
+    return child.exitcode
+
+
+def read_stream(url: str, stream: str) -> list[Event]:
+    """The events of `stream` in the store at `url`."""
+    store = open_store(url)
+    try:
+        return store.read(stream)
+    finally:
+        store.close()
+
+
+def verdict_of(events: list[Event]) -> Verdict:
+    """(state, rule, failure, at) of the verdict that ends a log."""
+    final = events[-1]
+    assert isinstance(final, Concluded), f"log ends with {final.kind}, not a verdict"
+    return final.state, final.rule, final.failure, final.at
+
+
+def append_boundaries(events: list[Event]) -> list[int]:
+    """Stream lengths after each append of an uninterrupted watch (the first batch is 2)."""
+    return list(range(2, len(events) + 1))
+
+
+def check_reattached(events: list[Event], expected: Verdict, k: int, reference: int) -> None:
+    """The log of a watch killed at boundary `k` then reattached, against the reference.
+
+    Contiguous seqs, no duplicate id, the reference's verdict at the reference's time, a log
+    `verify` accepts, and exactly one reattach when the kill came before the verdict.
+    """
+    assert [e.seq for e in events] == list(range(len(events))), f"k={k}: seq gap"
+    assert len({e.id for e in events}) == len(events), f"k={k}: duplicate id"
+    got = verdict_of(events)
+    assert got == expected, f"k={k}: verdict {got} after the crash, {expected} without"
+    report = verify(events)
+    assert report.ok, f"k={k}: {report}"
+    if k < reference:
+        reattaches = sum(isinstance(e, WatchStarted) and e.reattach for e in events)
+        assert reattaches == 1, f"k={k}: {reattaches} reattaching watches"

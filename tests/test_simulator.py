@@ -65,6 +65,27 @@ def test_the_sim_clock_runs_fast_or_by_hand():
         manual.advance(-1)
 
 
+def test_the_clock_route_shares_a_manual_clock_and_refuses_a_running_one(sim):
+    sim.add_fault("*", 503, times=None)  # no fault fires on the control route
+    with httpx.Client(base_url=sim.url, timeout=5) as anyone:  # no API key needed
+        start = sim.clock()
+        assert anyone.get("/_sim/clock").json() == {"now": start}
+        moved = anyone.post("/_sim/clock", json={"advance": 12.5})
+        assert moved.status_code == 200 and moved.json() == {"now": start + 12.5}
+        assert sim.clock() == start + 12.5
+        sim.clock.advance(0.25)  # and the simulator's own moves show in the route
+        assert anyone.get("/_sim/clock").json() == {"now": start + 12.75}
+        for bad in ({"advance": -1}, {"advance": "5"}, {"advance": True}, {}, [3]):
+            assert anyone.post("/_sim/clock", json=bad).status_code == 400, bad
+        assert anyone.post("/_sim/clock", content=b"{nope").status_code == 400
+        assert anyone.put("/_sim/clock", json={"advance": 1}).status_code == 405
+        assert sim.clock() == start + 12.75
+    assert [r.fault for r in sim.requests_for("sim_clock")] == [None] * 10
+    with Simulator(speed=60, api_keys=(KEY,)) as running, httpx.Client(timeout=5) as http:
+        assert http.get(f"{running.url}/_sim/clock").status_code == 409
+        assert http.post(f"{running.url}/_sim/clock", json={"advance": 5}).status_code == 409
+
+
 def test_a_fast_clock_moves_jobs_in_real_time():
     with Simulator(speed=400, api_keys=(KEY,)) as sim:
         endpoint = sim.add_endpoint(scenario="success")
@@ -327,6 +348,28 @@ def test_hf_hub_download_reads_the_heartbeat_the_simulator_wrote(sim, http, tmp_
     missing_repo = _hf_download(sim, tmp_path, "team/none", path)
     # With force_download, huggingface_hub wraps the HEAD error in a ValueError.
     assert "RepositoryNotFoundError" in missing_repo[path]
+
+
+def test_two_simulators_never_share_a_commit_so_a_shared_hf_cache_stays_right(tmp_path):
+    # huggingface_hub keeps a download under its commit and, even with force_download,
+    # serves the file it holds for that commit: equal commit ids from two simulators with
+    # different files would hand the second one's reader the first one's heartbeat.
+    from huggingface_hub import hf_hub_download
+
+    read = {}
+    for text in ('{"retriable": false}', '{"retriable": true}'):
+        with Simulator(speed=0) as each:
+            commit = each.hub.put("team/runs", "rl/r1/seed0/heartbeat.json", text)
+            local = hf_hub_download(
+                "team/runs",
+                "rl/r1/seed0/heartbeat.json",
+                repo_type="dataset",
+                force_download=True,
+                cache_dir=tmp_path,
+                endpoint=each.url,
+            )
+            read[commit] = Path(local).read_text()
+    assert list(read.values()) == ['{"retriable": false}', '{"retriable": true}']
 
 
 def test_hub_answers_carry_the_headers_huggingface_hub_needs(sim):

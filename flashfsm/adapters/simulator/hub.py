@@ -5,6 +5,11 @@
 names blobs by it) and `Content-Length`; a missing file is a 404 with `X-Error-Code:
 EntryNotFound` (a missing repo: `RepoNotFound`, a missing branch: `RevisionNotFound`).
 Then it GETs the same URL for the bytes. Every `put` makes a new commit of its repo.
+
+Commit ids are unique across stores, as the Hub's are: the local cache files a download
+under its commit, and `huggingface_hub` serves a file it already holds for that commit
+even with `force_download=True`, so two simulators (one per test, say) that both made
+commit "n" of a repo would otherwise hand a shared cache one's file for the other's.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import uuid
 from dataclasses import dataclass, field
 
 REPO_TYPES = ("model", "dataset", "space")
@@ -51,6 +57,7 @@ class HubStore:
         self._repos: dict[tuple[str, str], HubRepo] = {}
         self._lock = threading.Lock()
         self._counter = 0
+        self._salt = uuid.uuid4().hex  # makes commit ids unique across stores
 
     def put(self, repo: str, path: str, content: str | bytes, *, repo_type: str = "dataset") -> str:
         """Write a file (creating the repo) and return the new commit id."""
@@ -58,7 +65,7 @@ class HubStore:
         key = (_check_type(repo_type), repo)
         with self._lock:
             self._counter += 1
-            commit = hashlib.sha1(f"{repo}:{self._counter}".encode()).hexdigest()
+            commit = hashlib.sha1(f"{self._salt}:{repo}:{self._counter}".encode()).hexdigest()
             r = self._repos.setdefault(key, HubRepo())
             r.commits.append(commit)
             r.files[path.strip("/")] = HubFile(data, blob_sha1(data), commit)

@@ -11,6 +11,15 @@ each under its own path prefix, so `Simulator.env()` can point all of them at it
 Each request is parsed, recorded (without its Authorization header), matched against
 the fault plan, authenticated (RunPod routes: `Authorization: Bearer <a simulator key>`),
 and handled under one lock after `World.tick()` has replayed what the sim clock made due.
+
+One control route lets another process share a manual sim clock (`speed=0`), so a watcher
+in a child process judges by the simulator's time and its waits move that time:
+
+    GET  {url}/_sim/clock                       → {"now": <sim epoch seconds>}
+    POST {url}/_sim/clock  {"advance": <s ≥ 0>}  → {"now": <the new time>}
+
+It needs no API key, no fault ever fires on it, and a clock that runs by itself
+(`speed > 0`) refuses it with 409: only a manual clock is a clock a client may move.
 """
 
 from __future__ import annotations
@@ -405,13 +414,15 @@ class Simulator:
             with self._requests_lock:
                 self._requests.append(rec)
         names = (match.route, *(f"{match.route}:{op}" for op in operations))
-        fault = self.faults.take(names, rec)
+        fault = None if match.plane == "control" else self.faults.take(names, rec)
         rec.fault = fault.kind if fault else None
         if fault and fault.kind == "reset" and not fault.handled:
             self._reset(h)
             return
         if fault and fault.kind == "status":
             reply = self._fault_reply(match, fault)
+        elif match.plane == "control":
+            reply = match.handler(method=method, body=body)
         elif match.plane in ("hub", "misc"):
             with self._lock:
                 self.world.tick()  # writes the heartbeats that are due before they are read
@@ -562,6 +573,7 @@ class Simulator:
             {"GET": "_hub_resolve", "HEAD": "_hub_resolve"},
         ),
         (r"/api/telemetry/.*", "misc", "hub_telemetry", {"GET": "_ok", "HEAD": "_ok"}),
+        (r"/_sim/clock", "control", "sim_clock", {"GET": "_sim_clock", "POST": "_sim_clock"}),
     )
     _COMPILED = tuple((re.compile(p + r"/?"), *rest) for p, *rest in _ROUTES)
 
@@ -573,7 +585,7 @@ class Simulator:
             params = {k: unquote(v) for k, v in m.groupdict().items() if v is not None}
             handler_name = methods.get(method)
             if handler_name is None:
-                return _Match(name, "misc", self._not_allowed)
+                return _Match(name, "control" if plane == "control" else "misc", self._not_allowed)
             if name == "endpoint":
                 name = {"GET": "get_endpoint", "DELETE": "delete_endpoint"}.get(
                     method, "update_endpoint"
@@ -626,6 +638,26 @@ class Simulator:
 
     def _ok(self, **_: Any) -> Reply:
         return 200, {}, b""
+
+    # ------------------------------------------------------------------ control
+
+    def _sim_clock(self, method: str, body: bytes) -> Reply:
+        """Read (GET) or advance (POST `{"advance": s}`) a manual sim clock."""
+        if not self.clock.manual:
+            return _json_reply(409, {"error": "the sim clock is not manual (speed > 0)"})
+        if method == "POST":
+            try:
+                seconds = _json(body).get("advance")  # type: ignore[union-attr]
+            except (_BadJson, AttributeError):
+                seconds = None
+            if (
+                not isinstance(seconds, (int, float))
+                or isinstance(seconds, bool)
+                or not 0 <= seconds < float("inf")
+            ):
+                return _json_reply(400, {"error": 'expected {"advance": <seconds >= 0>}'})
+            self.clock.advance(seconds)
+        return _json_reply(200, {"now": self.clock.now()})
 
     # ------------------------------------------------------------------ data plane
 
