@@ -572,6 +572,7 @@ def poll_job(
     stream: str | None = None,
     allow_pickle: bool | None = None,
     stop: Callable[[], bool] | None = None,
+    heartbeat_every_s: float | None = 30.0,
 ) -> PollResult:
     """Watch a submitted job until a rule reaches a verdict; every observation is an event.
 
@@ -580,7 +581,10 @@ def poll_job(
     the next. `heartbeat_reader(force=False)` and `failure_detail_reader(force=False)` may
     be None or raise (a raise is no data, except that a forced heartbeat read raising
     `TransientReadError`, `TimeoutError` or `ConnectionError` is recorded as failed and tried
-    again, `GracePolicy.forced_read_tries` times in all). `log` receives progress lines.
+    again, `GracePolicy.forced_read_tries` times in all). A poll asks the heartbeat reader
+    for a regular read only when `heartbeat_every_s` has passed since the last poll that
+    asked (None: every poll); the pace is kept in the log, so a reattach keeps it.
+    `log` receives progress lines.
 
     `store` (a store or a URL; an in-memory store by default) keeps the stream (default
     `job-<job_id>`). When the stream already holds a watch of this job, the log is replayed
@@ -608,6 +612,7 @@ def poll_job(
         throttled_grace_s=throttled_grace_s,
         queue_grace_s=queue_grace_s,
         deadline_s=deadline_s,
+        heartbeat_every_s=heartbeat_every_s,
     )
     say = make_say(log)
     watch = JobWatch.attach(

@@ -361,7 +361,9 @@ def submit_run(
       `quota_sweeper`); `deployer` replaces `deploy_endpoint` (same signature).
     - `function` (or `spec.entrypoint`) is what a worker without a baked image runs.
     - `clock` and `sleep` drive the deploy waits, the events' times and the watch.
-    - `hub_options` go to the Hub readers (`cache_dir`, `endpoint`, `min_interval_s`).
+    - `hub_options` go to the Hub readers (`cache_dir`, `endpoint`, `min_interval_s`; the
+      watch paces heartbeat reads itself, from the log, and a non-zero `min_interval_s` adds
+      a process-local gate that a reattach does not see).
 
     Raises `WorkerDependencyError` / `ValueError` before anything is provisioned,
     `DeployError` when the deploy gives up, and the client's error when the submit fails

@@ -40,14 +40,13 @@ Why the runs are comparable (checked, not assumed):
 - The watcher's only clock moves are its own waits, so a SIGKILL right after an append
   leaves the sim clock at that event's time, which is where the reattaching watcher
   starts: no time passes unwatched, and the reattach charges no gap to any timer.
-- The Hub readers run with `min_interval_s=0`. Their rate gate keeps the last read's time
-  in process memory, which a crash loses: a reattached reader reads at its first poll
-  where the uninterrupted one's gate would have skipped, so a heartbeat is observed at
-  another time, and the stall and setup timers run from observation times. With the
-  default 30 s gate, a 10 s poll and `stall_after_s=100`, `training_stall` concluded at
-  +350 s uninterrupted and at +360 or +370 s after a reattach (20 of its 44 boundaries).
-  That is the readers' doing, not the simulator's; with the gate open, the job core's
-  own schedule (one heartbeat read per poll, recorded in the log) decides every read.
+- The Hub readers run with their defaults. Regular heartbeat reads are paced by the job
+  core from the log (`GracePolicy.heartbeat_every_s`, 30 s), not by a reader's own gate:
+  such a gate keeps the last read's time in process memory, which a crash loses, and a
+  reattached reader then read at its first poll where the uninterrupted one's gate had
+  skipped (`training_stall`, with a 10 s poll and `stall_after_s=100`, concluded at +350 s
+  uninterrupted and at +360 or +370 s after a reattach, at 20 of its 44 boundaries). The
+  failure-detail reader is read only forced, past its gate.
 
 Speed: children are forked from this already-imported, warmed-up process (`_warm`); each
 scenario's poll interval and graces bring its verdict in 9–20 events (`WATCH`): 205
@@ -178,10 +177,8 @@ def watch_job(job: SimJob, store_url: str, kill_after: int | None) -> None:
     if writes_to_hub(job.scenario):
         hub = {"clock": clock, "endpoint": job.url, "cache_dir": job.cache_dir}
         readers = {
-            "heartbeat_reader": make_hf_heartbeat_reader(HF_REPO, PREFIX, 0, **hub),
-            "failure_detail_reader": make_hf_failure_detail_reader(
-                HF_REPO, PREFIX, PHASE, 0, **hub
-            ),
+            "heartbeat_reader": make_hf_heartbeat_reader(HF_REPO, PREFIX, **hub),
+            "failure_detail_reader": make_hf_failure_detail_reader(HF_REPO, PREFIX, PHASE, **hub),
         }
     store = open_store(store_url)
     client = RunpodClient(

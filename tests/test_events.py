@@ -559,3 +559,40 @@ def test_cap_text_keeps_the_head_or_the_tail() -> None:
     assert cap_text("abcdef", 10) == "abcdef"
     assert cap_text("abcdef", 3) == "abc"
     assert cap_text("abcdef", 3, tail=True) == "def"
+
+
+# --- the upcasters this library ships -------------------------------------------------------
+
+
+def test_a_v1_job_submitted_upcasts_to_a_policy_that_reads_the_heartbeat_every_poll() -> None:
+    policy = GracePolicy().model_dump()
+    del policy["heartbeat_every_s"]  # what a v1 writer recorded
+    old = minimal("JobSubmitted", v=1, policy={**policy, "stall_after_s": 99.0})
+    event = decode(json.dumps(old))
+    assert isinstance(event, JobSubmitted) and event.v == 2
+    assert event.policy.heartbeat_every_s is None and event.policy.stall_after_s == 99.0
+    assert upcast(old) == event and list(decode_many([json.dumps(old)])) == [event]
+    # a v1 line without a policy had the defaults of its day: every poll reads too
+    assert decode(json.dumps(minimal("JobSubmitted", v=1))).policy == GracePolicy(
+        heartbeat_every_s=None
+    )
+    # a new event keeps its pace through the fast path
+    new = JobSubmitted(stream="job-7", seq=0, id="n", at=1.0, endpoint_id="ep", job_id="j")
+    assert new.v == 2 and new.policy.heartbeat_every_s == 30.0 and decode(encode(new)) == new
+
+
+def test_a_v1_log_still_asks_for_a_heartbeat_read_on_every_poll() -> None:
+    from flashfsm.fsm.job import replay
+
+    policy = GracePolicy().model_dump()
+    del policy["heartbeat_every_s"]
+    lines = [
+        minimal("JobSubmitted", v=1, seq=0, at=0.0, policy=policy),
+        minimal("WatchStarted", seq=1, at=0.0, has_heartbeat_reader=True),
+        minimal("StatusObserved", seq=2, at=0.0, status="IN_PROGRESS"),
+        minimal("StatusObserved", seq=3, at=10.0, status="IN_PROGRESS"),
+    ]
+    events = [decode(json.dumps(line)) for line in lines]
+    assert replay(events).pending == ("heartbeat",)  # v1: every poll; v2's default: not at 10
+    new = [events[0].model_copy(update={"policy": GracePolicy()}), *events[1:]]
+    assert replay(new).pending == ()

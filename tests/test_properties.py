@@ -397,6 +397,90 @@ def test_replaying_the_log_gives_the_live_state_after_every_prefix(
     assert from_bytes.snapshot() == watch.state.snapshot()
 
 
+class _Killed(BaseException):
+    """The watching process died (not an Exception: nothing in the watch catches it)."""
+
+
+class _KillAfter:
+    """A store proxy that kills the watch once the stream holds `events` events (once)."""
+
+    def __init__(self, store: MemoryStore, events: int):
+        self._store, self._events = store, events
+
+    def append(self, stream: str, events: Any, expected_seq: int) -> None:
+        self._store.append(stream, events, expected_seq)
+        if self._events and expected_seq + len(events) >= self._events:
+            self._events = 0
+            raise _Killed
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+class _CountingReader:
+    """One process's heartbeat reader: every call recorded as (virtual time, force)."""
+
+    def __init__(self, world: World, calls: list[tuple[float, bool]]):
+        self.world, self.calls = world, calls
+
+    def __call__(self, force: bool = False) -> Any:
+        self.calls.append((self.world.clock.elapsed, force))
+        return self.world.read_heartbeat(force)
+
+
+def _watch_split(script: Script, every: float | None, kill_at: int | None) -> tuple[Any, ...]:
+    """Watch a script, killed once the log holds `kill_at` events and resumed at once by a
+    fresh process with a fresh reader: (the reads asked for, the log without its watches)."""
+    clock = VirtualClock()
+    world = World(script, clock)
+    store = MemoryStore()
+    calls: list[tuple[float, bool]] = []
+
+    def watch(target: Any) -> Any:
+        reader = _CountingReader(world, calls) if script.heartbeat_reader else None
+        return poll_job(
+            handle_for(script),
+            interval_s=10.0,
+            heartbeat_reader=reader,
+            failure_detail_reader=world.failure_detail_reader,
+            **dict(script.graces),
+            heartbeat_every_s=every,
+            client=world.client,
+            clock=clock,
+            sleep=world.sleep,
+            store=target,
+            stream=STREAM,
+        )
+
+    try:
+        result = watch(store if kill_at is None else _KillAfter(store, kill_at))
+    except _Killed:
+        result = watch(store)  # a new process: a new reader, the state replayed from the log
+    log = store.read(STREAM)
+    assert verify(log).ok, verify(log)
+    observed = [
+        (e.kind, e.at, e.model_dump(exclude={"id", "seq", "evidence"}))  # seqs shift
+        for e in log
+        if not isinstance(e, WatchStarted)
+    ]
+    return calls, observed, (result.state, result.rule, log[-1].at)
+
+
+@given(
+    scripts(),
+    st.sampled_from([None, 0.0, 20.0, 30.0, 45.0]),
+    st.integers(1, 60),
+)
+def test_heartbeat_reads_depend_only_on_the_log_not_on_the_reader_process(
+    script: Script, every: float | None, kill_at: int
+) -> None:
+    whole = _watch_split(script, every, None)
+    split = _watch_split(script, every, kill_at)
+    assert split[0] == whole[0]  # the same reads, regular and forced, at the same times
+    assert split[1] == whole[1]  # hence the same observations
+    assert split[2] == whole[2]  # and the same verdict at the same time
+
+
 # --- terminal states ------------------------------------------------------------------------
 
 _seqs = st.integers(0, 400)

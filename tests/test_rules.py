@@ -616,7 +616,7 @@ def test_a_new_heartbeat_key_resets_the_stall_clock(clock: VirtualClock) -> None
         clock,
         failure="stalled",
         rule="stall",
-        at=500 + 1210,
+        at=510 + 1210,  # reads every 30 s (heartbeat_every_s): the one at 510 sees t=500's beat
         words=("no worker progress for 1210s", "during training", "limit 1200s"),
     )
     assert all(force is False for _, force in hb.calls)
@@ -656,6 +656,84 @@ def test_a_repeated_heartbeat_key_is_not_progress(clock: VirtualClock) -> None:
     )
 
 
+def regular_reads(reader: Reader) -> list[float]:
+    return [t for t, force in reader.calls if not force]
+
+
+def test_regular_heartbeat_reads_come_every_heartbeat_every_s_at_a_10s_poll(
+    clock: VirtualClock,
+) -> None:
+    hb = Reader(clock, lambda t, force: None)
+    status = timeline((0, RUNNING), (200, {"status": "COMPLETED", "output": METRICS}))
+    result, client = watch(clock, status, heartbeat_reader=hb)
+    assert result.ok and client.status_calls == [10.0 * k for k in range(21)]
+    # polls at 0, 10, 20, 30, …: the first poll reads, then every poll 30 s after the last read
+    assert regular_reads(hb) == [0, 30, 60, 90, 120, 150, 180]
+
+
+@pytest.mark.parametrize(
+    ("every", "reads"),
+    [
+        (30.0, [0, 40, 80, 120, 160]),  # a 20 s poll: the first poll at least 30 s on
+        (20.0, [20.0 * k for k in range(10)]),
+        (0.0, [20.0 * k for k in range(10)]),
+        (None, [20.0 * k for k in range(10)]),  # None: every poll (a v1 log's policy)
+        (75.0, [0, 80, 160]),
+    ],
+)
+def test_the_heartbeat_pace_is_the_policys(
+    clock: VirtualClock, every: float | None, reads: list[float]
+) -> None:
+    hb = Reader(clock, lambda t, force: None)
+    status = timeline((0, RUNNING), (190, {"status": "COMPLETED", "output": METRICS}))
+    result, _ = watch(clock, status, interval_s=20, heartbeat_reader=hb, heartbeat_every_s=every)
+    assert result.ok
+    assert regular_reads(hb) == reads
+
+
+def test_the_first_poll_after_a_blind_gap_reads_the_heartbeat(clock: VirtualClock) -> None:
+    store = MemoryStore()
+    hb = Reader(clock, lambda t, force: None)
+    client = ScriptedClient(clock, status=crash_at(5, RUNNING))
+    kwargs: dict[str, Any] = {
+        "client": client,
+        "clock": clock,
+        "sleep": guarded_sleep(clock),
+        "heartbeat_reader": hb,
+        "stall_after_s": 100,
+        "setup_grace_s": 100,
+    }
+    with pytest.raises(Crash):
+        poll_job(JOB, store=store, stream="job-g", **kwargs)
+    assert regular_reads(hb) == [0, 30]  # polls at 0..40; the fetch at 50 died
+    clock.now += 5  # a gap shorter than the pace: the first poll reads all the same
+    reattach = clock.elapsed
+    result = poll_job(JOB, store=store, stream="job-g", **kwargs)
+    assert result.rule == "stall"
+    assert regular_reads(hb)[2:] == [reattach, reattach + 30, reattach + 60]
+
+
+def test_a_reattach_without_a_gap_keeps_the_heartbeat_pace(clock: VirtualClock) -> None:
+    store = MemoryStore()
+    hb = Reader(clock, lambda t, force: None)
+    client = ScriptedClient(clock, status=crash_at(5, RUNNING))
+    kwargs: dict[str, Any] = {
+        "client": client,
+        "clock": clock,
+        "sleep": guarded_sleep(clock),
+        "heartbeat_reader": hb,
+        "stall_after_s": 100,
+        "setup_grace_s": 100,
+    }
+    with pytest.raises(Crash):
+        poll_job(JOB, store=store, stream="job-p", **kwargs)
+    clock.now -= 10  # the fetch at 50 died unrecorded: reattach at the last event's time, 40
+    result = poll_job(JOB, store=store, stream="job-p", **kwargs)
+    assert result.rule == "stall" and clock.elapsed == 110  # as a watch never killed
+    # the fresh reader does not read at once: the log says the poll at 30 asked last
+    assert regular_reads(hb) == [0, 30, 60, 90]
+
+
 SETUP_STAGES = ["boot", "sft_start", "rl_start", "sft_model_load", "rl_train_start"]
 
 
@@ -669,7 +747,7 @@ def test_setup_stages_keep_the_setup_grace(clock: VirtualClock, stage: str) -> N
         clock,
         failure="stalled",
         rule="stall",
-        at=100 + 3010,
+        at=120 + 3010,  # the read at 120 (one every 30 s) is the first to see t=100's beat
         words=("during setup (pre-training)", "job status IN_PROGRESS", "limit 3000s"),
     )
 
@@ -690,7 +768,7 @@ def test_a_training_stage_switches_to_the_stall_window_for_good(clock: VirtualCl
         clock,
         failure="stalled",
         rule="stall",
-        at=200 + 1210,
+        at=210 + 1210,  # the read at 210 (one every 30 s) is the first to see t=200's beat
         words=("during training", "limit 1200s"),
     )
 

@@ -5,13 +5,16 @@ Workers write `{phase}/{run_id}/seed{seed}/heartbeat.json` and `error_{phase}.tx
 `huggingface_hub.hf_hub_download(..., force_download=True)`; `HF_ENDPOINT` points the client at
 another server (the bundled simulator in tests).
 
-Every reader is rate-limited (`min_interval_s` between downloads; `force=True` bypasses the
-gate) and thread-safe. A failure that says the file is not there or cannot be had — not
-written yet (404), a bad token (401/403), a body that is not the file — reads as None. A
-failure a retry may fix — a 5xx or 429 answer, a timeout, a dropped connection — reads as
-None too, except from the heartbeat reader, which raises `TransientReadError` for it: the
-forced heartbeat read after a terminal failure decides whether the job is retried, and a
-watch reads it again rather than judge on a Hub hiccup. The token comes from `HF_TOKEN` at
+A reader can be rate-limited (`min_interval_s` between downloads; `force=True` bypasses the
+gate) and is thread-safe. The heartbeat reader's gate is off by default: the job core paces
+regular heartbeat reads from the log (`GracePolicy.heartbeat_every_s`), and a gate kept in
+process memory is state a reattached watcher does not have. A failure that says the file is
+not there or cannot be had — not written yet (404), a bad token (401/403), a body that is
+not the file — reads as None. A failure a retry may fix — a 5xx or 429 answer, a timeout, a
+dropped connection — reads as None too, except from the heartbeat reader, which raises
+`TransientReadError` for it: the forced heartbeat read after a terminal failure decides
+whether the job is retried, and a watch reads it again rather than judge on a Hub hiccup.
+The token comes from `HF_TOKEN` at
 call time and never appears in anything a reader returns, raises or logs.
 """
 
@@ -141,12 +144,19 @@ def _cause_name(exc: BaseException) -> str:
 
 
 def make_hf_heartbeat_reader(
-    hf_repo: str, prefix: str, min_interval_s: float = 30.0, **options: Any
+    hf_repo: str, prefix: str, min_interval_s: float = 0.0, **options: Any
 ) -> Callable[..., dict[str, Any] | None]:
     """A reader of `{prefix}/heartbeat.json`: the parsed dict, or None.
 
     A failure a retry may fix (a 5xx or 429 answer, a timeout, a dropped connection) raises
     `TransientReadError`, so a watch can tell it from a heartbeat that is not there.
+
+    Every call downloads by default: the job core asks for a regular read only every
+    `GracePolicy.heartbeat_every_s`, a pace it keeps in the log, so a reattached watcher reads
+    on the polls the uninterrupted one would have. A non-zero `min_interval_s` adds this
+    reader's own gate on regular reads, which remembers its last read in process memory
+    only: a watcher that reattaches after a crash starts with a fresh gate and reads on other
+    polls, so progress is seen, and verdicts reached, at other times than without the crash.
     """
     options.setdefault("raise_transient", True)
     text_reader = make_hf_text_reader(

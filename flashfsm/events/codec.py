@@ -6,7 +6,8 @@ validates in one pass, no intermediate dict). Only when that fails do we parse t
 look at `(kind, v)` and run the registered upcasters, which rewrite an old schema version
 into the next one until the current version is reached. A kind or version with no model
 and no upcaster is an `UnknownEventError` naming the stream and seq; anything else that
-fails validation is an `EventDecodeError` naming them too.
+fails validation is an `EventDecodeError` naming them too. The upcasters this library
+ships (`JobSubmitted` v1 → v2) are registered at the end of this module.
 
 Bulk decoding (`decode_lines`, `decode_many`) is the replay hot path, and most of its cost is
 pydantic-core building one frozen model per line. Two things keep it at that cost:
@@ -187,6 +188,21 @@ def _decode_slow(line: bytes | str, fast_error: ValidationError) -> Event:
         stream, seq = _where(raw)
         raise EventDecodeError(_summary(fast_error), stream=stream, seq=seq) from None
     return upcast(raw)
+
+
+@register_upcaster("JobSubmitted", 1)
+def _job_submitted_v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
+    """v2 records `policy.heartbeat_every_s`; a v1 watch read the heartbeat on every poll.
+
+    The new field's model default (30 s) is the pace of new policies, not what an old log
+    was watched with, so an old policy gets None (every poll) and replays as it did. A
+    policy that is not an object is left alone for validation to reject.
+    """
+    policy = raw.get("policy", {})
+    if isinstance(policy, dict):
+        raw["policy"] = {**policy, "heartbeat_every_s": policy.get("heartbeat_every_s")}
+    raw["v"] = 2
+    return raw
 
 
 def _where(raw: dict[str, Any]) -> tuple[str | None, int | None]:

@@ -33,6 +33,7 @@ Text = Annotated[str, Field(max_length=NAME_CAP)]
 #: inside pydantic-core, so a replay pays no Python call per event for it. A kind that moves
 #: to version 2 declares `Annotated[int, Field(strict=True, ge=2, le=2)]`.
 V1 = Annotated[int, Field(strict=True, ge=1, le=1)]
+V2 = Annotated[int, Field(strict=True, ge=2, le=2)]
 
 
 def cap_text(text: str | None, limit: int, *, tail: bool = False) -> str | None:
@@ -59,10 +60,14 @@ class EventBase(BaseModel):
 
 
 class JobSubmitted(EventBase):
-    """The job exists on RunPod: its handle, where it runs, and the policy that judges it."""
+    """The job exists on RunPod: its handle, where it runs, and the policy that judges it.
+
+    v2 added `policy.heartbeat_every_s`; a v1 event is upcast with it None (a regular
+    heartbeat read on every poll, as v1 watches made them), see `flashfsm.events.codec`.
+    """
 
     kind: Literal["JobSubmitted"] = "JobSubmitted"
-    v: V1 = 1
+    v: V2 = 2
     endpoint_id: Text
     endpoint_name: Text = ""
     job_id: Text

@@ -128,6 +128,7 @@ class JobState:
     unhealthy_since: float | None = None
     unhealthy_seq: int | None = None
     last_probe_at: float | None = None
+    heartbeat_asked_at: float | None = None  # the last poll that asked for a regular read
     error_seqs: tuple[int, ...] = ()
     # heartbeats
     hb_key: tuple[Any, ...] | None = None  # the last heartbeat that counted as progress
@@ -234,6 +235,7 @@ def _on_watch(s: JobState, e: WatchStarted) -> None:
             s.cycle = None
             s.health = None
             s.next_fetch_at = None
+            s.heartbeat_asked_at = None  # the first poll after a gap reads the heartbeat
     s.watch = e
 
 
@@ -293,7 +295,7 @@ def _on_status(s: JobState, e: StatusObserved) -> None:
         if s.state in _RUNNING:
             _move(s, JobPhase.QUEUED)
         probe = rules.probe_is_due(s.last_probe_at, e.at, s.policy.probe_every_s)
-        s.pending = ("probe",) * probe + ("heartbeat",) * has_hb
+        s.pending = ("probe",) * probe + ("heartbeat",) * _heartbeat_due(s, has_hb, at)
         return
     # Any other status (IN_PROGRESS, RUNNING, or one we do not know) means a worker has it.
     if s.queued_since is not None:
@@ -305,7 +307,17 @@ def _on_status(s: JobState, e: StatusObserved) -> None:
         s.unhealthy_since = s.unhealthy_seq = None
     if s.state in _WAITING:
         _move(s, JobPhase.TRAINING if s.training_seen else JobPhase.SETUP)
-    s.pending = ("heartbeat",) if has_hb else ()
+    s.pending = ("heartbeat",) if _heartbeat_due(s, has_hb, at) else ()
+
+
+def _heartbeat_due(s: JobState, has_hb: bool, at: float) -> bool:
+    """Whether this poll asks for a regular heartbeat read (and, if so, note that it did)."""
+    if not has_hb or not rules.heartbeat_read_is_due(
+        s.heartbeat_asked_at, at, s.policy.heartbeat_every_s
+    ):
+        return False
+    s.heartbeat_asked_at = at
+    return True
 
 
 def _on_fetch_failed(s: JobState, e: StatusFetchFailed) -> None:

@@ -20,6 +20,11 @@ class GracePolicy(BaseModel):
     tuning the run machine uses for an attempt. A forced heartbeat read (after a terminal
     failure) that fails on a transient error is tried again after 10, 20 and 30 s by default,
     so a Hub hiccup does not decide whether the failure is retried.
+
+    Regular heartbeat reads are paced by the core, from the log: a poll asks for one only
+    when `heartbeat_every_s` has passed since the last poll that asked (the first poll of a
+    watch, and the first after a blind gap, always asks). `None` asks on every poll: what a
+    policy recorded before this knob existed (`JobSubmitted` v1) means.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -38,6 +43,9 @@ class GracePolicy(BaseModel):
     )
     forced_read_backoff_s: float = Field(
         10.0, ge=0, description="wait before the n-th retry of a forced read: n times this"
+    )
+    heartbeat_every_s: float | None = Field(
+        30.0, ge=0, description="spacing of regular heartbeat reads; None: every poll"
     )
 
     @model_validator(mode="after")

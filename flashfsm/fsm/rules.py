@@ -1,7 +1,7 @@
-"""The job rules of DESIGN §6 and the divergences D1–D4, one named function each.
+"""The job rules of DESIGN §6 and the divergences D1–D5, one named function each.
 
-Two kinds of rule live here. *Bookkeeping rules* (steps 2–4, 6–9 and D1–D3) say how one
-observation moves a timer, the progress mark or a read still due; `evolve` calls them.
+Two kinds of rule live here. *Bookkeeping rules* (steps 2–4, 6–9, D1–D3 and D5) say how
+one observation moves a timer, the progress mark or a read still due; `evolve` calls them.
 *Verdict rules* (steps 1, 2, 4–8, 10 and D4) look at the state after an observation and
 either return a `Verdict` or None; `decide` tries them in `VERDICT_RULES` order, so the
 order of that table decides which rule wins when two could fire in the same poll.
@@ -50,6 +50,24 @@ def status_counts_as_progress(previous: str | None, status: str) -> bool:
 def probe_is_due(last_probe_at: float | None, at: float, every_s: float) -> bool:
     """Step 8: probe `/health` while queued, at most once per `every_s`."""
     return last_probe_at is None or at - last_probe_at > every_s
+
+
+#: Float slack when pacing heartbeat reads: poll times are sums of recorded floats, and a
+#: poll due exactly `heartbeat_every_s` after the last read must not miss it by an ulp.
+HEARTBEAT_PACE_SLACK_S = 1e-3
+
+
+def heartbeat_read_is_due(last_asked_at: float | None, at: float, every_s: float | None) -> bool:
+    """Step 9, D5: a poll asks for a regular heartbeat read at most once per `every_s`.
+
+    The pace is kept by the core from the log (`last_asked_at` is the time of the last poll
+    that asked, None at the start of a watch and after a blind gap), not by the reader
+    process, so a reattached watcher asks on the same polls an uninterrupted one would.
+    `every_s` None asks on every poll (policies recorded before the knob existed).
+    """
+    if every_s is None or last_asked_at is None:
+        return True
+    return at - last_asked_at >= every_s - HEARTBEAT_PACE_SLACK_S
 
 
 def worker_condition(health: HealthObserved) -> tuple[bool, bool]:
