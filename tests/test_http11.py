@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import shutil
 import ssl
 import subprocess
+import time
 from collections.abc import Awaitable, Callable
 
 import httpx
 import pytest
 
 from flashfsm.adapters.http11 import AsyncH11Transport
-from flashfsm.adapters.runpod import AsyncRunpodClient
+from flashfsm.adapters.runpod import AsyncRunpodClient, RetryPolicy
 from flashfsm.adapters.simulator import Simulator
+from flashfsm.errors import RunpodApiError
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -375,5 +378,78 @@ def test_https_with_an_untrusted_certificate_fails_to_connect(
         async with server, httpx.AsyncClient(transport=AsyncH11Transport()) as client:
             with pytest.raises(httpx.ConnectError):
                 await client.get(server.url.replace("http:", "https:"))
+
+    run(main())
+
+
+def test_a_gzip_encoded_answer_is_decoded_as_httpx_would() -> None:
+    body = gzip.compress(b'{"status": "IN_QUEUE"}')
+    answer = _reply(body, extra=b"Content-Encoding: gzip\r\n")
+
+    async def main() -> None:
+        async with serving(keep_alive(lambda req: answer)) as server:
+            transport = AsyncH11Transport()
+            async with httpx.AsyncClient(transport=transport) as client:
+                assert (await client.get(server.url)).json() == {"status": "IN_QUEUE"}
+            direct = await AsyncH11Transport().handle_async_request(
+                httpx.Request("GET", server.url)
+            )
+            assert json.loads(await direct.aread()) == {"status": "IN_QUEUE"}
+
+    run(main())
+
+
+def test_the_async_client_sends_straight_through_the_lean_transport(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+
+    async def main() -> None:
+        seen: list[bytes] = []
+
+        def answer(request: bytes) -> bytes:
+            seen.append(request)
+            return _reply(b'{"id": "j1", "status": "IN_PROGRESS"}')
+
+        async with serving(keep_alive(answer)) as server:
+            client = AsyncRunpodClient("rp-key-direct", endpoint_base_url=server.url + "/v2")
+            monkeypatch.setattr(
+                client._http, "request", lambda *a, **k: pytest.fail("went through httpx")
+            )
+            try:
+                assert (await client.job_status("ep1", "j1"))["status"] == "IN_PROGRESS"
+            finally:
+                await client.aclose()
+        head = seen[0].split(b"\r\n\r\n")[0].lower()
+        assert head.startswith(b"get /v2/ep1/status/j1 http/1.1")
+        assert b"authorization: bearer rp-key-direct" in head
+
+    run(main())
+
+
+def test_the_async_client_times_out_on_a_silent_server() -> None:
+    def make(server: RawServer) -> Handler:
+        async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while await _read_request(reader) is not None:
+                await asyncio.sleep(5)
+
+        return handler
+
+    async def main() -> None:
+        async with serving(make) as server:
+            client = AsyncRunpodClient(
+                "k",
+                endpoint_base_url=server.url + "/v2",
+                timeout=0.2,
+                retry=RetryPolicy(attempts=1),
+            )
+            started = time.monotonic()
+            try:
+                with pytest.raises(RunpodApiError):
+                    await client.job_status("ep1", "j1")
+            finally:
+                await client.aclose()
+            assert time.monotonic() - started < 2
 
     run(main())

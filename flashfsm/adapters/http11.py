@@ -20,7 +20,8 @@ keeps what matters and drops the rest:
 
 It never retries: a request that fails is the caller's to classify (the RunPod client's
 retry policy decides). Request bodies must be in memory (as the RunPod client's always
-are); response bodies are read whole, up to `max_response_bytes`.
+are); response bodies are read whole, up to `max_response_bytes` (before decoding any
+Content-Encoding, which reading the `httpx.Response` applies).
 """
 
 from __future__ import annotations
@@ -114,10 +115,12 @@ class AsyncH11Transport(httpx.AsyncBaseTransport):
             conn.close()
             raise
         self._checkin(origin, conn)
+        # The body as a stream, not `content=`: reading it then applies the response's
+        # Content-Encoding (httpx asks for gzip by default), as with httpx's own transport.
         return httpx.Response(
             status,
             headers=headers,
-            content=content,
+            stream=httpx.ByteStream(content),
             request=request,
             extensions={"http_version": b"HTTP/1.1"},
         )

@@ -650,12 +650,32 @@ class AsyncRunpodClient(_Base):
         )
         self._sleep = sleep
         self._owns_http = http_client is None
+        # With no transport, client or proxy given, requests go straight to the lean
+        # transport (see `http11`): a third of httpx's default CPU per request, and no
+        # client layer (URL merging, cookies, auth and redirect hooks) this API never uses.
+        self._lean: AsyncH11Transport | None = None
         if http_client is None and transport is None and not _proxied():
-            # The lean transport (see `http11`): a third of httpx's default CPU per request.
-            transport = AsyncH11Transport(verify=_verify(verify))
+            transport = self._lean = AsyncH11Transport(verify=_verify(verify))
         self._http = http_client or httpx.AsyncClient(
             timeout=timeout, transport=transport, verify=_verify(verify)
         )
+        self._extensions = {"timeout": httpx.Timeout(timeout).as_dict()}
+
+    async def _send(self, step: Send) -> httpx.Response:
+        if self._lean is None:
+            return await self._http.request(
+                step.method, step.url, json=step.json, headers=self._headers
+            )
+        request = httpx.Request(
+            step.method,
+            step.url,
+            json=step.json,
+            headers=self._headers,
+            extensions=self._extensions,
+        )
+        response = await self._lean.handle_async_request(request)
+        await response.aread()
+        return response
 
     @classmethod
     def from_env(cls, **kwargs: Any) -> AsyncRunpodClient:
@@ -673,9 +693,7 @@ class AsyncRunpodClient(_Base):
                     step = steps.send(None)
                     continue
                 try:
-                    response = await self._http.request(
-                        step.method, step.url, json=step.json, headers=self._headers
-                    )
+                    response = await self._send(step)
                     got: Any = Answer(response.status_code, response.headers, response.content)
                 except httpx.HTTPError as exc:
                     got = exc
