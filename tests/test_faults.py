@@ -479,11 +479,11 @@ def test_poll_job_classifies_every_fault_on_every_route(sim, tmp_path, route, fa
     check(route, fault, mode, result, events)
 
 
-# Known bugs: text a watch cannot take. Half an emoji: JSON may escape a lone UTF-16
-# surrogate ("\\ud83d"), json.loads accepts it, and text cut between the halves of an emoji
-# carries one; pydantic refuses such a string in an event (or the codec cannot write it).
-# Odd digits: a heartbeat step of "²" passes `str.isdigit` and fails `int`. Either way the
-# exception escapes `poll_job`.
+# Regressions of two bugs (fixed): text a watch could not take. Half an emoji: JSON may
+# escape a lone UTF-16 surrogate ("\\ud83d"), json.loads accepts it, and text cut between the
+# halves of an emoji carries one; pydantic refused such a string in an event. Odd digits: a
+# heartbeat step of "²" passes `str.isdigit` and fails `int`. Either way the exception
+# escaped `poll_job`; now the text is made valid (`safe_text`) and the step reads as none.
 HALF_EMOJI = "step 10 \ud83d"
 ODD_ANSWERS = {
     "failed-error": Scenario(

@@ -15,8 +15,12 @@ The targets, and the only outcomes each may have:
   traceback.
 
 Inputs are JSON-shaped values (deep nesting, huge integers, NaN and infinities, lone UTF-16
-surrogates, wrong types in every field), random bytes, and valid event lines and logs that
-are truncated, byte-flipped, reordered or rewritten field by field.
+surrogates, wrong types in every field), Python values no JSON parser returns (integers of
+more than the 4300 digits `str()` converts, nesting deeper than `repr()` goes), heartbeat
+steps of digits `str.isdigit` accepts and `int` refuses ("²"), random bytes, and valid event
+lines and logs that are truncated, byte-flipped, reordered or rewritten field by field.
+Each of those once crashed a parser; the `test_regression_*` tests at the end pin one input
+of each, and the strategies keep drawing them.
 
 Each target is a `check_*` function of one input plus a strategy, gathered in `TARGETS`, so
 `tests/long/fuzz_long.py` runs the very same checks for 100,000 inputs each. A hang guard
@@ -43,7 +47,7 @@ from typing import Any
 
 import cloudpickle
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
@@ -103,11 +107,11 @@ def hang_guard(seconds: float = HANG_S) -> Iterator[None]:
 #: Lone UTF-16 surrogates: JSON's `"\ud800"` escape decodes to one (json.loads accepts it),
 #: and a worker's output cut between the two halves of an emoji carries one.
 SURROGATES = st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF)
-#: Text as JSON can carry it, less lone surrogates: a known bug (see `test_known_bug_*`
-#: below) makes any of them in a recorded string crash the watch, so until it is fixed the
-#: invariant-wide fuzz leaves them out. (`st.characters()` alone would draw them.)
-texts = st.text(st.characters(exclude_categories=["Cs"]), max_size=40)
 texts_with_surrogates = st.lists(st.characters() | SURROGATES, max_size=40).map("".join)
+#: Text as JSON can carry it, lone surrogates included: `st.characters()` draws them now and
+#: then, `texts_with_surrogates` in every other string. (They once crashed the watch; see
+#: the `test_regression_*_lone_surrogate_*` tests below.)
+texts = st.text(st.characters(), max_size=40) | texts_with_surrogates
 
 
 def _nines(digits: int, negative: bool) -> int:
@@ -153,9 +157,14 @@ wire_values = st.one_of(
     ),
     deep(wire_scalars, 900),
 )
+#: Integers of more than the 4300 digits `str()` and `json.dumps` convert (json.loads never
+#: returns one; a custom client or reader might). They once escaped the parsers as a bare
+#: ValueError: see `test_regression_python_values_beyond_json_raise_only_typed_errors`.
+huge_ints = st.builds(_nines, st.integers(4301, 20_000), st.booleans())
 #: Python values that no JSON parser returns: what a custom client or reader might hand over.
-#: (Integers of more than 4300 digits are left out: they meet known bugs, shown below.)
 python_only = st.one_of(
+    huge_ints,
+    deep(huge_ints, 3),  # inside a list or object
     deep(wire_scalars, 5000),  # deeper than repr() or json.dumps go
     st.binary(max_size=40),
     st.tuples(wire_scalars, wire_scalars),
@@ -244,10 +253,10 @@ health_answers = st.one_of(
 )
 
 
-def breaks_step(payload: Any) -> bool:
-    """A known bug: a step string `str.isdigit` accepts and `int` refuses ("²", "0\\x1f")."""
-    step = payload.get("step") if isinstance(payload, dict) else None
-    if not isinstance(step, str) or len(step) >= 30 or not step.strip().lstrip("-").isdigit():
+def int_refuses(step: Any) -> bool:
+    """A step string `str.isdigit` accepts and `int` refuses ("²", "①", "0\\x1f"): these once
+    escaped `heartbeat_fields` as a ValueError (see `test_regression_*_odd_digits_*`)."""
+    if not isinstance(step, str) or not step.strip().lstrip("-").isdigit():
         return False
     try:
         int(step)
@@ -256,19 +265,33 @@ def breaks_step(payload: Any) -> bool:
     return False
 
 
-#: Heartbeat files, less the known bug of `breaks_step` (see `test_known_bug_*` below).
+#: Step strings of digits of every kind: decimal ones `int` reads ("4", "٣"), others only
+#: `str.isdigit` accepts ("²", "①"), with a sign and the odd whitespace `int` refuses.
+step_strings = st.builds(
+    "{}{}{}".format,
+    st.sampled_from(["", "-", "+", " "]),
+    st.text(st.characters(categories=["Nd", "No"]), min_size=1, max_size=6),
+    st.sampled_from(["", " ", "\t", "\x1c", "\x1f", "_0"]),
+)
+HEARTBEAT_STAGES = st.sampled_from(["boot", "sft_start", "train", ""])
+#: Heartbeat files, and what a custom heartbeat reader might return in their fields
+#: (integers beyond JSON's 4300 digits).
 heartbeat_answers = st.one_of(
     wire_values,
     st.fixed_dictionaries(
         {},
         optional={
-            "stage": st.sampled_from(["boot", "sft_start", "train", ""]) | wire_values,
-            "step": wire_scalars | wire_values,
-            "ts": wire_scalars,
+            "stage": HEARTBEAT_STAGES | wire_values | huge_ints,
+            "step": wire_scalars | wire_values | huge_ints,
+            "ts": wire_scalars | huge_ints,
             "retriable": wire_scalars,
         },
     ),
-).filter(lambda payload: not breaks_step(payload))
+    # A branch of its own: among the many of `wire_scalars`, a step string is rarely drawn.
+    st.fixed_dictionaries(
+        {"step": step_strings}, optional={"stage": HEARTBEAT_STAGES, "ts": wire_scalars}
+    ),
+)
 
 
 #: Status and health answers whose every field is any Python value (what a custom client
@@ -468,7 +491,7 @@ def check_observations(payload: Any) -> None:
 
 
 def check_heartbeat_observation(payload: Any) -> None:
-    """A forced heartbeat read of any JSON a heartbeat file holds is recorded."""
+    """A forced heartbeat read of anything a heartbeat file (or reader) holds is recorded."""
     with hang_guard():
         cls, fields = heartbeat_observation(
             JobState(), payload, force=True, stream="job-fuzz", at=1_800_000_000.0
@@ -690,9 +713,10 @@ def test_the_hang_guard_interrupts_a_hang():
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
 
-# --------------------------------------------------------------------------- known bugs
+# --------------------------------------------------------------------------- regressions
 # Inputs that broke an invariant above, found by these fuzzers and fixed since: each test
-# asserts the invariant on one such input, so the bug cannot come back unnoticed.
+# asserts the invariant on one such input, so the bug cannot come back unnoticed, and the
+# strategies above still draw inputs of each kind (`test_the_fuzz_draws_*` below).
 
 HALF_EMOJI = "step 10 \ud83d"  # what json.loads makes of "step 10 \\ud83d": half of an emoji
 TOO_MANY_DIGITS = 10**4301  # one digit more than str() converts
@@ -728,6 +752,16 @@ REFUSED = _bug(SURROGATE_BUG, ValidationError)
             id="metrics",
             marks=_bug(SURROGATE_BUG, PydanticSerializationError),
         ),
+        pytest.param(  # a key of the metrics: written as "\ufffd" x3, read back unequal
+            {"status": "COMPLETED", "output": {HALF_EMOJI: 1}},
+            id="metrics-key",
+            marks=_bug(SURROGATE_BUG, AssertionError),
+        ),
+        pytest.param(
+            {"status": "COMPLETED", "output": {"loss": {HALF_EMOJI: 1}}},
+            id="metrics-nested-key",
+            marks=_bug(SURROGATE_BUG, PydanticSerializationError),
+        ),
     ],
 )
 def test_regression_a_lone_surrogate_in_a_status_answer_is_recordable(payload: Any) -> None:
@@ -751,12 +785,6 @@ def test_regression_a_lone_surrogate_in_an_api_error_message_is_recordable() -> 
 @_bug("str.isdigit() says yes, int() says no: the ValueError escapes", ValueError)
 def test_regression_a_heartbeat_step_of_odd_digits_reads_as_no_step(step: str) -> None:
     check_heartbeat_fields({"stage": "train", "step": step})
-
-
-def test_the_fuzz_leaves_out_exactly_the_step_strings_int_refuses() -> None:
-    assert breaks_step({"step": "\u00b2"}) and breaks_step({"step": "0\x1f"})
-    assert not breaks_step({"step": "\u0663"})  # Arabic-Indic 3: int reads it
-    assert not breaks_step({"step": " 42 "}) and not breaks_step({"step": "x"})
 
 
 PYTHON_ONLY = "a value no JSON parser returns escapes the parser as a bare exception"
@@ -807,3 +835,152 @@ def test_regression_python_values_beyond_json_raise_only_typed_errors(
     check: Callable[[Any], None], value: Any
 ) -> None:
     check(value)
+
+
+#: A log line nested too deep for json.loads: it recurses before it sees that the line never
+#: closes, and raises RecursionError where a shorter one raises ValueError.
+TOO_DEEP_LINE = b"[" * 5000
+DEEP_LINE = "the torn-line check lets json.loads' RecursionError escape (found by cli_replay)"
+
+
+def _log_with_a_deep_line(where: str) -> tuple[str, list[Any], bytes]:
+    """A real log's stream, its first two events, and those lines with `TOO_DEEP_LINE`
+    after them ("last") or between them ("middle")."""
+    lines = list(seed_logs()[0][:2])
+    events = [decode(line) for line in lines]
+    lines.insert(len(lines) if where == "last" else 1, TOO_DEEP_LINE)
+    return events[0].stream, events, b"".join(line + b"\n" for line in lines)
+
+
+@pytest.mark.parametrize("flags", CLI_FLAGS)
+@_bug(DEEP_LINE, RecursionError)
+def test_regression_flashfsm_replay_of_a_log_too_deep_to_parse(flags: list[str]) -> None:
+    check_cli_replay((TOO_DEEP_LINE + b"\n", flags))
+    check_cli_replay((_log_with_a_deep_line("last")[2], flags))
+    check_cli_replay((_log_with_a_deep_line("middle")[2], flags))
+
+
+@_bug(DEEP_LINE, RecursionError)
+def test_regression_a_last_line_too_deep_to_parse_is_a_torn_line(tmp_path: Path) -> None:
+    from flashfsm.adapters.jsonl import JsonlStore
+
+    stream, events, content = _log_with_a_deep_line("last")
+    assert _read_file(content) == events
+    store = JsonlStore(tmp_path, fsync=False)
+    store.path_for(stream).write_bytes(content)
+    with pytest.warns(TornLineWarning):
+        assert store.read(stream) == events  # and the line is cut
+    assert store.path_for(stream).read_bytes() == log_bytes(events)
+
+
+@_bug(DEEP_LINE, RecursionError)
+def test_regression_a_line_too_deep_to_parse_amid_a_log_is_corruption(tmp_path: Path) -> None:
+    from flashfsm.adapters.jsonl import JsonlStore
+
+    stream, events, content = _log_with_a_deep_line("middle")
+    with pytest.raises(CorruptLogError):
+        _read_file(content)
+    store = JsonlStore(tmp_path, fsync=False)
+    store.path_for(stream).write_bytes(content)
+    with pytest.raises(CorruptLogError):
+        store.read(stream)
+    with pytest.raises(CorruptLogError):  # the envelope scan of an append
+        store.append(stream, [events[1].model_copy(update={"seq": 2, "id": "id-new"})], 2)
+
+
+# --------------------------------------------------------------------------- the fuzz draws them
+# The inputs of the regressions above are not left out of the fuzz: the very strategies of
+# `TARGETS` draw each kind.
+
+
+def _leaves(value: Any) -> Iterator[Any]:
+    """Every key and leaf of a nested value, walked without recursion (it may be 5,000 deep)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            stack.extend(item)
+        else:
+            yield item
+
+
+def has_lone_surrogate(value: Any) -> bool:
+    return any(
+        isinstance(leaf, str) and any(0xD800 <= ord(c) <= 0xDFFF for c in leaf)
+        for leaf in _leaves(value)
+    )
+
+
+def has_huge_int(value: Any) -> bool:
+    """An integer of more than the 4300 digits `str()` converts."""
+    return any(
+        isinstance(leaf, int) and not isinstance(leaf, bool) and abs(leaf) >= 10**4300
+        for leaf in _leaves(value)
+    )
+
+
+def has_refused_step(payload: Any) -> bool:
+    return isinstance(payload, dict) and int_refuses(payload.get("step"))
+
+
+class Drawn(BaseException):
+    """The input sought: a BaseException, so Hypothesis stops at once without shrinking or
+    printing it (`find` would, and its printer recurses through a 900-deep value)."""
+
+
+def drawn(target: str, condition: Callable[[Any], bool]) -> Any:
+    """An input of `target`'s strategy that meets `condition`, within 5,000 draws."""
+
+    @settings(
+        max_examples=5000,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(TARGETS[target].inputs)
+    def search(value: Any) -> None:
+        if condition(value):
+            raise Drawn(value)
+
+    try:
+        search()
+    except Drawn as found:
+        return found.args[0]
+    pytest.fail(f"5,000 inputs of {target} and none meets {condition.__name__}")
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "status_fields",
+        "health_fields",
+        "heartbeat_fields",
+        "observations",
+        "heartbeat_observation",
+        "decode_output",
+        "codec_decode",
+        "codec_decode_many",
+        "codec_upcast",
+    ],
+)
+def test_the_fuzz_draws_lone_surrogates(target: str) -> None:
+    assert has_lone_surrogate(drawn(target, has_lone_surrogate))
+
+
+@pytest.mark.parametrize("target", ["heartbeat_fields", "heartbeat_observation"])
+def test_the_fuzz_draws_step_strings_int_refuses(target: str) -> None:
+    assert int_refuses("\u00b2") and int_refuses("0\x1f") and int_refuses("-\u2460")
+    assert not int_refuses("\u0663")  # Arabic-Indic 3: int reads it
+    assert not int_refuses(" 42 ") and not int_refuses("x") and not int_refuses(2)
+    assert has_refused_step(drawn(target, has_refused_step))
+
+
+@pytest.mark.parametrize(
+    "target", ["observations", "decode_output", "heartbeat_fields", "heartbeat_observation"]
+)
+def test_the_fuzz_draws_integers_of_more_than_4300_digits(target: str) -> None:
+    assert has_huge_int(drawn(target, has_huge_int))

@@ -430,3 +430,25 @@ def test_error_message_is_capped_and_redacted(secret: str) -> None:
     assert secret not in fields["message"]
     assert "abcdefghijklmnop" not in fields["message"]
     assert fields["message"].startswith(f"Bearer {MASK} {MASK}")
+
+
+@pytest.mark.parametrize(
+    "secret",
+    ["1234567890123", 'pa"ss\\wörd-secret-xyz'],
+    ids=["digits", "json-escaped"],
+)
+def test_a_registered_secret_is_masked_in_metrics_and_output_without_corrupting_them(
+    secret: str,
+) -> None:
+    from flashfsm.redact import register_secrets
+
+    register_secrets(secret)
+    metrics = status_fields(
+        {"status": "COMPLETED", "output": {"n": 912345678901234, "token": secret, secret: 1}}
+    )["metrics"]
+    assert metrics["n"] == 912345678901234  # a number that only looks like a secret stays
+    assert secret not in metrics["token"] and secret not in metrics
+    assert len(metrics) == 3
+    failed = status_fields({"status": "FAILED", "error": {"detail": secret}, "output": [secret]})
+    for text in (failed["error"], json.dumps(failed, ensure_ascii=False)):
+        assert secret not in text and json.dumps(secret)[1:-1] not in text

@@ -98,9 +98,10 @@ def _split(data: bytes) -> tuple[list[bytes], bytes]:
 
 
 def _is_json(line: bytes) -> bool:
+    """Whether `line` parses as JSON (nesting too deep to parse, "[[[[…", does not)."""
     try:
         json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return True
 
@@ -158,7 +159,7 @@ def _envelopes(
         problem = None
         try:
             raw = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             raw, problem = None, "not JSON"
         if problem is None and not isinstance(raw, dict):
             problem = "not a JSON object"

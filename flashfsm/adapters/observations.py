@@ -57,12 +57,12 @@ def status_fields(payload: Any, *, allow_pickle: bool = False) -> dict[str, Any]
         return fields
     error = payload.get("error")
     if error is not None and error != "":
-        text = safe_text(error) if isinstance(error, str) else _dumps(error)
+        text = safe_text(error) if isinstance(error, str) else _dumps(_plain(error, 0))
         fields["error"] = cap_text(redact(text), ERROR_CAP)
     if isinstance(output, dict) and output.get("stdout"):
         fields["stdout_tail"] = cap_text(redact(safe_text(output["stdout"])), STDOUT_CAP, tail=True)
     elif output is not None and "error" not in fields:
-        fields["output_text"] = cap_text(redact(_dumps(output)), ERROR_CAP)
+        fields["output_text"] = cap_text(redact(_dumps(_plain(output, 0))), ERROR_CAP)
     return fields
 
 
@@ -128,8 +128,13 @@ def read_error_text(exc: BaseException) -> str | None:
 
 
 def json_safe(value: Any, *, cap: int = METRICS_CAP) -> dict[str, Any]:
-    """A metrics dict reduced to plain JSON (no NaN, no objects), redacted and size-capped."""
-    text = redact(_dumps(_plain(value, 0))) or "{}"
+    """A metrics dict reduced to plain JSON (no NaN, no objects), redacted and size-capped.
+
+    Each string (keys too) is redacted before the dump, not the dumped text: a secret that
+    JSON escapes would slip past a text search, and one that looks like part of a number
+    would turn the text into something that no longer parses.
+    """
+    text = _dumps(_plain(value, 0)) or "{}"
     if len(text) > cap:
         return {"_truncated": True, "_bytes": len(text)}
     result = json.loads(text)
@@ -140,21 +145,26 @@ def _plain(value: Any, depth: int) -> Any:
     if depth > 32:
         return "…"
     if isinstance(value, dict):
-        return {safe_text(k): _plain(v, depth + 1) for k, v in value.items()}
+        return {_text(k): _plain(v, depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v, depth + 1) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, str):
-        return safe_text(value)
+        return _text(value)
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _JSON_INT_MAX:
-        return safe_text(value)[:200]
+        return _text(safe_text(value)[:200])
     if value is None or isinstance(value, (int, float, bool)):
         return value
     try:
-        return repr(value)[:200]
+        return _text(repr(value)[:200])
     except (ValueError, RecursionError):
         return f"<unprintable {type(value).__name__}>"
+
+
+def _text(value: Any) -> str:
+    """One string of a metrics value: valid Unicode, secrets masked."""
+    return redact(safe_text(value)) or ""
 
 
 def _dumps(value: Any) -> str:
