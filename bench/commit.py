@@ -18,14 +18,13 @@ Goal (issue 7): ≥ 2,000 durable observations/s at < 25% of one core.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import tempfile
 import time
 from pathlib import Path
 
-from common import T0, Row, Section, fmt, print_section
+from common import T0, Row, Section, bench_main, fmt
 
 from flashfsm.adapters.sqlite import SqliteStore
 from flashfsm.events.models import StatusObserved
@@ -167,11 +166,7 @@ def run(quick: bool) -> list[Section]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    for section in run(args.quick):
-        print_section(section)
+    bench_main(__doc__, run)
 
 
 if __name__ == "__main__":

@@ -239,3 +239,14 @@ def print_section(section: Section) -> None:
 
 def bench_dir() -> Path:
     return Path(__file__).resolve().parent
+
+
+def bench_main(doc: str, run: Callable[[bool], list[Section]]) -> None:
+    """A benchmark module's command line: `--quick` for the small sizes, then its sections."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    for section in run(args.quick):
+        print_section(section)

@@ -11,10 +11,9 @@ Goal (issue 7): ≤ 10 µs per observation.
 
 from __future__ import annotations
 
-import argparse
 import time
 
-from common import Row, Section, fmt, median, print_section, times, training_log
+from common import Row, Section, bench_main, fmt, median, times, training_log
 
 from flashfsm.fsm.job import JobState, decide, evolve
 from flashfsm.fsm.machine import MACHINE
@@ -77,11 +76,7 @@ def run(quick: bool) -> list[Section]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    for section in run(args.quick):
-        print_section(section)
+    bench_main(__doc__, run)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,11 @@ Goal (issue 7): ≤ 0.25 s from open to ready.
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from pathlib import Path
 
-from common import Row, Section, fill, fmt, median, print_section, seven_day_events, training_log
+from common import Row, Section, bench_main, fill, fmt, median, seven_day_events, training_log
 
 from flashfsm.adapters.stores import open_store, path_url
 from flashfsm.events.store import iter_events
@@ -114,11 +113,7 @@ def run(quick: bool) -> list[Section]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    for section in run(args.quick):
-        print_section(section)
+    bench_main(__doc__, run)
 
 
 if __name__ == "__main__":

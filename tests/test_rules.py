@@ -691,18 +691,23 @@ def test_the_heartbeat_pace_is_the_policys(
     assert regular_reads(hb) == reads
 
 
-def test_the_first_poll_after_a_blind_gap_reads_the_heartbeat(clock: VirtualClock) -> None:
-    store = MemoryStore()
+def _crashing_training_watch(clock: VirtualClock) -> tuple[Reader, dict[str, Any]]:
+    """A training job whose status fetch at 50 s dies, and a heartbeat reader that never
+    finds anything: (the reader, the `poll_job` arguments)."""
     hb = Reader(clock, lambda t, force: None)
-    client = ScriptedClient(clock, status=crash_at(5, RUNNING))
-    kwargs: dict[str, Any] = {
-        "client": client,
+    return hb, {
+        "client": ScriptedClient(clock, status=crash_at(5, RUNNING)),
         "clock": clock,
         "sleep": guarded_sleep(clock),
         "heartbeat_reader": hb,
         "stall_after_s": 100,
         "setup_grace_s": 100,
     }
+
+
+def test_the_first_poll_after_a_blind_gap_reads_the_heartbeat(clock: VirtualClock) -> None:
+    store = MemoryStore()
+    hb, kwargs = _crashing_training_watch(clock)
     with pytest.raises(Crash):
         poll_job(JOB, store=store, stream="job-g", **kwargs)
     assert regular_reads(hb) == [0, 30]  # polls at 0..40; the fetch at 50 died
@@ -715,16 +720,7 @@ def test_the_first_poll_after_a_blind_gap_reads_the_heartbeat(clock: VirtualCloc
 
 def test_a_reattach_without_a_gap_keeps_the_heartbeat_pace(clock: VirtualClock) -> None:
     store = MemoryStore()
-    hb = Reader(clock, lambda t, force: None)
-    client = ScriptedClient(clock, status=crash_at(5, RUNNING))
-    kwargs: dict[str, Any] = {
-        "client": client,
-        "clock": clock,
-        "sleep": guarded_sleep(clock),
-        "heartbeat_reader": hb,
-        "stall_after_s": 100,
-        "setup_grace_s": 100,
-    }
+    hb, kwargs = _crashing_training_watch(clock)
     with pytest.raises(Crash):
         poll_job(JOB, store=store, stream="job-p", **kwargs)
     clock.now -= 10  # the fetch at 50 died unrecorded: reattach at the last event's time, 40

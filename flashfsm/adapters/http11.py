@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import ssl
 import time
 from collections.abc import AsyncIterator
@@ -171,8 +172,6 @@ class AsyncH11Transport(httpx.AsyncBaseTransport):
             ) from exc
         sock = writer.get_extra_info("socket")
         if sock is not None:
-            import socket
-
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return _Connection(reader, writer)

@@ -25,7 +25,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,18 +59,24 @@ def transient_failure(exc: BaseException) -> tuple[bool, int | None]:
     (5xx, 408, 425, 429 are transient; 404, 401, 403 are not), else a transport error
     anywhere in it is transient.
     """
-    seen: set[int] = set()
-    cause: BaseException | None = exc
     transport = False
-    while cause is not None and id(cause) not in seen and len(seen) < 32:
-        seen.add(id(cause))
+    for cause in _causes(exc):
         code = getattr(getattr(cause, "response", None), "status_code", None)
         if isinstance(code, int) and not isinstance(code, bool):
             return code >= 500 or code in TRANSIENT_HTTP, code
         if any(cls.__name__ in TRANSPORT_ERRORS for cls in type(cause).__mro__):
             transport = True
-        cause = cause.__cause__ or cause.__context__
     return transport, None
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """`exc`, then its cause (or context), and so on: at most 32, never a cycle twice."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen and len(seen) < 32:
+        seen.add(id(cause))
+        yield cause
+        cause = cause.__cause__ or cause.__context__
 
 
 def make_hf_text_reader(
@@ -133,14 +139,8 @@ def make_hf_text_reader(
 
 def _cause_name(exc: BaseException) -> str:
     """The innermost cause's class name (what failed, without the wrappers' messages)."""
-    seen: set[int] = set()
-    while id(exc) not in seen and len(seen) < 32:
-        seen.add(id(exc))
-        inner = exc.__cause__ or exc.__context__
-        if inner is None:
-            break
-        exc = inner
-    return type(exc).__name__
+    *_, innermost = _causes(exc)
+    return type(innermost).__name__
 
 
 def make_hf_heartbeat_reader(

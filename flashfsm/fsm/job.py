@@ -31,6 +31,7 @@ from typing import Any
 
 from flashfsm.events.errors import CorruptLogError
 from flashfsm.events.models import (
+    JOB_EVENTS,
     Concluded,
     Event,
     FailureDetailObserved,
@@ -440,18 +441,7 @@ _APPLY: dict[str, Callable[[JobState, Any], None]] = {
 #: The same table keyed by model class: `evolve` dispatches on `type(event)` (a subclass of
 #: an event model falls back to its `kind`).
 _APPLY_BY_TYPE: dict[type, Callable[[JobState, Any], None]] = {
-    cls: _APPLY[cls.model_fields["kind"].default]
-    for cls in (
-        JobSubmitted,
-        WatchStarted,
-        StatusObserved,
-        StatusFetchFailed,
-        HealthObserved,
-        HealthProbeFailed,
-        HeartbeatObserved,
-        FailureDetailObserved,
-        Concluded,
-    )
+    cls: _APPLY[cls.model_fields["kind"].default] for cls in JOB_EVENTS
 }
 
 
