@@ -42,7 +42,7 @@ def measure(n: int, rounds: int) -> Section:
     total = median(times(live, rounds)) / len(body) * 1e6
     fold = median(times(evolve_only, rounds)) / len(events) * 1e6
     model = type("Model", (), {"state": "QUEUED"})()
-    flip = MACHINE.events["throttle"], MACHINE.events["recover"]
+    flip = MACHINE.events["worker_throttled"], MACHINE.events["workers_recovered"]
 
     def triggers() -> None:
         for i in range(len(body)):

@@ -19,9 +19,9 @@ from pathlib import Path
 from common import Row, Section, bench_main, fill, fmt, median, seven_day_events, training_log
 
 from flashfsm.adapters.stores import open_store, path_url
+from flashfsm.events.policy import GracePolicy
 from flashfsm.events.store import iter_events
 from flashfsm.fsm.job import replay
-from flashfsm.fsm.policy import GracePolicy
 from flashfsm.shell import JobHandle, JobWatch
 
 STREAM = "job-week"

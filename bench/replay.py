@@ -189,7 +189,7 @@ def measure(n: int, rounds: int, *, baseline_rounds: int) -> Section:
 
         def trigger_fold() -> None:
             model = type("Model", (), {"state": "QUEUED"})()
-            flip = MACHINE.events["throttle"], MACHINE.events["recover"]
+            flip = MACHINE.events["worker_throttled"], MACHINE.events["workers_recovered"]
             for i, _event in enumerate(decode_many(raw_read()[:-1])):
                 flip[i % 2].trigger(model)
 

@@ -35,9 +35,9 @@ from flashfsm.events import (
     UnknownEventError,
 )
 from flashfsm.events.models import Candidate
+from flashfsm.events.policy import GracePolicy, stall_kwargs
 from flashfsm.fsm.commands import Verdict
 from flashfsm.fsm.job import JobState, VerifyReport, decide, evolve, replay, verify
-from flashfsm.fsm.policy import GracePolicy, stall_kwargs
 from flashfsm.fsm.table import JobPhase
 from flashfsm.runs import RunpodRunAdapters, RunResult, request_cancel, supervise_run
 from flashfsm.shell import JobHandle, JobWatch, PollResult, poll_job

@@ -38,10 +38,10 @@ from flashfsm.events.models import (
     RunConcluded,
     RunStarted,
 )
+from flashfsm.events.policy import GracePolicy
 from flashfsm.fsm import explain as ex
 from flashfsm.fsm.explain import TimelineRow, timeline
 from flashfsm.fsm.job import replay, verify
-from flashfsm.fsm.policy import GracePolicy
 from flashfsm.fsm.rules import RULE_NAMES
 
 app = typer.Typer(

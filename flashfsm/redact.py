@@ -1,47 +1,69 @@
-"""Keep secrets out of everything flashfsm records or prints.
+"""The environment's secrets, for the masking every outside text goes through.
 
 Secret values come from the environment (`RUNPOD_API_KEY`, which may hold several keys
-separated by commas, and `HF_TOKEN`) plus whatever runtime secrets a caller registers.
-`redact(text)` replaces each with `[REDACTED]`; the shell passes every outside string
-through it before the string reaches an event, a log line or an exception message.
+separated by commas, `HF_TOKEN` and `HUGGING_FACE_HUB_TOKEN`) plus whatever runtime secrets
+a caller registers. The masking itself lives with the events (`flashfsm.events.text`):
+every outside text field of an event is masked, then capped, when the event is built.
+This module adds the environment as a secret source on import, and offers `redact` for the
+text that is not an event field: a log line, a progress line, an exception message.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import threading
+
+from flashfsm.events.text import (
+    MASK,
+    add_secret_source,
+    redact,
+    redact_then_cap,
+    register_secrets,
+    secret_values,
+)
 
 SECRET_ENV_VARS = ("RUNPOD_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
-MASK = "[REDACTED]"
-_MIN_SECRET_LEN = 6  # shorter values would mask ordinary words
-_extra: set[str] = set()
-_lock = threading.Lock()
-_BEARER = re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{8,}")
 
 
-def register_secrets(*values: str | None) -> None:
-    """Add runtime secret values (e.g. a worker's secret env) to the redaction set."""
-    with _lock:
-        _extra.update(v for v in values if v and len(v) >= _MIN_SECRET_LEN)
+_KEYS = tuple(os.fsencode(name) for name in SECRET_ENV_VARS)
+_parsed: tuple[tuple[object, ...], tuple[str, ...]] = ((), ())
 
 
-def secret_values() -> list[str]:
-    """The secret values known now, longest first (so a prefix never hides a longer one)."""
-    found = set(_extra)
-    for name in SECRET_ENV_VARS:
-        raw = os.environ.get(name)
-        if raw:
-            found.update(part.strip() for part in raw.split(","))
-            found.add(raw)
-    return sorted((v for v in found if len(v) >= _MIN_SECRET_LEN), key=len, reverse=True)
+def _raw_environment() -> tuple[object, ...]:
+    """The secret variables' raw values, read as cheaply as the platform allows.
+
+    Every event built reads them (a key exported mid-run is honoured at once), so on
+    POSIX the bytes mapping behind `os.environ` is read directly: a dict lookup per name
+    instead of `os.environ`'s encode-lookup-decode.
+    """
+    data = getattr(os.environ, "_data", None)
+    if isinstance(data, dict) and os.name == "posix":
+        return tuple(map(data.get, _KEYS))
+    return tuple(map(os.environ.get, SECRET_ENV_VARS))
 
 
-def redact(text: str | None) -> str | None:
-    """`text` with every known secret and any bearer token masked."""
-    if not text:
-        return text
-    for value in secret_values():
-        if value in text:
-            text = text.replace(value, MASK)
-    return _BEARER.sub(lambda m: m.group(1) + MASK, text)
+def environment_secrets() -> tuple[str, ...]:
+    """The secret values the environment holds now (each key of a comma-separated pool too)."""
+    global _parsed
+    raw = _raw_environment()
+    if raw != _parsed[0]:
+        found: list[str] = []
+        for name in SECRET_ENV_VARS:
+            value = os.environ.get(name)
+            if value:
+                found.append(value)
+                found.extend(part.strip() for part in value.split(",") if part.strip())
+        _parsed = (raw, tuple(found))
+    return _parsed[1]
+
+
+add_secret_source(environment_secrets)
+
+__all__ = [
+    "MASK",
+    "SECRET_ENV_VARS",
+    "environment_secrets",
+    "redact",
+    "redact_then_cap",
+    "register_secrets",
+    "secret_values",
+]

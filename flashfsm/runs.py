@@ -398,7 +398,7 @@ class RunpodRunAdapters:
     def watch(
         self, run: RunState, attempt: Attempt, store: EventStore, stop: Callable[[], bool]
     ) -> PollResult:
-        from flashfsm.fsm.policy import stall_kwargs
+        from flashfsm.events.policy import stall_kwargs
         from flashfsm.shell import JobHandle, poll_job
 
         assert attempt.endpoint_id is not None and attempt.job_id is not None

@@ -39,6 +39,7 @@ from flashfsm.events.models import (
     WatchStarted,
     cap_text,
 )
+from flashfsm.events.policy import GracePolicy
 from flashfsm.events.store import EventStore, iter_events
 from flashfsm.fsm.commands import (
     Conclude,
@@ -51,7 +52,6 @@ from flashfsm.fsm.commands import (
     Wait,
 )
 from flashfsm.fsm.job import JobState, decide, evolve, heartbeat_is_news, replay, skip_read
-from flashfsm.fsm.policy import GracePolicy
 from flashfsm.ids import new_id
 from flashfsm.redact import redact
 

@@ -64,8 +64,8 @@ from flashfsm.events.models import (
     SubmitFailed,
     cap_text,
 )
+from flashfsm.events.policy import GracePolicy, stall_kwargs
 from flashfsm.events.store import EventStore
-from flashfsm.fsm.policy import GracePolicy, stall_kwargs
 from flashfsm.ids import new_id
 from flashfsm.naming import endpoint_name
 from flashfsm.redact import redact, register_secrets

@@ -34,6 +34,7 @@ from typing import Any
 from flashfsm.errors import JobOwnedElsewhere
 from flashfsm.events.errors import ConcurrencyError
 from flashfsm.events.models import Event
+from flashfsm.events.policy import GracePolicy
 from flashfsm.events.store import EventStore, append_many, iter_events
 from flashfsm.fsm.commands import (
     Conclude,
@@ -46,7 +47,6 @@ from flashfsm.fsm.commands import (
     Wait,
 )
 from flashfsm.fsm.job import JobState, decide, replay, skip_read
-from flashfsm.fsm.policy import GracePolicy
 from flashfsm.shell import (
     ATTACH_TRIES,
     JobHandle,

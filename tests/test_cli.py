@@ -149,7 +149,7 @@ def test_diagram_prints_the_table_as_mermaid_and_dot():
     assert result.exit_code == 0 and result.stdout.strip() == mermaid().strip()
     dot = runner.invoke(app, ["diagram", "--format", "dot"])
     assert dot.exit_code == 0 and dot.stdout.startswith("digraph job {")
-    assert '"SETUP" -> "TRAINING" [label="start_training"]' in dot.stdout
+    assert '"SETUP" -> "TRAINING" [label="training_started"]' in dot.stdout
 
 
 # --- explain, why-not, whatif ------------------------------------------------------------

@@ -6,6 +6,7 @@ import contextlib
 import json
 import math
 import types
+from enum import Enum
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import annotated_types
@@ -18,6 +19,7 @@ from pydantic.fields import FieldInfo
 from flashfsm.events import codec
 from flashfsm.events.codec import decode, decode_many, encode, register_upcaster, upcast
 from flashfsm.events.errors import EventDecodeError, UnknownEventError
+from flashfsm.events.failures import FailureKind
 from flashfsm.events.models import (
     ERROR_CAP,
     EVENT_TYPES,
@@ -36,7 +38,7 @@ from flashfsm.events.models import (
     WorkerCounts,
     cap_text,
 )
-from flashfsm.fsm.policy import GracePolicy
+from flashfsm.events.policy import GracePolicy
 from flashfsm.fsm.table import JobPhase
 
 # --- strategies: one per event kind ---------------------------------------------------------
@@ -169,7 +171,7 @@ def concluded(draw: st.DrawFn) -> Concluded:
         **envelope(draw),
         state=phase.value,
         ok=phase is JobPhase.SUCCEEDED,
-        failure=draw(st.none() | names),
+        failure=draw(st.none() | st.sampled_from(list(FailureKind))),
         detail=draw(st.text(max_size=300)),
         rule=draw(names),
         evidence=tuple(draw(st.lists(st.integers(0, 10**6), max_size=4))),
@@ -225,6 +227,8 @@ def strategy_for(annotation: Any, metadata: list[Any] = ()) -> st.SearchStrategy
         return json_values
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return model_strategy(annotation)
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return st.sampled_from(list(annotation))
     raise NotImplementedError(f"no strategy for {annotation!r}: teach strategy_for about it")
 
 

@@ -18,6 +18,7 @@ from flashfsm.events.models import (
     WatchStarted,
     WorkerCounts,
 )
+from flashfsm.events.policy import GracePolicy
 from flashfsm.fsm import rules
 from flashfsm.fsm.explain import (
     WHATIF_OUTCOMES,
@@ -31,7 +32,6 @@ from flashfsm.fsm.explain import (
     why_not_report,
 )
 from flashfsm.fsm.job import replay
-from flashfsm.fsm.policy import GracePolicy
 
 EXTRA_JOBS = (("throttled", "a throttled worker"), ("timed_out", "the platform times it out"))
 
@@ -79,7 +79,7 @@ def test_explain_quotes_the_numbers_that_made_the_rule_fire(logs, scenario, rule
     e = explain(logs[scenario])
     assert e.rule == rule
     assert e.verdict is not None and e.state == e.verdict.state
-    assert e.step == next(r.step for r in rules.VERDICT_RULES if r.name == rule)
+    assert e.step == rules.RULES_BY_NAME[rule].step
     assert e.why == rule_why(rule) and e.why and not e.why.startswith("Step")
     [number] = e.numbers
     match = re.match(pattern, number)
@@ -125,7 +125,7 @@ def test_explain_of_an_open_log_reports_no_verdict_and_the_running_timers(logs):
     assert e.timers[0].left == pytest.approx(300 - (events[-1].at - events[2].at))
 
 
-def test_rule_why_is_the_first_docstring_line_of_each_rule_function():
+def test_rule_why_is_each_rule_s_declared_one_line_why():
     for name in rules.RULE_NAMES:
         why = rule_why(name)
         assert why and not re.match(r"^(Step \d+|D\d+):", why)

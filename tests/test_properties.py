@@ -32,14 +32,25 @@ from flashfsm.events.models import (
     WatchStarted,
     WorkerCounts,
 )
+from flashfsm.events.policy import GracePolicy
 from flashfsm.fsm.commands import Conclude, Finished
 from flashfsm.fsm.job import JobState, decide, evolve, replay, skip_read, verify
 from flashfsm.fsm.machine import IllegalTransition, allowed_triggers, fire
-from flashfsm.fsm.policy import GracePolicy
-from flashfsm.fsm.rules import SETUP_STAGES, TERMINAL_STATUSES, rule_queue_grace, rule_stall
+from flashfsm.fsm.rules import RULES_BY_NAME, SETUP_STAGES, TERMINAL_STATUSES, judge
 from flashfsm.fsm.table import FAILURE_KIND, TERMINAL, TRANSITIONS, JobPhase
 from flashfsm.shell import JobWatch, Readers, run_watch
 from tests.conftest import ScriptedClient, VirtualClock
+
+
+def rule_stall(state: Any) -> Any:
+    """The stall rule's verdict on `state`, or None (its check alone)."""
+    return judge(state, (RULES_BY_NAME["stall"],))
+
+
+def rule_queue_grace(state: Any) -> Any:
+    """The queue rule's verdict on `state`, or None (its check alone)."""
+    return judge(state, (RULES_BY_NAME["queue_grace"],))
+
 
 START = VirtualClock().start  # the virtual clock's epoch; scripts submit the job then
 STREAM = "job-prop"
@@ -749,12 +760,12 @@ def test_leaving_the_queue_restarts_the_queue_timer(
         assert rule_queue_grace(log.state) is None
     t += 1
     log.add(StatusObserved, t, status=leave_with)
-    assert log.state.queued_since is None
+    assert log.state.queued is None
     second_start = t + second_run[0]
     for dt in second_run:
         t += dt
         log.add(StatusObserved, t, status="IN_QUEUE")
-        assert log.state.queued_since == second_start
+        assert log.state.queued is not None and log.state.queued.since == second_start
         # however long both runs together: the queue grace counts the second run only
         assert rule_queue_grace(log.state) is None
     # one more queued observation past the grace of the second run does conclude

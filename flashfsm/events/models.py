@@ -1,13 +1,15 @@
-"""The job-watch events: frozen pydantic models in one discriminated union.
+"""The events: frozen pydantic models in one discriminated union.
 
 Every event shares an envelope (`stream`, `seq`, `id`, `at`, `kind`, `v`) and adds the
 payload of one observation or decision. Events record what was observed, never what was
-derived from it: the job state is a fold of them (`flashfsm.fsm.job.replay`).
+derived from it: a job's state is a fold of them (`flashfsm.fsm.job.replay`), a run's too
+(`flashfsm.fsm.run.replay_run`), and the idle sweeper's (`flashfsm.fsm.sweep`).
 
-Text fields that come from the outside world (API error messages, worker output, failure
-artifacts) are capped at construction by `cap_text` so a week-long log stays bounded; the
-caps are the `*_CAP` constants below. Secrets are redacted by the shell before an event is
-built (`flashfsm.redact`), so nothing here ever sees them.
+Text fields that can carry outside content (API error messages, worker output, failure
+artifacts, verdict details) are `Outside[cap]` / `OutsideTail[cap]`
+(`flashfsm.events.text`): building an event masks every known secret in them first and
+caps them second, so a week-long log stays bounded and no secret, whole or in pieces,
+reaches the log. The caps are the `*_CAP` constants below.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, TypeAdapter
 
-from flashfsm.fsm.policy import GracePolicy
+from flashfsm.events.failures import FailureKind
+from flashfsm.events.policy import GracePolicy
+from flashfsm.events.text import Outside, OutsideTail, redact_then_cap
 
 ERROR_CAP = 1500  # a status's error string, as the reference kept it
 STDOUT_CAP = 2000  # the tail of the worker's stdout
@@ -24,6 +28,7 @@ MESSAGE_CAP = 500  # an API error message
 ARTIFACT_CAP = 8000  # failure artifacts read from the Hub
 DETAIL_CAP = 12000  # a verdict's detail
 NAME_CAP = 200  # ids, names, stages, status strings
+OUTPUT_ERROR_CAP = ERROR_CAP + STDOUT_CAP + 64  # an output that did not decode, and why
 
 Text = Annotated[str, Field(max_length=NAME_CAP)]
 
@@ -37,10 +42,9 @@ V2 = Annotated[int, Field(strict=True, ge=2, le=2)]
 
 
 def cap_text(text: str | None, limit: int, *, tail: bool = False) -> str | None:
-    """`text` cut to `limit` characters (its head, or its tail when `tail`), None stays None."""
-    if text is None or len(text) <= limit:
-        return text
-    return text[-limit:] if tail else text[:limit]
+    """Outside `text` masked, then cut to `limit` characters (its head, or its tail when
+    `tail`); None stays None. What an `Outside` field does, for text that is not a field."""
+    return None if text is None else redact_then_cap(text, limit, tail=tail)
 
 
 class EventBase(BaseModel):
@@ -99,12 +103,12 @@ class StatusObserved(EventBase):
 
     kind: Literal["StatusObserved"] = "StatusObserved"
     v: V1 = 1
-    status: Text
-    error: Annotated[str, Field(max_length=ERROR_CAP)] | None = None
-    stdout_tail: Annotated[str, Field(max_length=STDOUT_CAP)] | None = None
-    output_text: Annotated[str, Field(max_length=ERROR_CAP)] | None = None
+    status: Outside[NAME_CAP]
+    error: Outside[ERROR_CAP] | None = None
+    stdout_tail: OutsideTail[STDOUT_CAP] | None = None
+    output_text: Outside[ERROR_CAP] | None = None
     metrics: dict[str, Any] | None = None
-    output_error: Annotated[str, Field(max_length=ERROR_CAP + STDOUT_CAP + 64)] | None = None
+    output_error: Outside[OUTPUT_ERROR_CAP] | None = None
 
 
 class StatusFetchFailed(EventBase):
@@ -112,9 +116,9 @@ class StatusFetchFailed(EventBase):
 
     kind: Literal["StatusFetchFailed"] = "StatusFetchFailed"
     v: V1 = 1
-    error_class: Text
+    error_class: Outside[NAME_CAP]
     http_status: int | None = None
-    message: Annotated[str, Field(max_length=MESSAGE_CAP)] = ""
+    message: Outside[MESSAGE_CAP] = ""
 
 
 class WorkerCounts(BaseModel):
@@ -156,9 +160,9 @@ class HealthProbeFailed(EventBase):
 
     kind: Literal["HealthProbeFailed"] = "HealthProbeFailed"
     v: V1 = 1
-    error_class: Text
+    error_class: Outside[NAME_CAP]
     http_status: int | None = None
-    message: Annotated[str, Field(max_length=MESSAGE_CAP)] = ""
+    message: Outside[MESSAGE_CAP] = ""
 
 
 class HeartbeatObserved(EventBase):
@@ -175,12 +179,12 @@ class HeartbeatObserved(EventBase):
     kind: Literal["HeartbeatObserved"] = "HeartbeatObserved"
     v: V1 = 1
     found: bool = True
-    stage: Text | None = None
+    stage: Outside[NAME_CAP] | None = None
     step: int | None = None
     ts: float | None = None
     retriable: bool = False
     forced: bool = False
-    read_error: Annotated[str, Field(max_length=MESSAGE_CAP)] | None = None
+    read_error: Outside[MESSAGE_CAP] | None = None
 
 
 class FailureDetailObserved(EventBase):
@@ -188,7 +192,7 @@ class FailureDetailObserved(EventBase):
 
     kind: Literal["FailureDetailObserved"] = "FailureDetailObserved"
     v: V1 = 1
-    text: Annotated[str, Field(max_length=ARTIFACT_CAP)] | None = None
+    text: OutsideTail[ARTIFACT_CAP] | None = None
 
 
 class Concluded(EventBase):
@@ -198,8 +202,8 @@ class Concluded(EventBase):
     v: V1 = 1
     state: Text
     ok: bool
-    failure: Text | None = None
-    detail: Annotated[str, Field(max_length=DETAIL_CAP)] = ""
+    failure: FailureKind | None = None
+    detail: Outside[DETAIL_CAP] = ""
     rule: Text
     evidence: tuple[NonNegativeInt, ...] = ()
     metrics: dict[str, Any] | None = None
@@ -269,7 +273,7 @@ class QuotaExhausted(EventBase):
     account: NonNegativeInt
     swept: NonNegativeInt = 0
     wait_s: float = Field(0.0, ge=0)
-    message: Annotated[str, Field(max_length=MESSAGE_CAP)] = ""
+    message: Outside[MESSAGE_CAP] = ""
 
 
 class AccountFailedOver(EventBase):
@@ -301,8 +305,8 @@ class DeployFailed(EventBase):
     kind: Literal["DeployFailed"] = "DeployFailed"
     v: V1 = 1
     attempt: NonNegativeInt
-    error_class: Text
-    message: Annotated[str, Field(max_length=MESSAGE_CAP)] = ""
+    error_class: Outside[NAME_CAP]
+    message: Outside[MESSAGE_CAP] = ""
 
 
 class JobQueued(EventBase):
@@ -323,8 +327,8 @@ class SubmitFailed(EventBase):
     kind: Literal["SubmitFailed"] = "SubmitFailed"
     v: V1 = 1
     attempt: NonNegativeInt
-    error_class: Text
-    message: Annotated[str, Field(max_length=MESSAGE_CAP)] = ""
+    error_class: Outside[NAME_CAP]
+    message: Outside[MESSAGE_CAP] = ""
 
 
 class JobCancelled(EventBase):
@@ -354,9 +358,9 @@ class AttemptEnded(EventBase):
     v: V1 = 1
     attempt: NonNegativeInt
     ok: bool
-    failure: Text | None = None
+    failure: FailureKind | None = None
     rule: Text | None = None
-    detail: Annotated[str, Field(max_length=DETAIL_CAP)] = ""
+    detail: Outside[DETAIL_CAP] = ""
     metrics: dict[str, Any] | None = None
 
 
@@ -365,8 +369,8 @@ class CancelRequested(EventBase):
 
     kind: Literal["CancelRequested"] = "CancelRequested"
     v: V1 = 1
-    by: Text = ""
-    reason: Annotated[str, Field(max_length=MESSAGE_CAP)] = ""
+    by: Outside[NAME_CAP] = ""
+    reason: Outside[MESSAGE_CAP] = ""
 
 
 class RunConcluded(EventBase):
@@ -375,9 +379,9 @@ class RunConcluded(EventBase):
     kind: Literal["RunConcluded"] = "RunConcluded"
     v: V1 = 1
     ok: bool
-    failure: Text | None = None
+    failure: FailureKind | None = None
     attempts: NonNegativeInt = 0
-    detail: Annotated[str, Field(max_length=DETAIL_CAP)] = ""
+    detail: Outside[DETAIL_CAP] = ""
     metrics: dict[str, Any] | None = None
 
 
@@ -390,7 +394,7 @@ class IdleSeen(EventBase):
     kind: Literal["IdleSeen"] = "IdleSeen"
     v: V1 = 1
     endpoint_id: Text
-    endpoint_name: Text = ""
+    endpoint_name: Outside[NAME_CAP] = ""
     since: float
 
 
@@ -409,7 +413,7 @@ class EndpointReaped(EventBase):
     kind: Literal["EndpointReaped"] = "EndpointReaped"
     v: V1 = 1
     endpoint_id: Text
-    endpoint_name: Text = ""
+    endpoint_name: Outside[NAME_CAP] = ""
     idle_s: float = Field(0.0, ge=0)
 
 

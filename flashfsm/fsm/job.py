@@ -4,29 +4,33 @@ Theory of operation. A watch is a sequence of polls. Each poll opens with a stat
 (a `StatusObserved` or a `StatusFetchFailed` event) and may be followed by the reads that
 fetch made due (a health probe, a heartbeat read, or the forced reads after a terminal
 failure); `JobState.pending` lists the reads still due in the current poll. After every
-event `decide` first tries the verdict rules (`rules.VERDICT_RULES`, in order), then asks
-for the next pending read, then waits for the next poll, then checks the client deadline
-and fetches again. A forced heartbeat read that failed on a transient error goes back to
-the end of `pending` with a due time (`forced_retry_at`, from the failed read's `at`), so
-`decide` waits for it and reads again, a bounded number of times
+event `decide` first asks the verdict rules (`rules.judge`, in `rules.RULES` order), then
+asks for the next pending read, then waits for the next poll, then checks the client
+deadline and fetches again. A forced heartbeat read that failed on a transient error goes
+back to the end of `pending` with a due time (`forced_retry_at`, from the failed read's
+`at`), so `decide` waits for it and reads again, a bounded number of times
 (`rules.forced_read_retry_at`); the verdict rules wait while it is pending.
 
 `evolve` is the only function that changes a state, and replay is `evolve` over the log,
-so a state rebuilt from the log equals the live one after every event. The shell's one
-exception is `skip_read`: a regular heartbeat read that returned nothing new is not worth
-an event, so the shell drops it from `pending` directly; the next fetch resets `pending`
-anyway, so live and replayed states agree again at every event boundary.
+so a state rebuilt from the log equals the live one after every event. For each event the
+fold does three things: the poll's own bookkeeping (what is pending, when the next fetch
+is); the *signals* it observed (`rules.Signal`), which arm, restart and clear the rules'
+timers exactly as each rule declares; and the *trigger* it observed, a named event of the
+shared `transitions.Machine` (`table.TRANSITIONS`): the table says where that trigger
+leads from the current phase, and a trigger with no edge from it leaves the phase alone.
+The Machine is only called when the phase moves — a few times per job — so a replay
+costs little more than decoding the log.
 
-The machine phase (`JobState.state`) moves through the shared `transitions.Machine`, and
-only when an event changes it — a few times per job — so a replay costs little more than
-decoding the log.
+The shell's one exception is `skip_read`: a regular heartbeat read that returned nothing
+new is not worth an event, so the shell drops it from `pending` directly; the next fetch
+resets `pending` anyway, so live and replayed states agree again at every event boundary.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from typing import Any
 
 from flashfsm.events.errors import CorruptLogError
@@ -56,18 +60,10 @@ from flashfsm.fsm.commands import (
     Wait,
 )
 from flashfsm.fsm.machine import fire
-from flashfsm.fsm.policy import GracePolicy
-from flashfsm.fsm.table import (
-    CONCLUDE_TRIGGER,
-    INITIAL,
-    RUNNING,
-    TERMINAL,
-    WAITING,
-    JobPhase,
-    trigger_for,
-)
+from flashfsm.fsm.rules import Signal
+from flashfsm.fsm.state import JobState, Timer
+from flashfsm.fsm.table import NEXT, TERMINAL, VERDICT_TRIGGERS, JobPhase
 
-DEFAULT_POLICY = GracePolicy()
 #: Pending-read names and the command each one asks for.
 READ_COMMANDS: dict[str, Command] = {
     "probe": ProbeHealth(),
@@ -76,103 +72,63 @@ READ_COMMANDS: dict[str, Command] = {
     "failure_detail": ReadFailureDetail(),
 }
 _DUE_EPSILON = 1e-9  # float slack when comparing a virtual clock with a computed due time
-# The phase groups as sets of plain strings: `JobState.state` is a str, and `evolve` asks
-# on every status whether it is in one of them.
-_WAITING = frozenset(p.value for p in WAITING)
-_RUNNING = frozenset(p.value for p in RUNNING)
+
+# The rules' timer declarations, compiled per signal into what the fold applies: the mask
+# of the timers it clears, and the (field, bit) pairs it clears, restarts and arms. Each
+# timer has a bit in `JobState.running`, kept by `_signal` alone, so "does this signal
+# clear anything?" is one integer test. Signals are looked up once, here.
+_BIT: dict[str, int] = {spec.attr: 1 << n for n, spec in enumerate(rules.TIMERS)}
+_Pairs = tuple[tuple[str, int], ...]
+_Actions = tuple[int, _Pairs, _Pairs, _Pairs]
+
+
+def _compile(signal: Signal) -> _Actions:
+    def pairs(attrs: list[str]) -> _Pairs:
+        return tuple((attr, _BIT[attr]) for attr in attrs)
+
+    clears = pairs([spec.attr for spec in rules.TIMERS if signal in spec.clears])
+    restarts = pairs([spec.attr for spec in rules.TIMERS if signal in spec.restarts])
+    arms = pairs([spec.attr for spec in rules.TIMERS if signal in spec.arms])
+    mask = 0
+    for _, bit in clears:
+        mask |= bit
+    return mask, clears, restarts, arms
+
+
+_SUBMITTED = _compile(Signal.SUBMITTED)
+_WATCH_STARTED = _compile(Signal.WATCH_STARTED)
+_QUEUED = _compile(Signal.QUEUED)
+_LEFT_QUEUE = _compile(Signal.LEFT_QUEUE)
+_STATUS_CHANGED = _compile(Signal.STATUS_CHANGED)
+_NEW_HEARTBEAT = _compile(Signal.NEW_HEARTBEAT)
+_PROBE: dict[tuple[bool, bool], tuple[_Actions, _Actions]] = {
+    (unhealthy, throttled): (
+        _compile(Signal.PROBE_UNHEALTHY if unhealthy else Signal.PROBE_NOT_UNHEALTHY),
+        _compile(Signal.PROBE_THROTTLED if throttled else Signal.PROBE_NOT_THROTTLED),
+    )
+    for unhealthy in (False, True)
+    for throttled in (False, True)
+}
+_SHIFTED: tuple[str, ...] = tuple(spec.attr for spec in rules.TIMERS if spec.shifts_on_gap)
+_LEFT_QUEUE_MASK = _LEFT_QUEUE[0]
+
+
+def _from(trigger: str) -> frozenset[str]:
+    """The phases `trigger` leads out of (the table read forwards, once)."""
+    return frozenset(source for source, name in NEXT if name == trigger)
+
+
+_REQUEUED_FROM = _from("requeued")
+_PICKED_UP_FROM = _from("picked_up")
+_RESUMED_FROM = _from("resumed")
+_TRAINING_STARTED_FROM = _from("training_started")
+#: The checks judged after every observation, paired with their rules.
+_AFTER_OBSERVATION = tuple((rule, rule.check) for rule in rules.AFTER_OBSERVATION)
+_new_timer = tuple.__new__  # `Timer(at, seq)` without the Python-level __new__ frame
 
 
 class NotWatchingError(RuntimeError):
     """`decide` on a state whose log has no `WatchStarted` yet."""
-
-
-@dataclass(slots=True)
-class JobState:
-    """Everything the rules need about one job, rebuilt from its events.
-
-    Timer anchors are absolute `at` timestamps from the events (DESIGN §3), each with the
-    seq of the event that armed it, which becomes the evidence of a verdict.
-    """
-
-    state: str = INITIAL.value  # the machine phase, driven by the shared Machine
-    stream: str | None = None
-    next_seq: int = 0
-    last_at: float | None = None
-    # submission and watch
-    submitted: JobSubmitted | None = None
-    policy: GracePolicy = DEFAULT_POLICY
-    watch: WatchStarted | None = None
-    first_watch: WatchStarted | None = None
-    # schedule of the next fetch
-    next_fetch_at: float | None = None
-    wait_anchor: float = 0.0
-    wait_s: float = 0.0
-    # the current poll
-    cycle: str | None = None  # "status" or "error" once the poll's fetch is in
-    status: StatusObserved | None = None  # the latest good status answer
-    fetch_error: StatusFetchFailed | None = None
-    pending: tuple[str, ...] = ()
-    health: HealthObserved | None = None  # this poll's probe answer
-    forced_heartbeat: HeartbeatObserved | None = None  # the poll's last forced read
-    forced_read_errors: tuple[int, ...] = ()  # seqs of this poll's failed forced reads
-    forced_retry_at: float | None = None  # when the failed forced read is due again
-    failure_text: str | None = None
-    failure_seq: int | None = None
-    # progress and timers
-    last_status: str | None = None
-    progress_at: float | None = None
-    progress_seq: int | None = None
-    queued_since: float | None = None
-    queued_seq: int | None = None
-    throttled_since: float | None = None
-    throttled_seq: int | None = None
-    unhealthy_since: float | None = None
-    unhealthy_seq: int | None = None
-    last_probe_at: float | None = None
-    heartbeat_asked_at: float | None = None  # the last poll that asked for a regular read
-    error_seqs: tuple[int, ...] = ()
-    # heartbeats
-    hb_key: tuple[Any, ...] | None = None  # the last heartbeat that counted as progress
-    last_heartbeat: HeartbeatObserved | None = None  # the last one recorded
-    training_seen: bool = False
-    # the end
-    verdict: Concluded | None = None
-    gaps: float = field(default=0.0)  # total blind time charged to no timer (D2)
-
-    # -- derived views ---------------------------------------------------------------
-
-    @property
-    def phase(self) -> JobPhase:
-        """The machine state as an enum."""
-        return JobPhase(self.state)
-
-    @property
-    def done(self) -> bool:
-        """True once the log holds a verdict."""
-        return self.verdict is not None
-
-    @property
-    def submitted_at(self) -> float | None:
-        """When the job was submitted, if the log knows."""
-        return None if self.submitted is None else self.submitted.submitted_at
-
-    @property
-    def deadline_anchor(self) -> float | None:
-        """What the client deadline counts from: submission, else the first watch (D2)."""
-        if self.submitted_at is not None:
-            return self.submitted_at
-        return None if self.first_watch is None else self.first_watch.at
-
-    @property
-    def deadline_evidence(self) -> tuple[int, ...]:
-        """The event the deadline counts from."""
-        if self.submitted is not None and self.submitted.submitted_at is not None:
-            return (self.submitted.seq,)
-        return () if self.first_watch is None else (self.first_watch.seq,)
-
-    def snapshot(self) -> dict[str, Any]:
-        """Every field as a dict (what the replay-equals-live properties compare)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 # --- evolve -------------------------------------------------------------------------------
@@ -205,27 +161,41 @@ def evolve(s: JobState, event: Event) -> JobState:
     return s
 
 
-def _move(s: JobState, dest: JobPhase) -> None:
-    """Fire the trigger to `dest` on the shared machine, only when the phase changes."""
-    if s.state == dest:
-        return
-    trigger = trigger_for(JobPhase(s.state), dest)
-    if trigger is None:
-        raise CorruptLogError(
-            "replay", s.stream, f"no transition from {s.state} to {dest}", seq=s.next_seq
-        )
-    fire(s, trigger)
+def _signal(s: JobState, actions: _Actions, at: float, seq: int) -> None:
+    """Apply a compiled signal: clear, restart and arm the timers that listen to it."""
+    mask, clears, restarts, arms = actions
+    if s.running & mask:
+        for attr, _ in clears:
+            setattr(s, attr, None)
+        s.running &= ~mask
+    if restarts or arms:
+        timer = _new_timer(Timer, (at, seq))
+        for attr, bit in restarts:
+            setattr(s, attr, timer)
+            s.running |= bit
+        for attr, bit in arms:
+            if not s.running & bit:
+                setattr(s, attr, timer)
+                s.running |= bit
+
+
+def _trigger(s: JobState, trigger: str) -> None:
+    """Fire `trigger` on the shared machine when the table has an edge for it from here."""
+    if (s.state, trigger) in NEXT:
+        fire(s, trigger)
 
 
 def _on_submitted(s: JobState, e: JobSubmitted) -> None:
     s.submitted = e
     s.policy = e.policy
+    if e.submitted_at is not None:
+        _signal(s, _SUBMITTED, e.submitted_at, e.seq)
 
 
 def _on_watch(s: JobState, e: WatchStarted) -> None:
     if s.first_watch is None:
         s.first_watch = e
-        s.progress_at, s.progress_seq = e.at, e.seq  # step 3: the watch's start is progress
+        _signal(s, _WATCH_STARTED, e.at, e.seq)  # step 3: the watch's start is progress
         s.next_fetch_at = None
     else:
         gap = rules.blind_gap(s.last_at, e.at)
@@ -241,16 +211,12 @@ def _on_watch(s: JobState, e: WatchStarted) -> None:
 
 
 def _shift_timers(s: JobState, gap: float) -> None:
-    """D2: move every timer anchor forward by the blind gap (the deadline excepted)."""
+    """D2: move every timer that declares it forward by the blind gap (and the probe pace)."""
     s.gaps += gap
-    if s.progress_at is not None:
-        s.progress_at += gap
-    if s.queued_since is not None:
-        s.queued_since += gap
-    if s.throttled_since is not None:
-        s.throttled_since += gap
-    if s.unhealthy_since is not None:
-        s.unhealthy_since += gap
+    for attr in _SHIFTED:
+        timer = getattr(s, attr)
+        if timer is not None:
+            setattr(s, attr, timer.shifted(gap))
     if s.last_probe_at is not None:
         s.last_probe_at += gap
 
@@ -273,12 +239,12 @@ def _on_status(s: JobState, e: StatusObserved) -> None:
         s.forced_retry_at = None
         s.failure_text = None
         s.failure_seq = None
-    at, watch = e.at, s.watch
+    at, seq, watch = e.at, e.seq, s.watch
     interval = 10.0 if watch is None else watch.interval_s
     s.next_fetch_at, s.wait_anchor, s.wait_s = at + interval, at, interval
     status = e.status
     if rules.status_counts_as_progress(s.last_status, status):
-        s.progress_at, s.progress_seq = at, e.seq
+        _signal(s, _STATUS_CHANGED, at, seq)
     s.last_status = status
     has_hb = watch is not None and watch.has_heartbeat_reader
     if status in rules.TERMINAL_STATUSES:
@@ -286,28 +252,25 @@ def _on_status(s: JobState, e: StatusObserved) -> None:
         if status == "FAILED" or (status == "COMPLETED" and e.metrics is None):
             if has_hb:
                 pending += ("forced_heartbeat",)
-            if s.watch is not None and s.watch.has_failure_detail_reader:
+            if watch is not None and watch.has_failure_detail_reader:
                 pending += ("failure_detail",)
         s.pending = pending
         return
     if status == rules.QUEUED_STATUS:
-        if s.queued_since is None:
-            s.queued_since, s.queued_seq = e.at, e.seq
-        if s.state in _RUNNING:
-            _move(s, JobPhase.QUEUED)
-        probe = rules.probe_is_due(s.last_probe_at, e.at, s.policy.probe_every_s)
+        _signal(s, _QUEUED, at, seq)
+        if s.state in _REQUEUED_FROM:
+            fire(s, "requeued")
+        probe = rules.probe_is_due(s.last_probe_at, at, s.policy.probe_every_s)
         s.pending = ("probe",) * probe + ("heartbeat",) * _heartbeat_due(s, has_hb, at)
         return
     # Any other status (IN_PROGRESS, RUNNING, or one we do not know) means a worker has it.
-    if s.queued_since is not None:
-        s.queued_since = s.queued_seq = None
-    if (
-        s.throttled_since is not None or s.unhealthy_since is not None
-    ) and rules.capacity_timers_clear_on_leaving_queue():
-        s.throttled_since = s.throttled_seq = None
-        s.unhealthy_since = s.unhealthy_seq = None
-    if s.state in _WAITING:
-        _move(s, JobPhase.TRAINING if s.training_seen else JobPhase.SETUP)
+    if s.running & _LEFT_QUEUE_MASK:  # (most statuses find nothing to clear: no call)
+        _signal(s, _LEFT_QUEUE, at, seq)
+    if s.training_seen:
+        if s.state in _RESUMED_FROM:
+            fire(s, "resumed")
+    elif s.state in _PICKED_UP_FROM:
+        fire(s, "picked_up")
     s.pending = ("heartbeat",) if _heartbeat_due(s, has_hb, at) else ()
 
 
@@ -343,23 +306,14 @@ def _on_health(s: JobState, e: HealthObserved) -> None:
     s.last_probe_at = e.at
     s.health = e
     unhealthy, throttled = rules.worker_condition(e)
+    for actions in _PROBE[unhealthy, throttled]:
+        _signal(s, actions, e.at, e.seq)
     if unhealthy:
-        if s.unhealthy_since is None:
-            s.unhealthy_since, s.unhealthy_seq = e.at, e.seq
+        _trigger(s, "worker_unhealthy")
+    elif throttled:
+        _trigger(s, "worker_throttled")
     else:
-        s.unhealthy_since = s.unhealthy_seq = None
-    if throttled:
-        if s.throttled_since is None:
-            s.throttled_since, s.throttled_seq = e.at, e.seq
-    else:
-        s.throttled_since = s.throttled_seq = None
-    if s.state in _WAITING:
-        if unhealthy:
-            _move(s, JobPhase.UNHEALTHY)
-        elif throttled:
-            _move(s, JobPhase.THROTTLED)
-        else:
-            _move(s, JobPhase.QUEUED)
+        _trigger(s, "workers_recovered")
 
 
 def _on_probe_failed(s: JobState, e: HealthProbeFailed) -> None:
@@ -386,11 +340,11 @@ def _on_heartbeat(s: JobState, e: HeartbeatObserved) -> None:
     if key == s.hb_key:
         return
     s.hb_key = key
-    s.progress_at, s.progress_seq = e.at, e.seq
+    _signal(s, _NEW_HEARTBEAT, e.at, e.seq)
     if rules.is_training_stage(e.stage):
         s.training_seen = True
-        if s.state == JobPhase.SETUP:
-            _move(s, JobPhase.TRAINING)
+        if s.state in _TRAINING_STARTED_FROM:
+            fire(s, "training_started")
 
 
 def _on_forced_read_failed(s: JobState, e: HeartbeatObserved, due: bool) -> None:
@@ -422,7 +376,7 @@ def _on_concluded(s: JobState, e: Concluded) -> None:
         raise CorruptLogError(
             "replay", e.stream, f"verdict state {e.state!r} is not terminal", seq=e.seq
         )
-    fire(s, CONCLUDE_TRIGGER[dest])
+    fire(s, VERDICT_TRIGGERS[dest])
     s.verdict = e
     s.pending = ()
 
@@ -475,9 +429,10 @@ def decide(s: JobState, now: float) -> Command:
         return Finished(verdict_of(s.verdict))
     if s.watch is None:
         raise NotWatchingError(f"stream {s.stream!r} has no WatchStarted event: nothing watches it")
-    verdict = rules.judge(s)
-    if verdict is not None:
-        return Conclude(verdict)
+    for rule, check in _AFTER_OBSERVATION:
+        finding = check(s, now)
+        if finding is not None:
+            return Conclude(rules.verdict_of(rule, finding))
     if s.pending:
         name = s.pending[0]
         due = s.forced_retry_at
@@ -486,7 +441,7 @@ def decide(s: JobState, now: float) -> Command:
         return READ_COMMANDS[name]
     if s.next_fetch_at is not None and now < s.next_fetch_at - _DUE_EPSILON:
         return Wait(max(0.0, s.wait_s - (now - s.wait_anchor)))
-    verdict = rules.rule_client_deadline(s, now)
+    verdict = rules.judge(s, rules.BEFORE_FETCH, now)
     if verdict is not None:
         return Conclude(verdict)
     return FetchStatus()

@@ -1,29 +1,53 @@
-"""The job rules of DESIGN §6 and the divergences D1–D5, one named function each.
+"""The job rules: each verdict rule is one declaration, from which everything else derives.
 
-Two kinds of rule live here. *Bookkeeping rules* (steps 2–4, 6–9, D1–D3 and D5) say how
-one observation moves a timer, the progress mark or a read still due; `evolve` calls them.
-*Verdict rules* (steps 1, 2, 4–8, 10 and D4) look at the state after an observation and
-either return a `Verdict` or None; `decide` tries them in `VERDICT_RULES` order, so the
-order of that table decides which rule wins when two could fire in the same poll.
+Theory of operation. Two kinds of rule live here.
 
-Verdict rules judge by the time of the observations they rest on (the status fetch, the
-health probe, the last read of the poll), never by "now", so re-running them over a
-recorded log gives the same answer. Only the client deadline, checked before a fetch,
-takes `now`.
+*Bookkeeping rules* (steps 2, 3, 8, 9 and the divergences D2, D3, D5) say how one
+observation moves the poll along: the back-off after a status error, when a probe or a
+heartbeat read is due, what counts as progress, what a blind gap does. They are small
+named functions the fold (`flashfsm.fsm.job.evolve`) calls.
+
+*Verdict rules* each end a watch. A verdict rule is one `Rule` in `RULES`, and that
+declaration holds all of it:
+
+- `name`, `step` (where it sits among the reference's steps, or the divergence it is),
+  the one-line `why`, and what `fires` it and the `verdict` it reaches (the docs' table);
+- `timer`: the timer it runs, as the *signals* that arm, restart and clear it (D1 is the
+  line "cleared when the job leaves IN_QUEUE" of the throttled and unhealthy timers). The
+  fold emits a signal for each thing it observes; it applies every timer's declaration
+  and knows no timer by name;
+- `check(state, now)`: a `Finding` when the rule fires — the terminal state, the detail,
+  the evidence seqs and the numbers behind them — else None. Checks are cheap and run
+  after every observation, in `RULES` order, so the order decides which rule wins when two
+  could fire in the same poll. A rule marked `before_fetch` (the client deadline) is
+  checked with `now` just before a status fetch; every other rule judges by the time of
+  the observations it rests on, so re-running the rules over a recorded log gives the
+  same answer;
+- `explain(point)`: what the rule sees at a log's decision point, whether it fired or not
+  (`flashfsm.fsm.findings.Point`): what `explain`, `why-not` and `whatif` print.
+
+`judge`, `decide`'s client deadline, the explanations (`flashfsm.fsm.explain`), the live
+view's timers and the docs' rule table (`flashfsm.fsm.docs`) are all read off `RULES`.
+Adding a rule is one declaration here plus its tests.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from enum import Enum
 
+from flashfsm.events.models import (
+    Event,
+    HealthObserved,
+    HeartbeatObserved,
+    StatusFetchFailed,
+    StatusObserved,
+)
 from flashfsm.fsm.commands import Verdict
+from flashfsm.fsm.findings import Finding, Measure, Point, first_line, summarize
+from flashfsm.fsm.state import JobState, Timer
 from flashfsm.fsm.table import JobPhase
-
-if TYPE_CHECKING:
-    from flashfsm.events.models import HealthObserved, HeartbeatObserved
-    from flashfsm.fsm.job import JobState
 
 #: Job statuses that end the job on RunPod's side.
 TERMINAL_STATUSES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"})
@@ -31,10 +55,14 @@ TERMINAL_STATUSES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"})
 PLATFORM_TERMINATIONS = frozenset({"CANCELLED", "TIMED_OUT"})
 QUEUED_STATUS = "IN_QUEUE"
 #: Heartbeat stages sent during cold start, before the training loop runs.
-SETUP_STAGES = frozenset({"boot", "sft_start", "rl_start", "sft_model_load", "rl_train_start"})
+SETUP_STAGE_ORDER = ("boot", "sft_start", "rl_start", "sft_model_load", "rl_train_start")
+SETUP_STAGES = frozenset(SETUP_STAGE_ORDER)
+#: Float slack when pacing heartbeat reads: poll times are sums of recorded floats, and a
+#: poll due exactly `heartbeat_every_s` after the last read must not miss it by an ulp.
+HEARTBEAT_PACE_SLACK_S = 1e-3
 
 
-# --- bookkeeping rules (called by evolve) -------------------------------------------------
+# --- bookkeeping rules (called by the fold) -------------------------------------------------
 
 
 def status_error_backoff(interval_s: float, streak: int, cap_s: float) -> float:
@@ -50,11 +78,6 @@ def status_counts_as_progress(previous: str | None, status: str) -> bool:
 def probe_is_due(last_probe_at: float | None, at: float, every_s: float) -> bool:
     """Step 8: probe `/health` while queued, at most once per `every_s`."""
     return last_probe_at is None or at - last_probe_at > every_s
-
-
-#: Float slack when pacing heartbeat reads: poll times are sums of recorded floats, and a
-#: poll due exactly `heartbeat_every_s` after the last read must not miss it by an ulp.
-HEARTBEAT_PACE_SLACK_S = 1e-3
 
 
 def heartbeat_read_is_due(last_asked_at: float | None, at: float, every_s: float | None) -> bool:
@@ -95,15 +118,6 @@ def is_training_stage(stage: str | None) -> bool:
     return stage not in SETUP_STAGES
 
 
-def capacity_timers_clear_on_leaving_queue() -> bool:
-    """D1: the throttled and unhealthy timers also clear when the job leaves IN_QUEUE.
-
-    The reference cleared them only on a probe without the condition; a job that left the
-    queue and came back would inherit a stale timer and be judged at once.
-    """
-    return True
-
-
 def forced_read_retry_at(
     failed_at: float, failures: int, tries: int, backoff_s: float
 ) -> float | None:
@@ -127,222 +141,286 @@ def blind_gap(previous_at: float | None, watch_at: float) -> float:
     return max(0.0, watch_at - previous_at)
 
 
-# --- verdict rules (called by decide, in VERDICT_RULES order) -----------------------------
+def stall_limit(s: JobState) -> tuple[float, str]:
+    """Step 10: the setup grace while a heartbeat reader can tell setup from training and no
+    training heartbeat was seen yet; the stall window otherwise."""
+    if s.has_heartbeat_reader and not s.training_seen:
+        return s.policy.setup_grace_s, "setup (pre-training)"
+    return s.policy.stall_after_s, "training"
 
 
-def rule_client_deadline(s: JobState, now: float) -> Verdict | None:
-    """Step 1: a client deadline, counted from submission in wall-clock time (D2)."""
-    deadline = s.policy.deadline_s
-    start = s.deadline_anchor
-    if deadline is None or start is None or now - start <= deadline:
+# --- timers ---------------------------------------------------------------------------------
+
+
+class Signal(Enum):
+    """What the fold observed, as far as the rules' timers care."""
+
+    SUBMITTED = "a submission time was recorded"
+    WATCH_STARTED = "the first watch of the job started"
+    QUEUED = "an IN_QUEUE status"
+    LEFT_QUEUE = "a status saying a worker has the job"
+    STATUS_CHANGED = "a status different from the previous one"
+    NEW_HEARTBEAT = "a heartbeat of this attempt with a new (stage, step, ts)"
+    PROBE_UNHEALTHY = "a probe finding only unhealthy workers"
+    PROBE_NOT_UNHEALTHY = "a probe not finding only unhealthy workers"
+    PROBE_THROTTLED = "a probe finding only throttled workers"
+    PROBE_NOT_THROTTLED = "a probe not finding only throttled workers"
+
+
+#: What a timer's reading is: its name in the live view and its limit, or None when the
+#: timer does not count for the state as it is (a stall timer once the job has ended).
+TimerLimit = Callable[[JobState], tuple[str, float] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class TimerSpec:
+    """A rule's timer: the `JobState` field holding it and the signals that move it.
+
+    `arms` start it when it is not running, `restarts` start it anew either way, `clears`
+    stop it. A blind gap shifts it forward (D2) unless `shifts_on_gap` is False.
+    """
+
+    attr: str
+    name: str
+    limit: TimerLimit
+    arms: tuple[Signal, ...] = ()
+    restarts: tuple[Signal, ...] = ()
+    clears: tuple[Signal, ...] = ()
+    shifts_on_gap: bool = True
+
+
+def _queue_limit(s: JobState) -> tuple[str, float]:
+    return "queue grace", s.policy.queue_grace_s
+
+
+def _throttled_limit(s: JobState) -> tuple[str, float]:
+    return "throttled grace", s.policy.throttled_grace_s
+
+
+def _unhealthy_limit(s: JobState) -> tuple[str, float]:
+    return "unhealthy grace", s.policy.unhealthy_grace_s
+
+
+def stall_limit_name(s: JobState) -> tuple[float, str, str]:
+    """The stall limit, the phase it belongs to and the limit's name."""
+    limit, phase = stall_limit(s)
+    if phase == "training":
+        return limit, phase, "stall window"
+    return limit, "setup, no training heartbeat yet", "setup grace"
+
+
+def _progress_limit(s: JobState) -> tuple[str, float] | None:
+    st = s.status
+    if st is not None and st.status in TERMINAL_STATUSES:
         return None
-    return Verdict(
-        JobPhase.STALLED,
-        "client_deadline",
-        f"client-side deadline exceeded: {now - start:.0f}s since submission "
+    limit, _, name = stall_limit_name(s)
+    return name, limit
+
+
+def _deadline_limit(s: JobState) -> tuple[str, float] | None:
+    deadline = s.policy.deadline_s
+    return None if deadline is None else ("client deadline", deadline)
+
+
+QUEUE_TIMER = TimerSpec(
+    "queued", "queue", _queue_limit, arms=(Signal.QUEUED,), clears=(Signal.LEFT_QUEUE,)
+)
+THROTTLED_TIMER = TimerSpec(
+    "throttled",
+    "throttled",
+    _throttled_limit,
+    arms=(Signal.PROBE_THROTTLED,),
+    clears=(Signal.PROBE_NOT_THROTTLED, Signal.LEFT_QUEUE),  # LEFT_QUEUE: D1
+)
+UNHEALTHY_TIMER = TimerSpec(
+    "unhealthy",
+    "unhealthy",
+    _unhealthy_limit,
+    arms=(Signal.PROBE_UNHEALTHY,),
+    clears=(Signal.PROBE_NOT_UNHEALTHY, Signal.LEFT_QUEUE),  # LEFT_QUEUE: D1
+)
+PROGRESS_TIMER = TimerSpec(
+    "progress",
+    "progress",
+    _progress_limit,
+    restarts=(Signal.WATCH_STARTED, Signal.STATUS_CHANGED, Signal.NEW_HEARTBEAT),
+)
+DEADLINE_TIMER = TimerSpec(
+    "deadline",
+    "deadline",
+    _deadline_limit,
+    arms=(Signal.WATCH_STARTED,),
+    restarts=(Signal.SUBMITTED,),
+    shifts_on_gap=False,  # D2: the client deadline is wall-clock from submission
+)
+
+
+# --- the declaration ----------------------------------------------------------------------
+
+Check = Callable[[JobState, float], Finding | None]
+Explain = Callable[[Point], Finding]
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One verdict rule, whole: see the module notes."""
+
+    name: str
+    step: str
+    why: str
+    fires: str
+    verdict: str
+    check: Check
+    explain: Explain
+    timer: TimerSpec | None = None
+    before_fetch: bool = False
+
+
+def _measure(s: JobState, timer: Timer | None, at: float, quantity: str, spec: TimerSpec):
+    """The reading of `spec`'s timer at `at` as a measure (None: not running or not counting)."""
+    limit = spec.limit(s)
+    if timer is None or limit is None:
+        return None
+    name, value = limit
+    elapsed = at - timer.since
+    return Measure(quantity, elapsed, name, value, elapsed > value)
+
+
+# --- 1: the client deadline -----------------------------------------------------------------
+
+
+def _check_client_deadline(s: JobState, now: float) -> Finding | None:
+    deadline, anchor = s.policy.deadline_s, s.deadline
+    if deadline is None or anchor is None or now - anchor.since <= deadline:
+        return None
+    elapsed = now - anchor.since
+    return Finding(
+        True,
+        (Measure("time since submission", elapsed, "client deadline", deadline, True),),
+        evidence=(anchor.seq,),
+        state=JobPhase.STALLED,
+        detail=f"client-side deadline exceeded: {elapsed:.0f}s since submission "
         f"(deadline {deadline:.0f}s)",
-        evidence=s.deadline_evidence,
     )
 
 
-def rule_job_lost(s: JobState) -> Verdict | None:
-    """D4: the status route answers 404: the job is gone (TTL or result retention passed)."""
+def _explain_client_deadline(p: Point) -> Finding:
+    s = p.state
+    if s.policy.deadline_s is None:
+        return Finding(False, facts=("no client deadline was set (deadline_s unset)",))
+    if s.deadline is None:
+        return Finding(False, facts=("nothing to count a deadline from: no submission, no watch",))
+    m = _measure(s, s.deadline, p.at, "time since submission", DEADLINE_TIMER)
+    assert m is not None
+    return Finding(m.fired, (m,))
+
+
+CLIENT_DEADLINE = Rule(
+    name="client_deadline",
+    step="1",
+    why="a client deadline, counted from submission in wall-clock time (D2).",
+    fires="`deadline_s` set and exceeded, counted from submission (checked before a fetch)",
+    verdict="STALLED / `stalled`",
+    check=_check_client_deadline,
+    explain=_explain_client_deadline,
+    timer=DEADLINE_TIMER,
+    before_fetch=True,
+)
+
+
+# --- D4: the job is gone ----------------------------------------------------------------------
+
+
+def _check_job_lost(s: JobState, now: float) -> Finding | None:
     err = s.fetch_error
     if s.cycle != "error" or err is None or err.http_status != 404:
         return None
-    return Verdict(
-        JobPhase.LOST,
-        "job_lost",
-        f"job no longer exists on RunPod (HTTP 404 on status: {err.message or err.error_class}); "
-        "its TTL or result retention passed",
+    return Finding(
+        True,
         evidence=(err.seq,),
+        state=JobPhase.LOST,
+        detail="job no longer exists on RunPod (HTTP 404 on status: "
+        f"{err.message or err.error_class}); its TTL or result retention passed",
     )
 
 
-def rule_poll_errors(s: JobState) -> Verdict | None:
-    """Step 2: too many consecutive status errors end the watch (infra-shaped, retried)."""
+def _explain_job_lost(p: Point) -> Finding:
+    if _check_job_lost(p.state, p.at) is not None:
+        err = p.state.fetch_error
+        assert err is not None
+        return Finding(
+            True, facts=(f"the status fetch at {p.t(err.at)} (seq {err.seq}) answered HTTP 404",)
+        )
+    lost = [
+        e.seq for e, _, _ in p.steps if isinstance(e, StatusFetchFailed) and e.http_status == 404
+    ]
+    if not lost:
+        return Finding(False, facts=("no status fetch answered HTTP 404",))
+    return Finding(False, facts=(f"the last status fetch was not a 404 (404s at seqs {lost})",))
+
+
+JOB_LOST = Rule(
+    name="job_lost",
+    step="D4",
+    why="the status route answers 404: the job is gone (TTL or result retention passed).",
+    fires="the status route answers HTTP 404",
+    verdict="LOST / `lost`",
+    check=_check_job_lost,
+    explain=_explain_job_lost,
+)
+
+
+# --- 2: too many status errors ---------------------------------------------------------------
+
+
+def _check_poll_errors(s: JobState, now: float) -> Finding | None:
     err = s.fetch_error
     limit = s.policy.max_poll_errors
     if s.cycle != "error" or err is None or len(s.error_seqs) < limit:
         return None
     code = f" HTTP {err.http_status}" if err.http_status is not None else ""
-    return Verdict(
-        JobPhase.POLL_ERROR,
-        "poll_errors",
-        f"{len(s.error_seqs)} consecutive status errors (limit {limit}); "
-        f"last: {err.error_class}{code} {err.message}".rstrip(),
+    streak = len(s.error_seqs)
+    return Finding(
+        True,
+        (Measure("consecutive status errors", streak, "max_poll_errors", limit, True, unit=""),),
         evidence=s.error_seqs,
+        state=JobPhase.POLL_ERROR,
+        detail=f"{streak} consecutive status errors (limit {limit}); "
+        f"last: {err.error_class}{code} {err.message}".rstrip(),
     )
 
 
-def rule_completed(s: JobState) -> Verdict | None:
-    """Step 4: COMPLETED with an output that decodes to metrics is a success."""
-    st = s.status
-    if s.cycle != "status" or st is None or st.status != "COMPLETED" or st.metrics is None:
-        return None
-    return Verdict(
-        JobPhase.SUCCEEDED, "completed", "job COMPLETED", evidence=(st.seq,), metrics=st.metrics
-    )
+def _streak(event: Event, after: JobState) -> float | None:
+    return float(len(after.error_seqs)) if isinstance(event, StatusFetchFailed) else None
 
 
-def rule_completed_with_error(s: JobState) -> Verdict | None:
-    """Step 4: COMPLETED whose output is an error: the worker's `retriable` flag decides.
-
-    The flag comes from the forced heartbeat read, which waits for its retries when it fails
-    on a transient error (`forced_read_retry_at`): the rule fires once no read is pending.
-    """
-    st = s.status
-    if s.cycle != "status" or st is None or st.status != "COMPLETED" or st.metrics is not None:
-        return None
-    if s.pending:
-        return None
-    detail = _with_artifacts(st.output_error or "job COMPLETED without a usable output", s)
-    return _failed_or_preempted(s, "completed_with_error", detail)
-
-
-def rule_platform_termination(s: JobState) -> Verdict | None:
-    """Step 5: CANCELLED or TIMED_OUT: the platform ended the job, so it is retried."""
-    st = s.status
-    if s.cycle != "status" or st is None or st.status not in PLATFORM_TERMINATIONS:
-        return None
-    return Verdict(
-        JobPhase.PREEMPTED,
-        "platform_termination",
-        f"[{st.status}] {_status_detail(s)}".rstrip(),
-        evidence=(st.seq,),
-    )
+def _explain_poll_errors(p: Point) -> Finding:
+    fired = _check_poll_errors(p.state, p.at)
+    if fired is not None:
+        return Finding(True, fired.measures)
+    longest = p.longest(_streak)
+    if longest is None:
+        return Finding(False, facts=("every status fetch succeeded",))
+    value, event = longest
+    note = f"longest run, ending at seq {event.seq}"
+    limit = p.state.policy.max_poll_errors
+    m = Measure("consecutive status errors", value, "max_poll_errors", limit, False, "", note)
+    return Finding(False, (m,))
 
 
-def rule_worker_failed(s: JobState) -> Verdict | None:
-    """Step 6: FAILED: the worker's `retriable` flag tells infra from the job's own failure.
-
-    As in step 4, the forced heartbeat read is retried on a transient error before this fires.
-    """
-    st = s.status
-    if s.cycle != "status" or st is None or st.status != "FAILED" or s.pending:
-        return None
-    detail = _with_artifacts(f"[FAILED] {_status_detail(s)}".rstrip(), s)
-    return _failed_or_preempted(s, "worker_failed", detail)
-
-
-def rule_queue_grace(s: JobState) -> Verdict | None:
-    """Step 7: IN_QUEUE for longer than the queue grace: no capacity for this GPU class."""
-    st = s.status
-    if s.cycle != "status" or st is None or st.status != QUEUED_STATUS or s.queued_since is None:
-        return None
-    waited = st.at - s.queued_since
-    if waited <= s.policy.queue_grace_s:
-        return None
-    return Verdict(
-        JobPhase.NO_CAPACITY,
-        "queue_grace",
-        f"never scheduled: IN_QUEUE for {waited:.0f}s (queue grace "
-        f"{s.policy.queue_grace_s:.0f}s), no capacity for this GPU class; "
-        "retry on the next-best GPU",
-        evidence=(s.queued_seq, st.seq),
-    )
-
-
-def rule_unhealthy_worker(s: JobState) -> Verdict | None:
-    """Step 8: a worker crash-looping past the unhealthy grace: retry on a fresh endpoint."""
-    h = s.health
-    if h is None or s.unhealthy_since is None:
-        return None
-    stuck = h.at - s.unhealthy_since
-    if stuck <= s.policy.unhealthy_grace_s:
-        return None
-    return Verdict(
-        JobPhase.STALLED,
-        "unhealthy_worker",
-        f"worker unhealthy for {stuck:.0f}s while IN_QUEUE (unhealthy grace "
-        f"{s.policy.unhealthy_grace_s:.0f}s; likely a crash loop or a failed image pull); "
-        "retry on a fresh endpoint",
-        evidence=(s.unhealthy_seq, h.seq),
-    )
-
-
-def rule_throttled_worker(s: JobState) -> Verdict | None:
-    """Step 8: a worker THROTTLED past the throttled grace: no capacity for this GPU class."""
-    h = s.health
-    if h is None or s.throttled_since is None:
-        return None
-    stuck = h.at - s.throttled_since
-    if stuck <= s.policy.throttled_grace_s:
-        return None
-    return Verdict(
-        JobPhase.NO_CAPACITY,
-        "throttled_worker",
-        f"never scheduled: worker THROTTLED for {stuck:.0f}s while IN_QUEUE (throttled grace "
-        f"{s.policy.throttled_grace_s:.0f}s), no capacity for this GPU class; "
-        "retry on the next-best GPU",
-        evidence=(s.throttled_seq, h.seq),
-    )
-
-
-def rule_stall(s: JobState) -> Verdict | None:
-    """Step 10: no progress for longer than the limit of the phase (setup or training)."""
-    st = s.status
-    if s.cycle != "status" or st is None or st.status in TERMINAL_STATUSES or s.pending:
-        return None
-    if s.progress_at is None or s.last_at is None:
-        return None
-    limit, phase = stall_limit(s)
-    idle = s.last_at - s.progress_at
-    if idle <= limit:
-        return None
-    return Verdict(
-        JobPhase.STALLED,
-        "stall",
-        f"no worker progress for {idle:.0f}s during {phase} "
-        f"(job status {st.status}, limit {limit:.0f}s)",
-        evidence=(s.progress_seq, st.seq),
-    )
-
-
-def stall_limit(s: JobState) -> tuple[float, str]:
-    """Step 10: the setup grace while a heartbeat reader can tell setup from training and no
-    training heartbeat was seen yet; the stall window otherwise."""
-    has_reader = s.watch is not None and s.watch.has_heartbeat_reader
-    if has_reader and not s.training_seen:
-        return s.policy.setup_grace_s, "setup (pre-training)"
-    return s.policy.stall_after_s, "training"
-
-
-@dataclass(frozen=True, slots=True)
-class RuleInfo:
-    """A verdict rule and where it sits in DESIGN §6."""
-
-    name: str
-    step: str
-    check: Callable[[JobState], Verdict | None]
-
-
-#: The verdict rules in the order they are tried after each observation.
-VERDICT_RULES: tuple[RuleInfo, ...] = (
-    RuleInfo("job_lost", "D4", rule_job_lost),
-    RuleInfo("poll_errors", "2", rule_poll_errors),
-    RuleInfo("completed", "4", rule_completed),
-    RuleInfo("completed_with_error", "4", rule_completed_with_error),
-    RuleInfo("platform_termination", "5", rule_platform_termination),
-    RuleInfo("worker_failed", "6", rule_worker_failed),
-    RuleInfo("queue_grace", "7", rule_queue_grace),
-    RuleInfo("unhealthy_worker", "8", rule_unhealthy_worker),
-    RuleInfo("throttled_worker", "8", rule_throttled_worker),
-    RuleInfo("stall", "10", rule_stall),
+POLL_ERRORS = Rule(
+    name="poll_errors",
+    step="2",
+    why="too many consecutive status errors end the watch (infra-shaped, retried).",
+    fires="the 8th consecutive status-fetch error; each error waits min(60, interval × n) "
+    "instead of the interval",
+    verdict="POLL_ERROR / `poll_error`",
+    check=_check_poll_errors,
+    explain=_explain_poll_errors,
 )
-RULE_NAMES: tuple[str, ...] = ("client_deadline", *(r.name for r in VERDICT_RULES))
 
 
-def judge(s: JobState) -> Verdict | None:
-    """The first verdict rule that fires on the current poll, or None."""
-    for rule in VERDICT_RULES:
-        verdict = rule.check(s)
-        if verdict is not None:
-            return verdict
-    return None
-
-
-# --- helpers ------------------------------------------------------------------------------
+# --- 4-6: the job ended on RunPod's side -------------------------------------------------------
 
 
 def worker_flagged_retriable(s: JobState) -> bool:
@@ -359,7 +437,8 @@ def heartbeat_unreadable(s: JobState) -> bool:
     return hb is not None and hb.read_error is not None
 
 
-def _failed_or_preempted(s: JobState, rule: str, detail: str) -> Verdict:
+def _failed_or_preempted(s: JobState, detail: str) -> Finding:
+    """Steps 4 and 6: PREEMPTED when the worker flagged the failure retriable, else FAILED."""
     assert s.status is not None
     evidence = {s.status.seq, *s.forced_read_errors}
     if s.forced_heartbeat is not None:
@@ -379,7 +458,7 @@ def _failed_or_preempted(s: JobState, rule: str, detail: str) -> Verdict:
             f"read{'s' if tries != 1 else ''} failed, the last with {hb.read_error}; "
             "not known to be retriable)"
         )
-    return Verdict(state, rule, detail, evidence=tuple(sorted(evidence)))
+    return Finding(True, evidence=tuple(sorted(evidence)), state=state, detail=detail)
 
 
 def _status_detail(s: JobState) -> str:
@@ -397,3 +476,508 @@ def _with_artifacts(detail: str, s: JobState) -> str:
     if not s.failure_text:
         return detail
     return f"{detail}\n{s.failure_text}" if detail else s.failure_text
+
+
+def _retriable_facts(p: Point) -> tuple[str, ...]:
+    """What the forced heartbeat read said about the failure being retriable."""
+    s = p.state
+    hb = s.forced_heartbeat
+    if hb is None:
+        if s.watch is not None and not s.watch.has_heartbeat_reader:
+            return ("no heartbeat reader to flag it retriable",)
+        return ("no forced heartbeat read yet",)
+    failed = len(s.forced_read_errors)
+    if hb.read_error is not None:
+        reads = f"{failed} forced read{'s' if failed != 1 else ''}"
+        if "forced_heartbeat" in s.pending and s.forced_retry_at is not None:
+            return (
+                f"the heartbeat could not be read yet: {reads} failed, the last at "
+                f"{p.t(hb.at)} ({hb.read_error}); the next is due at {p.t(s.forced_retry_at)}",
+            )
+        return (
+            f"the heartbeat could not be read: {reads} failed "
+            f"(limit forced_read_tries {s.policy.forced_read_tries}), the last at "
+            f"{p.t(hb.at)} ({hb.read_error}): not known to be retriable",
+        )
+    after = f", after {failed} failed forced read{'s' if failed != 1 else ''}" if failed else ""
+    if not hb.found:
+        return (f"the forced heartbeat read at {p.t(hb.at)} found nothing{after}: not retriable",)
+    if is_leftover_heartbeat(hb, s.submitted_at):
+        return (
+            f"the forced heartbeat predates the submission, a leftover (D3){after}: not retriable",
+        )
+    if hb.retriable:
+        return (f"the worker's heartbeat (seq {hb.seq}) flagged it retriable{after}",)
+    return (f"the worker's heartbeat (seq {hb.seq}) did not flag it retriable{after}",)
+
+
+def _check_completed(s: JobState, now: float) -> Finding | None:
+    st = s.status
+    if s.cycle != "status" or st is None or st.status != "COMPLETED" or st.metrics is None:
+        return None
+    return Finding(
+        True,
+        evidence=(st.seq,),
+        state=JobPhase.SUCCEEDED,
+        detail="job COMPLETED",
+        metrics=st.metrics,
+    )
+
+
+def _explain_completed(p: Point) -> Finding:
+    e = p.last_status_of("COMPLETED")
+    if e is None:
+        return Finding(False, facts=(f"the job never reported COMPLETED ({p.last_status_text()})",))
+    where = f"status COMPLETED at {p.t(e.at)} (seq {e.seq})"
+    if e.metrics is None:
+        error = first_line(e.output_error) or "no usable output"
+        return Finding(False, facts=(f"{where}, but its output is not metrics: {error}",))
+    held = _check_completed(p.state, p.at) is not None
+    return Finding(held, facts=(f"{where} with metrics {sorted(e.metrics)[:6]}",))
+
+
+COMPLETED = Rule(
+    name="completed",
+    step="4",
+    why="COMPLETED with an output that decodes to metrics is a success.",
+    fires="COMPLETED and the output decodes to a metrics dict",
+    verdict="SUCCEEDED",
+    check=_check_completed,
+    explain=_explain_completed,
+)
+
+
+def _check_completed_with_error(s: JobState, now: float) -> Finding | None:
+    st = s.status
+    if s.cycle != "status" or st is None or st.status != "COMPLETED" or st.metrics is not None:
+        return None
+    if s.pending:
+        return None  # the forced reads (and their retries) go first
+    detail = _with_artifacts(st.output_error or "job COMPLETED without a usable output", s)
+    return _failed_or_preempted(s, detail)
+
+
+def _explain_completed_with_error(p: Point) -> Finding:
+    e = p.last_status_of("COMPLETED")
+    if e is None:
+        return Finding(False, facts=(f"the job never reported COMPLETED ({p.last_status_text()})",))
+    where = f"status COMPLETED at {p.t(e.at)} (seq {e.seq})"
+    if e.metrics is not None:
+        return Finding(False, facts=(f"{where} with metrics: a success, not an error",))
+    held = _check_completed_with_error(p.state, p.at) is not None
+    error = first_line(e.output_error) or "no usable output"
+    return Finding(held, facts=(f"{where} with an error output: {error}", *_retriable_facts(p)))
+
+
+COMPLETED_WITH_ERROR = Rule(
+    name="completed_with_error",
+    step="4",
+    why="COMPLETED whose output is an error: the worker's `retriable` flag decides.",
+    fires="COMPLETED and the output decodes as an error (or is missing): forced heartbeat "
+    "read (tried again on a transient error, below), `retriable: true` → retried",
+    verdict="PREEMPTED / `job_preempted`, else FAILED / `job_failed`",
+    check=_check_completed_with_error,
+    explain=_explain_completed_with_error,
+)
+
+
+def _check_platform_termination(s: JobState, now: float) -> Finding | None:
+    st = s.status
+    if s.cycle != "status" or st is None or st.status not in PLATFORM_TERMINATIONS:
+        return None
+    return Finding(
+        True,
+        evidence=(st.seq,),
+        state=JobPhase.PREEMPTED,
+        detail=f"[{st.status}] {_status_detail(s)}".rstrip(),
+    )
+
+
+def _explain_platform_termination(p: Point) -> Finding:
+    e = p.last_status_of(*sorted(PLATFORM_TERMINATIONS))
+    if e is None:
+        return Finding(
+            False, facts=(f"the job was never CANCELLED or TIMED_OUT ({p.last_status_text()})",)
+        )
+    held = _check_platform_termination(p.state, p.at) is not None
+    return Finding(held, facts=(f"status {e.status} at {p.t(e.at)} (seq {e.seq})",))
+
+
+PLATFORM_TERMINATION = Rule(
+    name="platform_termination",
+    step="5",
+    why="CANCELLED or TIMED_OUT: the platform ended the job, so it is retried.",
+    fires="CANCELLED or TIMED_OUT; no heartbeat read",
+    verdict="PREEMPTED / `job_preempted`",
+    check=_check_platform_termination,
+    explain=_explain_platform_termination,
+)
+
+
+def _check_worker_failed(s: JobState, now: float) -> Finding | None:
+    st = s.status
+    if s.cycle != "status" or st is None or st.status != "FAILED":
+        return None
+    if s.pending:
+        return None  # the forced reads (and their retries) go first
+    return _failed_or_preempted(s, _with_artifacts(f"[FAILED] {_status_detail(s)}".rstrip(), s))
+
+
+def _explain_worker_failed(p: Point) -> Finding:
+    e = p.last_status_of("FAILED")
+    if e is None:
+        return Finding(False, facts=(f"the job never reported FAILED ({p.last_status_text()})",))
+    held = _check_worker_failed(p.state, p.at) is not None
+    error = first_line(e.error)
+    where = f"status FAILED at {p.t(e.at)} (seq {e.seq})" + (f": {error}" if error else "")
+    return Finding(held, facts=(where, *_retriable_facts(p)))
+
+
+WORKER_FAILED = Rule(
+    name="worker_failed",
+    step="6",
+    why="FAILED: the worker's `retriable` flag tells infra from the job's own failure.",
+    fires="FAILED: forced heartbeat read; detail `[FAILED] <error>`, the stdout tail, the "
+    "failure artifacts",
+    verdict="PREEMPTED or FAILED as in 4",
+    check=_check_worker_failed,
+    explain=_explain_worker_failed,
+)
+
+
+# --- 7: never scheduled -----------------------------------------------------------------------
+
+
+def _check_queue_grace(s: JobState, now: float) -> Finding | None:
+    since, st = s.queued, s.status
+    if since is None or s.cycle != "status" or st is None or st.status != QUEUED_STATUS:
+        return None
+    waited, grace = st.at - since.since, s.policy.queue_grace_s
+    if waited <= grace:
+        return None
+    return Finding(
+        True,
+        (Measure("IN_QUEUE", waited, "queue grace", grace, True),),
+        evidence=(since.seq, st.seq),
+        state=JobPhase.NO_CAPACITY,
+        detail=f"never scheduled: IN_QUEUE for {waited:.0f}s (queue grace {grace:.0f}s), "
+        "no capacity for this GPU class; retry on the next-best GPU",
+    )
+
+
+def _queued_wait(event: Event, after: JobState) -> float | None:
+    queued = after.queued
+    if isinstance(event, StatusObserved) and event.status == QUEUED_STATUS and queued is not None:
+        return event.at - queued.since
+    return None
+
+
+def _explain_queue_grace(p: Point) -> Finding:
+    s = p.state
+    grace = s.policy.queue_grace_s
+    longest = p.longest(_queued_wait)
+    if longest is None:
+        return Finding(False, facts=("the job was never IN_QUEUE",))
+    fired = _check_queue_grace(s, p.at)
+    st = s.status
+    if st is not None and st.status == QUEUED_STATUS and s.queued is not None:
+        m = Measure("IN_QUEUE", st.at - s.queued.since, "queue grace", grace, fired is not None)
+        facts = ("the last status fetch failed: the queue grace waits for a good one",)
+        return Finding(fired is not None, (m,), facts if s.cycle == "error" else ())
+    facts: tuple[str, ...] = ()
+    left = p.cleared(QUEUE_TIMER.attr)
+    if left is not None:
+        status = f", status {left.status}" if isinstance(left, StatusObserved) else ""
+        facts = (f"the job left IN_QUEUE at {p.t(left.at)} (seq {left.seq}{status})",)
+    m = Measure("IN_QUEUE", longest[0], "queue grace", grace, False, note="longest wait")
+    return Finding(False, (m,), facts)
+
+
+QUEUE_GRACE = Rule(
+    name="queue_grace",
+    step="7",
+    why="IN_QUEUE for longer than the queue grace: no capacity for this GPU class.",
+    fires="an IN_QUEUE observation more than the queue grace after the first of an unbroken "
+    "run of them",
+    verdict="NO_CAPACITY / `no_capacity`",
+    check=_check_queue_grace,
+    explain=_explain_queue_grace,
+    timer=QUEUE_TIMER,
+)
+
+
+# --- 8: a stuck worker ------------------------------------------------------------------------
+
+
+def _stuck_worker(s: JobState, spec: TimerSpec, quantity: str) -> tuple[Measure, Timer] | None:
+    """The stuck-worker reading at this poll's probe (None: no probe, or no such worker)."""
+    h, since = s.health, getattr(s, spec.attr)
+    if h is None or since is None:
+        return None
+    m = _measure(s, since, h.at, quantity, spec)
+    return None if m is None else (m, since)
+
+
+def _check_unhealthy_worker(s: JobState, now: float) -> Finding | None:
+    if s.unhealthy is None or s.health is None:
+        return None
+    reading = _stuck_worker(s, UNHEALTHY_TIMER, "worker unhealthy for")
+    if reading is None or not reading[0].fired:
+        return None
+    m, since = reading
+    assert s.health is not None
+    return Finding(
+        True,
+        (m,),
+        evidence=(since.seq, s.health.seq),
+        state=JobPhase.STALLED,
+        detail=f"worker unhealthy for {m.value:.0f}s while IN_QUEUE (unhealthy grace "
+        f"{m.limit:.0f}s; likely a crash loop or a failed image pull); retry on a fresh endpoint",
+    )
+
+
+def _check_throttled_worker(s: JobState, now: float) -> Finding | None:
+    if s.throttled is None or s.health is None:
+        return None
+    reading = _stuck_worker(s, THROTTLED_TIMER, "worker THROTTLED for")
+    if reading is None or not reading[0].fired:
+        return None
+    m, since = reading
+    assert s.health is not None
+    return Finding(
+        True,
+        (m,),
+        evidence=(since.seq, s.health.seq),
+        state=JobPhase.NO_CAPACITY,
+        detail=f"never scheduled: worker THROTTLED for {m.value:.0f}s while IN_QUEUE "
+        f"(throttled grace {m.limit:.0f}s), no capacity for this GPU class; "
+        "retry on the next-best GPU",
+    )
+
+
+def _explain_stuck_worker(p: Point, spec: TimerSpec, quantity: str, check: Check) -> Finding:
+    s = p.state
+    word = spec.name  # "throttled" or "unhealthy"
+    throttled = spec is THROTTLED_TIMER
+    stuck = [
+        (e, e.at - since.since)
+        for e, _, after in p.steps
+        if isinstance(e, HealthObserved)
+        and worker_condition(e)[1 if throttled else 0]
+        and (since := getattr(after, spec.attr)) is not None
+    ]
+    if not stuck:
+        probes = [e for e, _, _ in p.steps if isinstance(e, HealthObserved)]
+        noisy = [e.seq for e in probes if getattr(e.workers, word) > 0]
+        article = "a" if throttled else "an"
+        if noisy:
+            fact = f"saw {word} workers only beside usable or recovering ones (seqs {noisy})"
+        elif probes:
+            fact = f"never saw {article} {word} worker in {len(probes)} health probe(s)"
+        else:
+            fact = f"never saw {article} {word} worker (no health probe was answered)"
+        return Finding(False, facts=(fact,))
+    held = check(s, p.at) is not None
+    limit = spec.limit(s)
+    assert limit is not None
+    name, grace = limit
+    since = getattr(s, spec.attr)
+    if since is not None:
+        last = stuck[-1][0]
+        note = "" if held else f"at the last probe, {p.t(last.at)}"
+        m = Measure(quantity, last.at - since.since, name, grace, held, note=note)
+        return Finding(held, (m,))
+    facts: tuple[str, ...] = ()
+    cleared = p.cleared(spec.attr)
+    if cleared is not None:
+        facts = (
+            f"the {word} timer cleared at {p.t(cleared.at)} "
+            f"(seq {cleared.seq}: {summarize(cleared)})",
+        )
+    m = Measure(
+        quantity, max(value for _, value in stuck), name, grace, False, "s", "longest spell"
+    )
+    return Finding(False, (m,), facts)
+
+
+def _explain_unhealthy_worker(p: Point) -> Finding:
+    return _explain_stuck_worker(
+        p, UNHEALTHY_TIMER, "worker unhealthy for", _check_unhealthy_worker
+    )
+
+
+def _explain_throttled_worker(p: Point) -> Finding:
+    return _explain_stuck_worker(
+        p, THROTTLED_TIMER, "worker THROTTLED for", _check_throttled_worker
+    )
+
+
+UNHEALTHY_WORKER = Rule(
+    name="unhealthy_worker",
+    step="8",
+    why="a worker crash-looping past the unhealthy grace: retry on a fresh endpoint.",
+    fires="a probe shows unhealthy workers with nothing usable (running, ready, idle) or "
+    "initializing, more than the unhealthy grace after the first such probe",
+    verdict="STALLED / `stalled` (fresh endpoint)",
+    check=_check_unhealthy_worker,
+    explain=_explain_unhealthy_worker,
+    timer=UNHEALTHY_TIMER,
+)
+THROTTLED_WORKER = Rule(
+    name="throttled_worker",
+    step="8",
+    why="a worker THROTTLED past the throttled grace: no capacity for this GPU class.",
+    fires="the same for throttled workers and the throttled grace",
+    verdict="NO_CAPACITY / `no_capacity`",
+    check=_check_throttled_worker,
+    explain=_explain_throttled_worker,
+    timer=THROTTLED_TIMER,
+)
+
+
+# --- 10: no progress --------------------------------------------------------------------------
+
+
+def _check_stall(s: JobState, now: float) -> Finding | None:
+    st, progress = s.status, s.progress
+    if s.cycle != "status" or st is None or st.status in TERMINAL_STATUSES or s.pending:
+        return None
+    if progress is None or s.last_at is None:
+        return None
+    limit, phase = stall_limit(s)
+    idle = s.last_at - progress.since
+    if idle <= limit:
+        return None
+    _, note, name = stall_limit_name(s)
+    return Finding(
+        True,
+        (Measure("no progress for", idle, name, limit, True, note=note),),
+        evidence=(progress.seq, st.seq),
+        state=JobPhase.STALLED,
+        detail=f"no worker progress for {idle:.0f}s during {phase} "
+        f"(job status {st.status}, limit {limit:.0f}s)",
+    )
+
+
+def _judged_idle(p: Point, index: int) -> tuple[float, float, str, str] | None:
+    """The stall reading at step `index`, if the stall rule judged the job there."""
+    after = p.steps[index][2]
+    status = after.status
+    if after.cycle != "status" or status is None or status.status in TERMINAL_STATUSES:
+        return None
+    if after.progress is None or after.last_at is None or set(after.pending) - {"heartbeat"}:
+        return None
+    nxt = p.steps[index + 1][0] if index + 1 < len(p.steps) else None
+    if "heartbeat" in after.pending and isinstance(nxt, HeartbeatObserved) and not nxt.forced:
+        return None  # judged after that read
+    limit, phase, name = stall_limit_name(after)
+    return after.last_at - after.progress.since, limit, phase, name
+
+
+def _explain_stall(p: Point) -> Finding:
+    s = p.state
+    if s.progress is None or s.last_at is None:
+        return Finding(False, facts=("no watch started: nothing measured progress",))
+    held = _check_stall(s, p.at) is not None
+    st = s.status
+    if st is not None and st.status not in TERMINAL_STATUSES:
+        limit, phase, name = stall_limit_name(s)
+        m = Measure("no progress for", s.last_at - s.progress.since, name, limit, held, note=phase)
+        facts = ("the last status fetch failed: the stall rule waits for a good one",)
+        return Finding(held, (m,), facts if s.cycle == "error" else ())
+    # The job ended (or never answered): the longest stretch at any point the rule judged.
+    best: tuple[float, float, str, str] | None = None
+    for i in range(len(p.steps)):
+        reading = _judged_idle(p, i)
+        if reading is not None and (best is None or reading[0] / reading[1] > best[0] / best[1]):
+            best = reading
+    facts: tuple[str, ...] = ()
+    if st is not None:
+        facts = (f"the job reached {st.status} at {p.t(st.at)}, where the stall rule stops",)
+    if best is None:
+        return Finding(False, facts=(*facts, "the job never had a running status to judge"))
+    idle, limit, phase, name = best
+    m = Measure("no progress for", idle, name, limit, False, note=f"{phase}, longest stretch")
+    return Finding(False, (m,), facts)
+
+
+STALL = Rule(
+    name="stall",
+    step="10",
+    why="no progress for longer than the limit of the phase (setup or training).",
+    fires="no progress for longer than the limit: the setup grace while a heartbeat reader "
+    "exists and no training heartbeat was seen, else the stall window",
+    verdict="STALLED / `stalled`",
+    check=_check_stall,
+    explain=_explain_stall,
+    timer=PROGRESS_TIMER,
+)
+
+
+# --- the table ------------------------------------------------------------------------------
+
+#: Every verdict rule, in the order they are tried: the order decides which rule wins.
+RULES: tuple[Rule, ...] = (
+    CLIENT_DEADLINE,
+    JOB_LOST,
+    POLL_ERRORS,
+    COMPLETED,
+    COMPLETED_WITH_ERROR,
+    PLATFORM_TERMINATION,
+    WORKER_FAILED,
+    QUEUE_GRACE,
+    UNHEALTHY_WORKER,
+    THROTTLED_WORKER,
+    STALL,
+)
+RULES_BY_NAME: dict[str, Rule] = {rule.name: rule for rule in RULES}
+RULE_NAMES: tuple[str, ...] = tuple(RULES_BY_NAME)
+#: The rules judged after each observation, and those judged with `now` before a fetch.
+AFTER_OBSERVATION: tuple[Rule, ...] = tuple(r for r in RULES if not r.before_fetch)
+BEFORE_FETCH: tuple[Rule, ...] = tuple(r for r in RULES if r.before_fetch)
+#: Every rule's timer, in the order the live view lists timers that are equally due.
+TIMERS: tuple[TimerSpec, ...] = (
+    QUEUE_TIMER,
+    THROTTLED_TIMER,
+    UNHEALTHY_TIMER,
+    PROGRESS_TIMER,
+    DEADLINE_TIMER,
+)
+#: The rule each timer belongs to.
+TIMER_RULES: dict[str, Rule] = {r.timer.attr: r for r in RULES if r.timer is not None}
+#: The steps of the reference that keep the poll going without ending it (the docs' table).
+BOOKKEEPING: tuple[tuple[str, str], ...] = (
+    (
+        "3",
+        "a status different from the previous one is progress (so is the start of the first watch)",
+    ),
+    (
+        "9",
+        "a regular heartbeat read is asked for on the first poll of a watch (and after a blind "
+        "gap), then on the first poll `heartbeat_every_s` after the last poll that asked; a new "
+        "heartbeat `(stage, step, ts)` is progress; a stage outside "
+        + ", ".join(f"`{stage}`" for stage in SETUP_STAGE_ORDER)
+        + " moves SETUP → TRAINING for good",
+    ),
+)
+
+
+def judge(
+    s: JobState, rules: tuple[Rule, ...] = AFTER_OBSERVATION, now: float = 0.0
+) -> Verdict | None:
+    """The verdict of the first rule of `rules` that fires, or None.
+
+    The rules judged after an observation ignore `now`; pass `BEFORE_FETCH` and the time to
+    judge the client deadline.
+    """
+    for rule in rules:
+        finding = rule.check(s, now)
+        if finding is not None:
+            return verdict_of(rule, finding)
+    return None
+
+
+def verdict_of(rule: Rule, finding: Finding) -> Verdict:
+    """The verdict a rule's firing finding reaches."""
+    assert finding.state is not None, f"rule {rule.name} fired without a state"
+    return Verdict(finding.state, rule.name, finding.detail, finding.evidence, finding.metrics)

@@ -1,14 +1,23 @@
 """The job's states and legal transitions, as data.
 
 This table is the single source of the state machine: the shared `transitions.Machine`
-(`flashfsm.fsm.machine`), the state diagram and the README are all built from it, and a
-test checks they agree. The machine state is the visible phase of the job; the rules'
-timers live beside it in `JobState` as absolute timestamps.
+(`flashfsm.fsm.machine`), the state diagram and the docs are all built from it, and a test
+checks they agree. The machine state is the visible phase of the job; the rules' timers
+live beside it in `JobState`.
+
+The table is read forwards. A trigger is something the fold observed ("a worker picked the
+job up", "a probe found the worker throttled"); the fold names the trigger, and the table
+says where it leads from the current phase. An observation with no edge from the current
+phase leaves the phase as it is (a second throttled probe while THROTTLED, a running
+status while TRAINING); `NEXT` answers that question without asking the Machine, so the
+Machine is only called when the phase really moves.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
+
+from flashfsm.events.failures import FailureKind
 
 
 class JobPhase(StrEnum):
@@ -41,42 +50,46 @@ RUNNING: tuple[JobPhase, ...] = (JobPhase.SETUP, JobPhase.TRAINING)
 INITIAL = JobPhase.QUEUED
 
 #: The failure kind an orchestrator sees for each terminal state (None: success).
-FAILURE_KIND: dict[JobPhase, str | None] = {
+FAILURE_KIND: dict[JobPhase, FailureKind | None] = {
     JobPhase.SUCCEEDED: None,
-    JobPhase.FAILED: "job_failed",
-    JobPhase.PREEMPTED: "job_preempted",
-    JobPhase.NO_CAPACITY: "no_capacity",
-    JobPhase.STALLED: "stalled",
-    JobPhase.POLL_ERROR: "poll_error",
-    JobPhase.LOST: "lost",
+    JobPhase.FAILED: FailureKind.JOB_FAILED,
+    JobPhase.PREEMPTED: FailureKind.JOB_PREEMPTED,
+    JobPhase.NO_CAPACITY: FailureKind.NO_CAPACITY,
+    JobPhase.STALLED: FailureKind.STALLED,
+    JobPhase.POLL_ERROR: FailureKind.POLL_ERROR,
+    JobPhase.LOST: FailureKind.LOST,
 }
 
-#: (trigger, sources, destination). Only events that change the phase fire a trigger.
+#: The trigger a verdict fires, by the terminal state it records (`Concluded.state`).
+VERDICT_TRIGGERS: dict[JobPhase, str] = {
+    JobPhase.SUCCEEDED: "succeed",
+    JobPhase.FAILED: "fail",
+    JobPhase.PREEMPTED: "preempt",
+    JobPhase.NO_CAPACITY: "starve",
+    JobPhase.STALLED: "stall",
+    JobPhase.POLL_ERROR: "give_up",
+    JobPhase.LOST: "lose",
+}
+
+#: (trigger, sources, destination): what each observation does to the phase.
 TRANSITIONS: tuple[tuple[str, tuple[JobPhase, ...], JobPhase], ...] = (
-    ("throttle", (JobPhase.QUEUED, JobPhase.UNHEALTHY), JobPhase.THROTTLED),
-    ("sicken", (JobPhase.QUEUED, JobPhase.THROTTLED), JobPhase.UNHEALTHY),
-    ("recover", (JobPhase.THROTTLED, JobPhase.UNHEALTHY), JobPhase.QUEUED),
-    ("start_setup", WAITING, JobPhase.SETUP),
-    ("start_training", (*WAITING, JobPhase.SETUP), JobPhase.TRAINING),
-    ("requeue", RUNNING, JobPhase.QUEUED),
-    ("succeed", ACTIVE, JobPhase.SUCCEEDED),
-    ("fail", ACTIVE, JobPhase.FAILED),
-    ("preempt", ACTIVE, JobPhase.PREEMPTED),
-    ("starve", ACTIVE, JobPhase.NO_CAPACITY),
-    ("stall", ACTIVE, JobPhase.STALLED),
-    ("give_up", ACTIVE, JobPhase.POLL_ERROR),
-    ("lose", ACTIVE, JobPhase.LOST),
+    # a health probe while IN_QUEUE
+    ("worker_throttled", (JobPhase.QUEUED, JobPhase.UNHEALTHY), JobPhase.THROTTLED),
+    ("worker_unhealthy", (JobPhase.QUEUED, JobPhase.THROTTLED), JobPhase.UNHEALTHY),
+    ("workers_recovered", (JobPhase.THROTTLED, JobPhase.UNHEALTHY), JobPhase.QUEUED),
+    # the job's status
+    ("picked_up", WAITING, JobPhase.SETUP),
+    ("resumed", WAITING, JobPhase.TRAINING),  # picked up again after training was seen
+    ("requeued", RUNNING, JobPhase.QUEUED),
+    # a heartbeat from the training loop
+    ("training_started", (JobPhase.SETUP,), JobPhase.TRAINING),
+    # the verdict
+    *((trigger, ACTIVE, dest) for dest, trigger in VERDICT_TRIGGERS.items()),
 )
 
-#: The trigger that reaches each terminal state.
-CONCLUDE_TRIGGER: dict[JobPhase, str] = {
-    dest: trigger for trigger, _, dest in TRANSITIONS if dest in TERMINAL
+#: (phase, trigger) -> the phase it leads to; a pair missing here leaves the phase as it is.
+NEXT: dict[tuple[str, str], str] = {
+    (source.value, trigger): dest.value
+    for trigger, sources, dest in TRANSITIONS
+    for source in sources
 }
-
-
-def trigger_for(source: JobPhase, dest: JobPhase) -> str | None:
-    """The trigger that moves `source` to `dest`, or None when the table has no such edge."""
-    for trigger, sources, target in TRANSITIONS:
-        if target == dest and source in sources:
-            return trigger
-    return None

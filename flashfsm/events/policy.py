@@ -1,7 +1,8 @@
 """The grace policy: every tunable number the job rules use, as one frozen value.
 
-A policy is recorded in the job's `JobSubmitted` event, so a replay, a reattach and a
-post-mortem all judge the job by the numbers that were in force when it was submitted.
+A policy is part of the recorded format: it is stored in the job's `JobSubmitted` event,
+so a replay, a reattach and a post-mortem all judge the job by the numbers that were in
+force when it was submitted. That is why it lives with the events, below the rules.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ LAST_GPU_CAPACITY_GRACE_S = 900.0
 class GracePolicy(BaseModel):
     """How long each rule waits before it concludes (seconds), and the poll-error budget.
 
-    The defaults are those of DESIGN §6; `GracePolicy.for_attempt(on_last_gpu)` gives the
+    The defaults are the reference behaviour's; `GracePolicy.for_attempt(on_last_gpu)` gives the
     tuning the run machine uses for an attempt. A forced heartbeat read (after a terminal
     failure) that fails on a transient error is tried again after 10, 20 and 30 s by default,
     so a Hub hiccup does not decide whether the failure is retried.

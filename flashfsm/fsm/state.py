@@ -1,0 +1,111 @@
+"""What the rules know about one job: `JobState`, rebuilt from its events by the fold.
+
+A timer is a value, `Timer(since, seq)`: when it started (seconds on the recorded clock)
+and the seq of the event that started it, which a verdict quotes as evidence. The rules
+declare which observations arm, restart and clear each timer (`flashfsm.fsm.rules`); the
+fold (`flashfsm.fsm.job.evolve`) applies those declarations and keeps the bookkeeping of
+the poll itself (which reads are still due, when the next fetch is).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, NamedTuple
+
+from flashfsm.events.models import (
+    Concluded,
+    HealthObserved,
+    HeartbeatObserved,
+    JobSubmitted,
+    StatusFetchFailed,
+    StatusObserved,
+    WatchStarted,
+)
+from flashfsm.events.policy import GracePolicy
+from flashfsm.fsm.table import INITIAL, JobPhase
+
+DEFAULT_POLICY = GracePolicy()
+
+
+class Timer(NamedTuple):
+    """A running timer: since when (seconds), armed by which event (its seq)."""
+
+    since: float
+    seq: int
+
+    def shifted(self, gap: float) -> Timer:
+        """The same timer with `gap` seconds nobody watched taken out of it (D2)."""
+        return Timer(self.since + gap, self.seq)
+
+
+@dataclass(slots=True)
+class JobState:
+    """Everything the rules need about one job, rebuilt from its events."""
+
+    state: str = INITIAL.value  # the machine phase, driven by the shared Machine
+    stream: str | None = None
+    next_seq: int = 0
+    last_at: float | None = None
+    # submission and watch
+    submitted: JobSubmitted | None = None
+    policy: GracePolicy = DEFAULT_POLICY
+    watch: WatchStarted | None = None
+    first_watch: WatchStarted | None = None
+    # schedule of the next fetch
+    next_fetch_at: float | None = None
+    wait_anchor: float = 0.0
+    wait_s: float = 0.0
+    # the current poll
+    cycle: str | None = None  # "status" or "error" once the poll's fetch is in
+    status: StatusObserved | None = None  # the latest good status answer
+    fetch_error: StatusFetchFailed | None = None
+    pending: tuple[str, ...] = ()
+    health: HealthObserved | None = None  # this poll's probe answer
+    forced_heartbeat: HeartbeatObserved | None = None  # the poll's last forced read
+    forced_read_errors: tuple[int, ...] = ()  # seqs of this poll's failed forced reads
+    forced_retry_at: float | None = None  # when the failed forced read is due again
+    failure_text: str | None = None
+    failure_seq: int | None = None
+    error_seqs: tuple[int, ...] = ()  # the current run of consecutive status errors
+    # the rules' timers (see `flashfsm.fsm.rules.TIMERS`)
+    progress: Timer | None = None  # the last progress: the stall rule's timer
+    queued: Timer | None = None
+    throttled: Timer | None = None
+    unhealthy: Timer | None = None
+    deadline: Timer | None = None  # what the client deadline counts from
+    running: int = 0  # a bit per running timer: the fold's fast test, kept by it alone
+    # pacing of the reads
+    last_status: str | None = None
+    last_probe_at: float | None = None
+    heartbeat_asked_at: float | None = None  # the last poll that asked for a regular read
+    # heartbeats
+    hb_key: tuple[Any, ...] | None = None  # the last heartbeat that counted as progress
+    last_heartbeat: HeartbeatObserved | None = None  # the last one recorded
+    training_seen: bool = False
+    # the end
+    verdict: Concluded | None = None
+    gaps: float = 0.0  # total blind time charged to no timer (D2)
+
+    @property
+    def phase(self) -> JobPhase:
+        """The machine state as an enum."""
+        return JobPhase(self.state)
+
+    @property
+    def done(self) -> bool:
+        """True once the log holds a verdict."""
+        return self.verdict is not None
+
+    @property
+    def submitted_at(self) -> float | None:
+        """When the job was submitted, if the log knows."""
+        return None if self.submitted is None else self.submitted.submitted_at
+
+    @property
+    def has_heartbeat_reader(self) -> bool:
+        """True when the current watch reads the worker's heartbeat."""
+        return self.watch is not None and self.watch.has_heartbeat_reader
+
+    def snapshot(self) -> dict[str, Any]:
+        """Every field as a dict (what the replay-equals-live properties compare)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
