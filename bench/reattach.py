@@ -3,7 +3,7 @@
 A 7-day watch polled every 10 s with a heartbeat every minute (`common.training_log`, about
 70,000 events) is written to a durable SQLite store and a JSONL store. Each round times what
 a supervisor restarting on another host does before its first poll: open the store from its
-URL, `JobWatch.attach` (replay the stream, then append a `WatchStarted` with `reattach=true`,
+URL, `attach` (replay the stream, then append a `WatchStarted` with `reattach=true`,
 fsynced), and report the watch ready. The files are in the OS page cache (a warm reattach).
 
 Usage: python bench/reattach.py [--quick]
@@ -22,7 +22,8 @@ from flashfsm.adapters.stores import open_store, path_url
 from flashfsm.events.policy import GracePolicy
 from flashfsm.events.store import iter_events
 from flashfsm.fsm.job import replay
-from flashfsm.shell import JobHandle, JobWatch
+from flashfsm.shell import JobHandle, attach
+from flashfsm.writer import StreamWriter
 
 STREAM = "job-week"
 GOAL_S = 0.25
@@ -45,10 +46,10 @@ def measure(rounds: int) -> Section:
         for name, url in urls.items():
             clock = [0.0]
 
-            def reattach(url: str = url, clock: list[float] = clock) -> JobWatch:
+            def reattach(url: str = url, clock: list[float] = clock) -> StreamWriter:
                 store = open_store(url)
                 try:
-                    watch = JobWatch.attach(
+                    watch = attach(
                         store,
                         STREAM,
                         handle,

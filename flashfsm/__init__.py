@@ -17,7 +17,7 @@ from flashfsm.adapters.runpod import (
 )
 from flashfsm.adapters.sqlite import SqliteStore
 from flashfsm.adapters.stores import copy_streams, default_store_url, open_store
-from flashfsm.adapters.sweeper import IdleSweeper, SweepReport
+from flashfsm.sweeper import IdleSweeper, SweepReport
 from flashfsm.errors import (
     JobOwnedElsewhere,
     OutputDecodeError,
@@ -40,7 +40,7 @@ from flashfsm.fsm.commands import Verdict
 from flashfsm.fsm.job import JobState, VerifyReport, decide, evolve, replay, verify
 from flashfsm.fsm.table import JobPhase
 from flashfsm.runs import RunpodRunAdapters, RunResult, request_cancel, supervise_run
-from flashfsm.shell import JobHandle, JobWatch, PollResult, poll_job
+from flashfsm.shell import JobHandle, PollResult, poll_job
 from flashfsm.submit import (
     RunSpec,
     WorkerDependencyError,
@@ -49,6 +49,7 @@ from flashfsm.submit import (
     supervise_spec,
 )
 from flashfsm.supervisor import JobSpec, Supervisor
+from flashfsm.writer import StreamWriter
 
 __version__ = "0.1.0"
 
@@ -69,7 +70,6 @@ __all__ = [
     "JobPhase",
     "JobSpec",
     "JobState",
-    "JobWatch",
     "JsonlStore",
     "KeyPool",
     "MemoryStore",
@@ -82,6 +82,7 @@ __all__ = [
     "RunpodClient",
     "RunpodRunAdapters",
     "SqliteStore",
+    "StreamWriter",
     "Supervisor",
     "SweepReport",
     "TransientReadError",

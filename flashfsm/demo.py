@@ -24,6 +24,7 @@ from flashfsm.adapters.simulator import Simulator
 from flashfsm.adapters.stores import open_store
 from flashfsm.events.models import Candidate
 from flashfsm.fsm.run import Attempt, RunState
+from flashfsm.naming import endpoint_name, job_stream
 from flashfsm.runs import Deployed, Recorder, RunpodRunAdapters, RunResult, supervise_run
 from flashfsm.shell import JobHandle, PollResult, poll_job
 
@@ -177,7 +178,7 @@ def watch_scenarios(
             )
             with client:
                 for seed, (scenario, what) in enumerate(jobs):
-                    name = f"flash-{run_id}-{scenario}".replace("_", "-")
+                    name = endpoint_name(run_id, scenario, seed)
                     endpoint_id = sim.add_endpoint(name, hf_repo=HF_REPO)
                     job_input = {
                         "scenario": scenario,
@@ -190,7 +191,7 @@ def watch_scenarios(
                     handle = JobHandle(endpoint_id, name, job_id, submitted_at=sim.clock.now())
                     prefix = heartbeat_prefix(PHASE, run_id, seed)
                     hub = {"clock": sim.clock.now, "endpoint": sim.url}
-                    stream = f"{run_id}-{scenario}"
+                    stream = job_stream(f"{run_id}-{scenario}")
                     say(f"[bold]{scenario}[/bold]: {what}")
                     result: PollResult = poll_job(
                         handle,

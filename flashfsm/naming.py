@@ -1,4 +1,4 @@
-"""Names of the things a run creates on RunPod."""
+"""Every name the library makes: RunPod endpoints and the streams of the event log."""
 
 from __future__ import annotations
 
@@ -24,3 +24,37 @@ def endpoint_name(run_id: str, gpu_class: str, seed: int, attempt: int = 0) -> s
         run = f"{run[: RUN_SLUG_CAP - 9].rstrip('-')}-{digest}"
     name = f"flash-{run}-{_slug(gpu_class)}-s{int(seed)}"
     return f"{name}-r{int(attempt)}" if attempt else name
+
+
+# --- streams --------------------------------------------------------------------------------
+# Every stream the library writes is named here. Stream names must fit an event's `stream`
+# field (`flashfsm.events.models.NAME_CAP` characters).
+
+
+def job_stream(job_id: str) -> str:
+    """The stream `poll_job` and the `Supervisor` use for a job when none is given."""
+    return f"job-{job_id}"
+
+
+def attempt_stream(run_id: str, attempt: int, seed: int | None = None) -> str:
+    """The job stream of a run's attempt: `job-<run>-s<seed>-a<attempt>` (no `-s` part
+    for a run without a seed)."""
+    seeded = "" if seed is None else f"-s{int(seed)}"
+    return f"job-{run_id}{seeded}-a{int(attempt)}"
+
+
+def run_stream(run_id: str, seed: int | None = None, attempt: int | None = None) -> str:
+    """A run's stream: `run-<run>`, `run-<run>-s<seed>` for a seeded run, and
+    `run-<run>-s<seed>-a<attempt>` for the one-attempt run `submit_run` records."""
+    name = f"run-{run_id}"
+    if seed is not None:
+        name += f"-s{int(seed)}"
+    if attempt is not None:
+        name += f"-a{int(attempt)}"
+    return name
+
+
+def sweeper_stream(account: int | None = None) -> str:
+    """The idle sweeper's stream: one per account of a key pool (`sweeper-<index>`, never
+    the key), or `sweeper` for a single account."""
+    return "sweeper" if account is None else f"sweeper-{int(account)}"

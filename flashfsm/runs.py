@@ -1,29 +1,34 @@
 """`supervise_run`: drive the run machine with real adapters until the run has a result.
 
-Theory of operation. Like the job shell, a loop asks the pure core (`decide_run`) for a
+Theory of operation. Like the job watch, a loop asks the pure core (`decide_run`) for a
 command, performs the one piece of I/O it names through `RunAdapters`, records the result
 as an event in the run's stream, and folds it in with `evolve_run`. Each attempt's job is
-watched by `poll_job` in its own stream, linked from the run's `JobQueued` event. A control
-plane that dies mid-run is restarted by calling `supervise_run` again on the same stream: the
-run is replayed and its current attempt's watch is reattached (a replay too).
+watched by `poll_job` in its own stream, linked from the run's `AttemptStarted` and
+`JobQueued` events. A control plane that dies mid-run is restarted by calling
+`supervise_run` again on the same stream: the run is replayed and its current attempt's
+watch is reattached (a replay too).
 
-`RunAdapters` is the seam: `FlashRunAdapters` (in `flashfsm.submit`) deploys with
-runpod-flash and talks to RunPod; tests pass scripted ones.
+The run's stream has one writer (`flashfsm.writer.StreamWriter`, policy `FOLD_CANCELS`):
+only the process driving the run appends to it, except for a user's `CancelRequested`
+(`request_cancel`, from any process), which the driver folds in before its next step.
+
+`RunAdapters` is the seam: `RunpodRunAdapters` talks to RunPod's REST API with a pluggable
+deployer (runpod-flash in production, via `flashfsm.submit.flash_run_adapters`; the
+simulator in tests and the demo).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from flashfsm.errors import JobOwnedElsewhere, WatchStopped
-from flashfsm.events.errors import ConcurrencyError
+from flashfsm.adapters.runpod import policy_for_budget
+from flashfsm.errors import WatchStopped
 from flashfsm.events.models import (
-    DETAIL_CAP,
-    MESSAGE_CAP,
     AttemptEnded,
     AttemptStarted,
     CancelRequested,
@@ -37,8 +42,8 @@ from flashfsm.events.models import (
     RunConcluded,
     RunStarted,
     SubmitFailed,
-    cap_text,
 )
+from flashfsm.events.policy import stall_kwargs
 from flashfsm.events.store import EventStore
 from flashfsm.fsm.run import (
     Attempt,
@@ -54,13 +59,11 @@ from flashfsm.fsm.run import (
     WaitRun,
     WatchJob,
     decide_run,
-    evolve_run,
-    replay_run,
 )
-from flashfsm.ids import new_id
-from flashfsm.naming import endpoint_name
+from flashfsm.naming import attempt_stream, endpoint_name, run_stream
 from flashfsm.redact import redact
-from flashfsm.shell import PollResult, resolve_store
+from flashfsm.shell import JobHandle, PollResult, poll_job, resolve_store
+from flashfsm.writer import FOLD_CANCELS, REBUILD, RUN, TAIL, StreamWriter
 
 logger = logging.getLogger("flashfsm.runs")
 
@@ -73,6 +76,10 @@ class Deployed:
     endpoint_name: str
     account: int = 0
     volumes: tuple[str, ...] = ()
+    disk_gb: int | None = None
+
+
+Recorder = Callable[..., Any]
 
 
 class RunAdapters(Protocol):
@@ -101,9 +108,6 @@ class RunAdapters(Protocol):
         ...
 
 
-Recorder = Callable[..., Any]
-
-
 @dataclass
 class RunResult:
     """A run's result, as an orchestrator consumes it."""
@@ -117,56 +121,29 @@ class RunResult:
 
     @classmethod
     def from_event(cls, event: RunConcluded) -> RunResult:
-        return cls(
-            event.ok, event.failure, event.detail, event.attempts, event.metrics, event.stream
-        )
+        """The result a `RunConcluded` records."""
+        failure = None if event.failure is None else str(event.failure)
+        return cls(event.ok, failure, event.detail, event.attempts, event.metrics, event.stream)
 
 
-class RunWriter:
-    """Appends events to a run's stream and folds them into its state."""
-
-    def __init__(self, store: EventStore, stream: str, clock: Callable[[], float]):
-        self.store, self.stream, self.clock = store, stream, clock
-        self.state = replay_run(store.read(stream))
-
-    def record(self, cls: type[EventBase], **fields: Any) -> Any:
-        """Build one event now, append it (fenced by seq), fold it in, return it."""
-        at = self.clock()
-        event = cls(stream=self.stream, seq=self.state.next_seq, id=new_id(at), at=at, **fields)
-        try:
-            self.store.append(self.stream, [event], event.seq)
-        except ConcurrencyError:
-            newer = self.store.read(self.stream, self.state.next_seq - 1)
-            cancels = [e for e in newer if isinstance(e, CancelRequested)]
-            if cancels and len(cancels) == len(newer):
-                for e in newer:  # a cancel from another process: take it in and go on
-                    evolve_run(self.state, e)
-                return self.record(cls, **fields)
-            raise JobOwnedElsewhere(self.stream, None) from None
-        evolve_run(self.state, event)
-        return event
-
-    def refresh(self) -> None:
-        """Fold in events other processes appended (a user's cancel)."""
-        for event in self.store.read(self.stream, self.state.next_seq - 1):
-            evolve_run(self.state, event)
+#: A cancel request is retried this often while other writers keep appending.
+CANCEL_TRIES = 50
 
 
-def request_cancel(store: EventStore | str, stream: str, *, by: str = "", reason: str = "") -> None:
+def request_cancel(
+    store: EventStore | str,
+    stream: str,
+    *,
+    by: str = "",
+    reason: str = "",
+    clock: Callable[[], float] = time.time,
+) -> None:
     """Ask a run to stop (from any process): it wins over everything that follows."""
-    opened = resolve_store(store)
-    for _ in range(50):
-        events = opened.read(stream)
-        at = time.time()
-        event = CancelRequested(
-            stream=stream, seq=len(events), id=new_id(at), at=at, by=by, reason=reason
-        )
-        try:
-            opened.append(stream, [event], len(events))
-            return
-        except ConcurrencyError:
-            continue
-    raise ConcurrencyError(stream, len(events), len(opened.read(stream)))
+    policy = dataclasses.replace(REBUILD, tries=CANCEL_TRIES)
+    writer = StreamWriter(resolve_store(store), stream, TAIL, policy)
+    writer.open()
+    at = clock()
+    writer.append(lambda _tail: [writer.event(CancelRequested, at, by=by, reason=reason)])
 
 
 def supervise_run(
@@ -184,17 +161,30 @@ def supervise_run(
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], Any] = time.sleep,
     log: Callable[[str], Any] | None = None,
+    single_attempt: int | None = None,
+    on_last_gpu: bool = False,
 ) -> RunResult:
     """Run one training job to a result: the GPU walk, retries, cleanup; every step an event.
 
     Calling it again on a stream that holds an unfinished run resumes that run (its
     recorded candidates and budget stand); on a finished run it returns the result.
+    The stream defaults to `run-<run_id>`; each attempt's job stream is
+    `job-<run_id>-a<n>` (`job-<run_id>-s<seed>-a<n>` with a seed).
+
+    `single_attempt=n` records a run of exactly attempt `n` on the first candidate, with
+    the caller's `on_last_gpu`: no walk, no retry (what `submit_run` does for a caller
+    that walks itself).
     """
     opened = resolve_store(store)
-    writer = RunWriter(opened, stream or f"run-{run_id}", clock)
+    writer = StreamWriter(opened, stream or run_stream(run_id), RUN, FOLD_CANCELS)
+    writer.open()
     say = log or (lambda line: logger.info("%s", line))
+
+    def record(cls: type[EventBase], **fields: Any) -> Any:
+        return writer.record(cls, clock(), **fields)
+
     if writer.state.started is None and not writer.state.done:
-        writer.record(
+        record(
             RunStarted,
             run_id=run_id,
             candidates=tuple(candidates),
@@ -203,10 +193,16 @@ def supervise_run(
             budget_s=budget_s,
             phase=phase,
             seed=seed,
+            single_attempt=single_attempt,
+            on_last_gpu=on_last_gpu,
         )
-    stop = _cancel_probe(writer)
+
+    def cancelled() -> bool:  # asked before each status fetch of a watch
+        writer.catch_up()
+        return writer.state.cancel_requested
+
     while True:
-        writer.refresh()
+        writer.catch_up()
         command = decide_run(writer.state, clock())
         match command:
             case RunFinished(result=result):
@@ -218,7 +214,7 @@ def supervise_run(
                     f"{' (last GPU)' if plan.on_last_gpu else ''}"
                     f"{' without the weight cache' if plan.cache_dropped else ''}"
                 )
-                writer.record(
+                record(
                     AttemptStarted,
                     attempt=plan.attempt,
                     candidate=plan.candidate,
@@ -228,48 +224,42 @@ def supervise_run(
                     cache_dropped=plan.cache_dropped,
                     bonus=plan.bonus,
                     endpoint_name=name,
-                    job_stream=f"job-{run_id}-a{plan.attempt}",
+                    job_stream=attempt_stream(run_id, plan.attempt, seed),
                 )
             case Deploy(attempt=attempt):
-                _deploy(writer, adapters, attempt)
+                _deploy(writer.state, record, adapters, attempt)
             case Submit(attempt=attempt):
-                _submit(writer, adapters, attempt)
+                _submit(writer.state, record, adapters, attempt, say)
             case WatchJob(attempt=attempt):
-                _watch(writer, adapters, attempt, opened, stop, say)
+                _watch(writer, record, adapters, attempt, opened, cancelled, say)
             case EndAttempt(attempt=number, failure=failure, detail=detail):
-                writer.record(
-                    AttemptEnded, attempt=number, ok=False, failure=failure, detail=_cap(detail)
-                )
+                record(AttemptEnded, attempt=number, ok=False, failure=failure, detail=detail)
             case CancelJob(attempt=attempt):
                 ok = _quietly(adapters.cancel_job, writer.state, attempt)
-                writer.record(
-                    JobCancelled, attempt=attempt.started.attempt, job_id=attempt.job_id, ok=ok
-                )
+                record(JobCancelled, attempt=attempt.started.attempt, job_id=attempt.job_id, ok=ok)
             case DeleteEndpoint(endpoint_id=endpoint_id, reason=reason):
                 ok = _quietly(adapters.delete_endpoint, writer.state, endpoint_id)
-                writer.record(EndpointDeleted, endpoint_id=endpoint_id, reason=reason, ok=ok)
+                record(EndpointDeleted, endpoint_id=endpoint_id, reason=reason, ok=ok)
             case WaitRun(seconds=seconds):
                 sleep(seconds)
             case ConcludeRun(ok=ok, failure=failure, detail=detail, metrics=metrics):
-                writer.record(
+                record(
                     RunConcluded,
                     ok=ok,
                     failure=failure,
                     attempts=len(writer.state.attempts),
-                    detail=_cap(detail),
+                    detail=detail,
                     metrics=metrics,
                 )
                 say(f"run {run_id}: {'succeeded' if ok else failure}")
 
 
-def _cap(text: str | None) -> str:
-    return cap_text(redact(text), DETAIL_CAP) or ""
-
-
 def _error(exc: BaseException) -> dict[str, str]:
+    """A failed step's `error_class` and `message` (masked and capped by the event)."""
+    error_class = getattr(exc, "error_class", None)
     return {
-        "error_class": type(exc).__name__,
-        "message": cap_text(redact(str(exc)), MESSAGE_CAP) or "",
+        "error_class": error_class if isinstance(error_class, str) else type(exc).__name__,
+        "message": str(exc),
     }
 
 
@@ -281,42 +271,55 @@ def _quietly(fn: Callable[..., bool], *args: Any) -> bool:
         return False
 
 
-def _deploy(writer: RunWriter, adapters: RunAdapters, attempt: Attempt) -> None:
+def _deploy(run: RunState, record: Recorder, adapters: RunAdapters, attempt: Attempt) -> None:
     number = attempt.started.attempt
     try:
-        deployed = adapters.deploy(writer.state, attempt, writer.record)
+        deployed = adapters.deploy(run, attempt, record)
     except Exception as exc:  # any deploy error is a poll_error that consumes a retry
-        writer.record(DeployFailed, attempt=number, **_error(exc))
+        record(DeployFailed, attempt=number, **_error(exc))
         return
-    writer.record(
+    record(
         EndpointDeployed,
         attempt=number,
         endpoint_id=deployed.endpoint_id,
         endpoint_name=deployed.endpoint_name,
         account=deployed.account,
         volumes=deployed.volumes,
+        disk_gb=deployed.disk_gb,
     )
 
 
-def _submit(writer: RunWriter, adapters: RunAdapters, attempt: Attempt) -> None:
-    number = attempt.started.attempt
+def _submit(
+    run: RunState,
+    record: Recorder,
+    adapters: RunAdapters,
+    attempt: Attempt,
+    say: Callable[[str], Any],
+) -> None:
+    started = attempt.started
     try:
-        job_id, submitted_at = adapters.submit(writer.state, attempt)
+        job_id, submitted_at = adapters.submit(run, attempt)
     except Exception as exc:
-        writer.record(SubmitFailed, attempt=number, **_error(exc))
+        record(SubmitFailed, attempt=started.attempt, **_error(exc))
+        say(f"submit to {started.endpoint_name} failed ({type(exc).__name__})")
         return
-    writer.record(
+    record(
         JobQueued,
-        attempt=number,
+        attempt=started.attempt,
         endpoint_id=attempt.endpoint_id,
         job_id=job_id,
-        job_stream=attempt.started.job_stream,
+        job_stream=started.job_stream,
         submitted_at=submitted_at,
+    )
+    say(
+        f"submitted job {job_id} to {started.endpoint_name} ({attempt.endpoint_id}): "
+        f"attempt {started.attempt}, gpu {started.gpu_class}"
     )
 
 
 def _watch(
-    writer: RunWriter,
+    writer: StreamWriter[RunState],
+    record: Recorder,
     adapters: RunAdapters,
     attempt: Attempt,
     store: EventStore,
@@ -326,31 +329,21 @@ def _watch(
     try:
         result = adapters.watch(writer.state, attempt, store, stop)
     except WatchStopped:
-        writer.refresh()
+        writer.catch_up()
         return  # the cancel is in the state now; decide_run takes it from here
-    writer.record(
+    record(
         AttemptEnded,
         attempt=attempt.started.attempt,
         ok=result.ok,
         failure=result.failure,
         rule=result.rule,
-        detail=_cap(result.detail),
+        detail=result.detail or "",
         metrics=result.metrics,
     )
     say(
         f"attempt {attempt.started.attempt} on {attempt.started.gpu_class}: "
         f"{'ok' if result.ok else f'{result.failure} ({result.rule})'}"
     )
-
-
-def _cancel_probe(writer: RunWriter) -> Callable[[], bool]:
-    """A cheap check, made before each status fetch, for a cancel from another process."""
-
-    def cancelled() -> bool:
-        writer.refresh()
-        return writer.state.cancel_requested
-
-    return cancelled
 
 
 Deployer = Callable[[RunState, Attempt, Recorder], Deployed]
@@ -363,14 +356,20 @@ class RunpodRunAdapters:
     """`RunAdapters` over RunPod's REST API, with a pluggable deployer.
 
     `deployer` makes the attempt's endpoint (runpod-flash in production, see
-    `flashfsm.adapters.flash_deploy`; the simulator in tests and the demo); `job_input`
+    `flashfsm.submit.flash_run_adapters`; the simulator in tests and the demo); `job_input`
     builds the job's input; `readers` gives the attempt's Hub heartbeat and failure
     readers. Watching is `poll_job` on the attempt's job stream with
     `stall_kwargs(on_last_gpu)`, so a restarted control plane reattaches by replay.
 
+    `client` talks to RunPod for every attempt; with a key pool, `client_for(account)`
+    gives the client of the account an attempt's endpoint was deployed on instead (and
+    `close()` closes what it made). `on_handle(handle_dict)` is called when a job's watch
+    starts, with the handle an orchestrator would persist to reattach.
+
     The watched endpoint is always the one this run deployed (the attempt's endpoint comes
     only from its own `EndpointDeployed` record), so the handle is `trusted_output` and a
     Flash envelope's pickled result is unpickled; `allow_pickle=False` keeps it JSON-only.
+    The exception a deploy or submit raised is kept by attempt number in `errors`.
     """
 
     client: Any
@@ -383,28 +382,39 @@ class RunpodRunAdapters:
     sleep: Callable[[float], Any] = time.sleep
     log: Callable[[str], Any] | None = None
     allow_pickle: bool | None = None
+    client_for: Callable[[int], Any] | None = None
+    on_handle: Callable[[dict[str, Any]], Any] | None = None
+    errors: dict[int, BaseException] = field(default_factory=dict)
+
+    def _client(self, account: int) -> Any:
+        return self.client if self.client_for is None else self.client_for(account)
 
     def deploy(self, run: RunState, attempt: Attempt, record: Recorder) -> Deployed:
-        return self.deployer(run, attempt, record)
+        """The attempt's endpoint, from the deployer."""
+        try:
+            return self.deployer(run, attempt, record)
+        except Exception as exc:
+            self.errors[attempt.started.attempt] = exc
+            raise
 
     def submit(self, run: RunState, attempt: Attempt) -> tuple[str, float]:
-        from flashfsm.adapters.runpod import policy_for_budget
-
-        budget = policy_for_budget(self.budget_s) if self.budget_s else {}
+        """Queue the job with the run's budget as its TTL and execution timeout."""
         assert attempt.endpoint_id is not None
-        job_id = self.client.run(attempt.endpoint_id, self.job_input(run, attempt), **budget)
-        return job_id, self.clock()
+        budget = policy_for_budget(self.budget_s) if self.budget_s else {}
+        submitted_at = self.clock()
+        try:
+            job_input = self.job_input(run, attempt)
+            client = self._client(attempt.account)
+            return client.run(attempt.endpoint_id, job_input, **budget), submitted_at
+        except Exception as exc:
+            self.errors[attempt.started.attempt] = exc
+            raise
 
-    def watch(
-        self, run: RunState, attempt: Attempt, store: EventStore, stop: Callable[[], bool]
-    ) -> PollResult:
-        from flashfsm.events.policy import stall_kwargs
-        from flashfsm.shell import JobHandle, poll_job
-
+    def handle(self, attempt: Attempt) -> JobHandle:
+        """The handle of the attempt's job (trusted: this run deployed its endpoint)."""
         assert attempt.endpoint_id is not None and attempt.job_id is not None
         started = attempt.started
-        heartbeat, failure_detail = self.readers(run, attempt) if self.readers else (None, None)
-        handle = JobHandle(
+        return JobHandle(
             attempt.endpoint_id,
             started.endpoint_name,
             attempt.job_id,
@@ -414,27 +424,45 @@ class RunpodRunAdapters:
             attempt=started.attempt,
             trusted_output=True,  # the endpoint of the run's own EndpointDeployed
         )
+
+    def watch(
+        self, run: RunState, attempt: Attempt, store: EventStore, stop: Callable[[], bool]
+    ) -> PollResult:
+        """`poll_job` on the attempt's job stream, tuned for the attempt."""
+        handle = self.handle(attempt)
+        if self.on_handle is not None:
+            self.on_handle(handle.to_dict())
+        heartbeat, failure_detail = self.readers(run, attempt) if self.readers else (None, None)
         return poll_job(
             handle,
             log=self.log,
             interval_s=self.interval_s,
             heartbeat_reader=heartbeat,
             failure_detail_reader=failure_detail,
-            client=self.client,
+            client=self._client(attempt.account),
             clock=self.clock,
             sleep=self.sleep,
             store=store,
             stream=attempt.job_stream,
             stop=stop,
             allow_pickle=self.allow_pickle,
-            **stall_kwargs(started.on_last_gpu),
+            **stall_kwargs(attempt.started.on_last_gpu),
         )
 
     def cancel_job(self, run: RunState, attempt: Attempt) -> bool:
+        """Cancel the attempt's job on RunPod."""
         assert attempt.endpoint_id is not None and attempt.job_id is not None
-        self.client.cancel(attempt.endpoint_id, attempt.job_id)
+        self._client(attempt.account).cancel(attempt.endpoint_id, attempt.job_id)
         return True
 
     def delete_endpoint(self, run: RunState, endpoint_id: str) -> bool:
-        self.client.delete_endpoint(endpoint_id)  # False (already gone) is fine too
+        """Delete an endpoint the run created (False from RunPod: already gone, fine too)."""
+        account = next((a.account for a in run.attempts if a.endpoint_id == endpoint_id), 0)
+        self._client(account).delete_endpoint(endpoint_id)
         return True
+
+    def close(self) -> None:
+        """Close the clients `client_for` made (the given `client` is the caller's)."""
+        close = getattr(self.client_for, "close", None)
+        if close is not None:
+            close()

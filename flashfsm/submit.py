@@ -1,22 +1,25 @@
-"""`submit_run`: one attempt of a training run, from nothing to a verdict.
+"""Running a `RunSpec` on RunPod: the one deploy → submit → watch path, two ways to use it.
 
-Theory of operation. Everything that can be checked without the network is checked
-first: the worker's dependencies (`resolve_worker_dependencies`, a pure function of the
-spec), the function a non-baked worker runs, the job input, and that the attempt's job
-stream is still empty. Only then is an endpoint deployed (`flash_deploy.deploy_endpoint`,
-a fresh name per attempt), the job submitted with a TTL and execution timeout derived from
-the wall-clock budget (`policy_for_budget`), and the job stream opened with its
-`JobSubmitted` before the first poll. The watch is `poll_job` on that stream with the
-Hugging Face heartbeat and failure readers, so a crashed supervisor reattaches with
-`poll_job` on the same stream and handle.
+Theory of operation. `flash_run_adapters(spec, seed)` is the only place a spec becomes I/O:
+it checks everything that can be checked without the network first (the worker's
+dependencies, the function a non-baked worker runs, the runtime secrets), then returns
+the run machine's adapters (`flashfsm.runs.RunpodRunAdapters`) — each attempt deploys a
+fresh endpoint with runpod-flash (`flash_deploy.deploy_endpoint`), submits the job with a
+TTL and execution timeout derived from the wall-clock budget (`policy_for_budget`), and is
+watched by `poll_job` with the Hugging Face heartbeat and failure readers.
 
-Two streams are written. The run's stream (`run-<run_id>` by default; other writers may
-share it, appends go to its tail) gets the deploy steps, `JobQueued`, or `SubmitFailed`
-and `EndpointDeleted` when the submit fails: the endpoint is deleted at once, since no
-handle to it exists yet. The job's stream (`job-<run_id>-s<seed>-a<attempt>`) is the watch.
+- `supervise_spec(spec, seed, candidates)` runs the whole GPU walk with those adapters
+  (`supervise_run`), in the stream `run-<run_id>-s<seed>`.
+- `submit_run(spec, seed, attempt=n)` is ONE attempt of the same path, for a caller that
+  walks itself: a run of exactly that attempt (`single_attempt`), on one candidate, with
+  no retry, in the stream `run-<run_id>-s<seed>-a<n>`. Its job stream is
+  `job-<run_id>-s<seed>-a<n>`; a crashed caller reattaches with `poll_job` on it (the
+  handle comes through `on_handle`), or by calling `submit_run` again, which resumes.
+
+Both streams are ordinary run and job logs, so every CLI command reads them.
 
 Secrets. The pool's API keys, `HF_TOKEN` and the caller's `runtime_secrets` are
-registered for redaction before anything happens; runtime secrets travel only in the job
+registered for masking before anything happens; runtime secrets travel only in the job
 input to the worker, never in the spec, an event, a log line or an error message.
 """
 
@@ -29,12 +32,14 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from flashfsm import naming
 from flashfsm.adapters.flash_deploy import (
     DeployedEndpoint,
+    DeployError,
     DeployRequest,
     KeyPool,
     deploy_endpoint,
@@ -52,27 +57,16 @@ from flashfsm.adapters.runpod import (
     policy_for_budget,
 )
 from flashfsm.adapters.stores import default_store_url
-from flashfsm.events.errors import ConcurrencyError
-from flashfsm.events.models import (
-    MESSAGE_CAP,
-    NAME_CAP,
-    Candidate,
-    EndpointDeleted,
-    EventBase,
-    JobQueued,
-    JobSubmitted,
-    SubmitFailed,
-    cap_text,
-)
-from flashfsm.events.policy import GracePolicy, stall_kwargs
+from flashfsm.errors import RunpodApiError, WatchStopped
+from flashfsm.events.models import NAME_CAP, AttemptStarted, Candidate
 from flashfsm.events.store import EventStore
-from flashfsm.ids import new_id
-from flashfsm.naming import endpoint_name
+from flashfsm.fsm.job import replay, verdict_of
+from flashfsm.fsm.run import Attempt, RunState, replay_run
+from flashfsm.naming import attempt_stream
 from flashfsm.redact import redact, register_secrets
-from flashfsm.shell import JobHandle, Log, PollResult, make_say, poll_job, resolve_store
-
-if TYPE_CHECKING:
-    from flashfsm.runs import RunpodRunAdapters, RunResult
+from flashfsm.runs import Deployed, Recorder, RunpodRunAdapters, RunResult, supervise_run
+from flashfsm.shell import PollResult, resolve_store
+from flashfsm.watch import Log, make_say
 
 logger = logging.getLogger("flashfsm.submit")
 
@@ -82,7 +76,6 @@ _APT_PACKAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+:=~_-]*")
 _ENTRYPOINT = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 #: Worker env names submit_run sets itself; a spec or a runtime secret may not.
 RESERVED_ENV = frozenset({"RUN_ID", "PHASE", "SEED", "ATTEMPT"})
-APPEND_TRIES = 20  # tail appends retried while other writers' events keep landing
 
 
 class RunSpec(BaseModel):
@@ -204,16 +197,6 @@ def resolve_entrypoint(entrypoint: str) -> Callable[..., Any]:
     return function
 
 
-def job_stream_name(run_id: str, seed: int, attempt: int = 0) -> str:
-    """The stream of an attempt's job watch."""
-    return f"job-{run_id}-s{int(seed)}-a{int(attempt)}"
-
-
-def run_stream_name(run_id: str) -> str:
-    """The default stream of a run's deploy and submit steps."""
-    return f"run-{run_id}"
-
-
 def build_payload(
     spec: RunSpec,
     seed: int,
@@ -258,34 +241,6 @@ def _check_secrets(runtime_secrets: Mapping[str, str] | None) -> dict[str, str]:
     return secrets
 
 
-class StreamRecorder:
-    """`record(event_cls, **fields)` appending to the tail of a shared stream.
-
-    Other writers may append to the same stream; a stale seq is re-read and the event
-    rebuilt at the new tail. String fields pass through `redact` once more.
-    """
-
-    def __init__(self, store: EventStore, stream: str, clock: Callable[[], float]):
-        self.store, self.stream, self.clock = store, stream, clock
-        self._next: int | None = None
-
-    def __call__(self, cls: type[EventBase], **fields: Any) -> Any:
-        fields = {k: redact(v) if isinstance(v, str) else v for k, v in fields.items()}
-        for _ in range(APPEND_TRIES):
-            if self._next is None:
-                self._next = len(self.store.read(self.stream))
-            at = self.clock()
-            event = cls(stream=self.stream, seq=self._next, id=new_id(at), at=at, **fields)
-            try:
-                self.store.append(self.stream, [event], event.seq)
-            except ConcurrencyError:
-                self._next = None
-                continue
-            self._next += 1
-            return event
-        raise ConcurrencyError(self.stream, self._next or 0, len(self.store.read(self.stream)))
-
-
 def runpod_client(key: str) -> RunpodClient:
     """A REST client for one account, hosts from the SDKs' environment variables."""
     return RunpodClient(
@@ -306,17 +261,158 @@ def quota_sweeper(
     """
 
     def sweep(protected: set[str]) -> int:
-        from flashfsm.adapters.sweeper import IdleSweeper
+        from flashfsm.sweeper import IdleSweeper
 
         with runpod_client(accounts.key()) as client:
             # One stream per account: a sweep sees only its own account's endpoints.
-            stream = f"sweeper-{accounts.active}"
+            stream = naming.sweeper_stream(accounts.active)
             report = IdleSweeper(client, store, stream=stream, clock=clock).sweep(
                 protected, min_idle_s=0.0, reap_warm=False
             )
         return len(report.deleted)
 
     return sweep
+
+
+class AccountClients:
+    """One REST client per account of a key pool, made when first asked for."""
+
+    def __init__(self, accounts: KeyPool):
+        self.accounts = accounts
+        self._clients: dict[int, RunpodClient] = {}
+
+    def __call__(self, account: int) -> RunpodClient:
+        client = self._clients.get(account)
+        if client is None:
+            client = self._clients[account] = runpod_client(self.accounts.key(account))
+        return client
+
+    def close(self) -> None:
+        """Close every client made."""
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
+
+
+def deploy_request(
+    spec: RunSpec, deps: WorkerDependencies, attempt: AttemptStarted
+) -> DeployRequest:
+    """What the attempt's deploy asks runpod-flash for (no weight cache once it dropped)."""
+    budget = policy_for_budget(spec.max_wall_seconds)
+    return DeployRequest(
+        name=attempt.endpoint_name,
+        gpu_class=attempt.gpu_class,
+        attempt=attempt.attempt,
+        execution_timeout_ms=round(budget["execution_timeout_s"] * 1000),
+        image=deps.image,
+        dependencies=deps.pip,
+        system_dependencies=deps.system,
+        weight_cache=None if attempt.cache_dropped else spec.weight_cache,
+        weight_cache_gb=spec.weight_cache_gb,
+        disk_gb=spec.disk_gb,
+        min_cuda_version=spec.min_cuda_version,
+    )
+
+
+def flash_run_adapters(
+    spec: RunSpec,
+    seed: int,
+    *,
+    store: EventStore,
+    client: Any = None,
+    accounts: KeyPool | None = None,
+    runtime_secrets: Mapping[str, str] | None = None,
+    function: Callable[..., Any] | None = None,
+    deployer: Callable[..., DeployedEndpoint] = deploy_endpoint,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], Any] = time.sleep,
+    interval_s: float = 10.0,
+    hub_options: Mapping[str, Any] | None = None,
+    log: Log | None = None,
+    allow_pickle: bool | None = None,
+    sweep: Callable[[set[str]], int] | None = None,
+    on_handle: Callable[[dict[str, Any]], Any] | None = None,
+) -> RunpodRunAdapters:
+    """The run machine's adapters for `spec`: runpod-flash deploys, REST submits and watches.
+
+    Checked before anything is provisioned (`WorkerDependencyError` / `ValueError`): the
+    worker's dependencies, the function a worker without a baked image runs (`function`,
+    else `spec.entrypoint`), the runtime secrets, and that the spec's env holds none.
+    Each attempt deploys a fresh endpoint, without the weight cache once the run dropped
+    it; `sweep(protected) -> int` frees quota before a deploy retry (default
+    `quota_sweeper`); `deployer` replaces `deploy_endpoint` (same signature).
+    `client` (a `RunpodClient`) serves every attempt; by default each attempt uses a
+    client of the account its endpoint landed on (close them with `adapters.close()`).
+    Jobs are watched on endpoints the run deployed, so their Flash results are unpickled;
+    `allow_pickle=False` keeps every watch JSON-only. `hub_options` go to the Hub readers
+    (`cache_dir`, `endpoint`, `min_interval_s`; the watch paces heartbeat reads itself).
+    """
+    secrets = _check_secrets(runtime_secrets)
+    register_secrets(*secrets.values(), os.environ.get("HF_TOKEN"))
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
+    leaked = sorted(k for k, v in spec.env.items() if redact(v) != v)
+    if leaked:
+        raise ValueError(f"spec env {', '.join(leaked)} holds a secret: use runtime_secrets")
+    deps = resolve_worker_dependencies(spec)
+    if not deps.baked and function is None:
+        if spec.entrypoint is None:
+            raise ValueError("a worker without a baked image needs spec.entrypoint or function")
+        function = resolve_entrypoint(spec.entrypoint)
+    pool = accounts if accounts is not None else KeyPool.from_env()
+    free_quota = sweep if sweep is not None else quota_sweeper(pool, store, clock=clock)
+
+    def deploy(run: RunState, attempt: Attempt, record: Recorder) -> Deployed:
+        deployed = deployer(
+            deploy_request(spec, deps, attempt.started),
+            accounts=pool,
+            record=record,
+            sweep=free_quota,
+            sleep=sleep,
+            record_outcome=False,  # the run records EndpointDeployed / DeployFailed
+        )
+        return Deployed(
+            deployed.endpoint_id,
+            deployed.name,
+            deployed.account,
+            deployed.volumes,
+            deployed.disk_gb,
+        )
+
+    def job_input(run: RunState, attempt: Attempt) -> dict[str, Any]:
+        payload = build_payload(spec, seed, attempt.started.attempt, secrets, deps)
+        return build_function_input(
+            payload,
+            baked_image=deps.baked,
+            function=function,
+            dependencies=deps.pip,
+            system_dependencies=deps.system,
+        )
+
+    def readers(run: RunState, attempt: Attempt) -> tuple[Any, Any]:
+        if not spec.hf_repo:
+            return None, None
+        prefix = heartbeat_prefix(spec.phase, spec.run_id, seed)
+        options = {"clock": clock, **dict(hub_options or {})}
+        return (
+            make_hf_heartbeat_reader(spec.hf_repo, prefix, **options),
+            make_hf_failure_detail_reader(spec.hf_repo, prefix, spec.phase, **options),
+        )
+
+    return RunpodRunAdapters(
+        client,
+        deploy,
+        job_input,
+        readers,
+        budget_s=spec.max_wall_seconds,
+        interval_s=interval_s,
+        clock=clock,
+        sleep=sleep,
+        log=log,
+        allow_pickle=allow_pickle,
+        client_for=None if client is not None else AccountClients(pool),
+        on_handle=on_handle,
+    )
 
 
 def submit_run(
@@ -344,306 +440,127 @@ def submit_run(
 ) -> PollResult:
     """Deploy, submit and watch one attempt of `spec` for `seed`; return the verdict.
 
+    One attempt of the run machine's own path (see the module notes), recorded as a run of
+    exactly that attempt:
+
     - `attempt` numbers the attempt (0 first): it picks a fresh endpoint name and the job
       stream, and reaches the worker as `ATTEMPT`. `on_last_gpu` says no further GPU
       attempt follows: the capacity graces wait longer (`stall_kwargs`).
     - `candidate` (a `Candidate`) overrides the spec's GPU class for this attempt.
-    - `runtime_secrets` go into the worker's env only, and are redacted everywhere.
-    - `on_handle(handle_dict)` is called once the job is queued: persist it to reattach
-      with `poll_job(handle, store=..., stream=...)` from any process. The handle is
-      `trusted_output` (this call deployed the endpoint), so the job's Flash envelope is
-      unpickled (up to `MAX_PICKLE_BYTES`); `allow_pickle=False` keeps the watch JSON-only.
+    - `runtime_secrets` go into the worker's env only, and are masked everywhere.
+    - `on_handle(handle_dict)` is called once the job is queued, as its watch starts:
+      persist it to reattach with `poll_job(handle, store=..., stream=...)` from any
+      process. The handle is `trusted_output` (this call deployed the endpoint), so the
+      job's Flash envelope is unpickled (up to `MAX_PICKLE_BYTES`); `allow_pickle=False`
+      keeps the watch JSON-only.
     - `store` is a store or a URL (default `default_store_url()`); `run_stream` defaults
-      to `run-<run_id>`; the job stream is `job-<run_id>-s<seed>-a<attempt>`.
-    - `client` is a `RunpodClient` for the account the endpoint lands on; by default one
-      is made for that account of `accounts` (default `KeyPool.from_env()`).
-    - `sweep(protected) -> int` frees quota before a deploy retry (default
-      `quota_sweeper`); `deployer` replaces `deploy_endpoint` (same signature).
-    - `function` (or `spec.entrypoint`) is what a worker without a baked image runs.
-    - `clock` and `sleep` drive the deploy waits, the events' times and the watch.
-    - `hub_options` go to the Hub readers (`cache_dir`, `endpoint`, `min_interval_s`; the
-      watch paces heartbeat reads itself, from the log, and a non-zero `min_interval_s` adds
-      a process-local gate that a reattach does not see).
+      to `run-<run_id>-s<seed>-a<attempt>`, the job stream is
+      `job-<run_id>-s<seed>-a<attempt>`. Calling again on a run stream whose attempt has
+      not concluded resumes it.
+    - `client` is a `RunpodClient` for every call; by default one is made for the account
+      the endpoint lands on, of `accounts` (default `KeyPool.from_env()`).
+    - `sweep`, `deployer`, `function`, `hub_options`, `allow_pickle`: as for
+      `flash_run_adapters`; `clock` and `sleep` drive the deploy waits, the events' times
+      and the watch.
 
-    Raises `WorkerDependencyError` / `ValueError` before anything is provisioned,
-    `DeployError` when the deploy gives up, and the client's error when the submit fails
-    (the endpoint is deleted first).
+    Raises `WorkerDependencyError` / `ValueError` before anything is provisioned (a job
+    stream or run stream that already records this attempt included), `DeployError` when
+    the deploy gives up, the client's error when the submit fails (the endpoint is
+    deleted first), and `WatchStopped` when the run was cancelled (`request_cancel`).
     """
-    secrets = _check_secrets(runtime_secrets)
-    register_secrets(*secrets.values(), os.environ.get("HF_TOKEN"))
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise ValueError(f"seed must be an integer, got {seed!r}")
     if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 0:
         raise ValueError(f"attempt must be a non-negative integer, got {attempt!r}")
-    leaked = sorted(k for k, v in spec.env.items() if redact(v) != v)
-    if leaked:
-        raise ValueError(f"spec env {', '.join(leaked)} holds a secret: use runtime_secrets")
-
-    gpu_class = candidate.gpu_class if candidate is not None else spec.gpu_class
-    deps = resolve_worker_dependencies(spec)
-    if not deps.baked and function is None:
-        if spec.entrypoint is None:
-            raise ValueError("a worker without a baked image needs spec.entrypoint or function")
-        function = resolve_entrypoint(spec.entrypoint)
-    payload = build_payload(spec, seed, attempt, secrets, deps)
-    job_input = build_function_input(
-        payload,
-        baked_image=deps.baked,
-        function=function,
-        dependencies=deps.pip,
-        system_dependencies=deps.system,
-    )
-    budget = policy_for_budget(spec.max_wall_seconds)
-    name = endpoint_name(spec.run_id, gpu_class, seed, attempt)
-    stream = job_stream_name(spec.run_id, seed, attempt)
-    if len(stream) > NAME_CAP:
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
+    job_stream = attempt_stream(spec.run_id, attempt, seed)
+    if len(job_stream) > NAME_CAP:
         raise ValueError(f"run id {spec.run_id!r} makes a job stream name over {NAME_CAP} chars")
-    say = make_say(log)
-
+    stream = run_stream or naming.run_stream(spec.run_id, seed, attempt)
     owns_store = store is None or isinstance(store, str)
     opened = resolve_store(store if store is not None else default_store_url())
     try:
-        if opened.read(stream):
-            raise ValueError(
-                f"job stream {stream!r} already holds attempt {attempt}: reattach with "
-                "poll_job, or submit a new attempt"
-            )
-        record = StreamRecorder(opened, run_stream or run_stream_name(spec.run_id), clock)
-        pool = accounts if accounts is not None else KeyPool.from_env()
-        request = DeployRequest(
-            name=name,
-            gpu_class=gpu_class,
-            attempt=attempt,
-            execution_timeout_ms=round(budget["execution_timeout_s"] * 1000),
-            image=deps.image,
-            dependencies=deps.pip,
-            system_dependencies=deps.system,
-            weight_cache=spec.weight_cache,
-            weight_cache_gb=spec.weight_cache_gb,
-            disk_gb=spec.disk_gb,
-            min_cuda_version=spec.min_cuda_version,
-        )
-        say(f"run {spec.run_id}: deploying {name} ({gpu_class}, attempt {attempt})")
-        deployed = deployer(
-            request,
-            accounts=pool,
-            record=record,
-            sweep=sweep if sweep is not None else quota_sweeper(pool, opened, clock=clock),
+        adapters = flash_run_adapters(
+            spec,
+            seed,
+            store=opened,
+            client=client,
+            accounts=accounts,
+            runtime_secrets=runtime_secrets,
+            function=function,
+            deployer=deployer,
+            clock=clock,
             sleep=sleep,
+            interval_s=interval_s,
+            hub_options=hub_options,
+            log=log,
+            allow_pickle=allow_pickle,
+            sweep=sweep,
+            on_handle=on_handle,
         )
-        owns_client = client is None
-        rest = client if client is not None else runpod_client(pool.key(deployed.account))
         try:
-            handle = _submit(rest, deployed, job_input, budget, record, attempt, clock, say)
-            handle.gpu_class, handle.attempt, handle.on_last_gpu = gpu_class, attempt, on_last_gpu
-            _open_job_stream(opened, stream, handle, GracePolicy.for_attempt(on_last_gpu), clock)
-            record(
-                JobQueued,
-                attempt=attempt,
-                endpoint_id=handle.endpoint_id,
-                job_id=handle.job_id,
-                job_stream=stream,
-                submitted_at=handle.submitted_at,
-            )
-            say(
-                f"submitted job {handle.job_id} to {deployed.name} ({deployed.endpoint_id}): "
-                f"attempt {attempt}, gpu {gpu_class}, phase {spec.phase}, seed {seed}"
-            )
-            if on_handle is not None:
-                on_handle(handle.to_dict())
-            heartbeat_reader = failure_reader = None
-            if spec.hf_repo:
-                prefix = heartbeat_prefix(spec.phase, spec.run_id, seed)
-                options = {"clock": clock, **dict(hub_options or {})}
-                heartbeat_reader = make_hf_heartbeat_reader(spec.hf_repo, prefix, **options)
-                failure_reader = make_hf_failure_detail_reader(
-                    spec.hf_repo, prefix, spec.phase, **options
-                )
-            return poll_job(
-                handle,
-                log=log,
-                interval_s=interval_s,
-                heartbeat_reader=heartbeat_reader,
-                failure_detail_reader=failure_reader,
-                **stall_kwargs(on_last_gpu),
-                client=rest,
-                clock=clock,
-                sleep=sleep,
+            _check_unrecorded(opened, stream, job_stream, attempt)
+            result = supervise_run(
+                spec.run_id,
+                [candidate or Candidate(gpu_class=spec.gpu_class)],
+                adapters,
+                max_retries=0,
+                weight_cache=bool(spec.weight_cache),
+                budget_s=spec.max_wall_seconds,
+                phase=spec.phase,
+                seed=seed,
                 store=opened,
                 stream=stream,
-                allow_pickle=allow_pickle,
+                clock=clock,
+                sleep=sleep,
+                log=make_say(log),
+                single_attempt=attempt,
+                on_last_gpu=on_last_gpu,
             )
         finally:
-            if owns_client:
-                rest.close()
+            adapters.close()
+        return _attempt_result(opened, result, adapters, attempt)
     finally:
         if owns_store:
             opened.close()
 
 
-def _submit(
-    client: Any,
-    deployed: DeployedEndpoint,
-    job_input: dict[str, Any],
-    budget: dict[str, float],
-    record: StreamRecorder,
-    attempt: int,
-    clock: Callable[[], float],
-    say: Callable[[str], None],
-) -> JobHandle:
-    """Queue the job; on failure delete the endpoint (no handle to it exists yet), re-raise."""
-    submitted_at = clock()
-    try:
-        job_id = client.run(
-            deployed.endpoint_id,
-            job_input,
-            ttl_s=budget["ttl_s"],
-            execution_timeout_s=budget["execution_timeout_s"],
+def _check_unrecorded(store: EventStore, stream: str, job_stream: str, attempt: int) -> None:
+    """Refuse an attempt already recorded, unless its run is unfinished (then it resumes)."""
+    if store.read(job_stream):
+        raise ValueError(
+            f"job stream {job_stream!r} already holds attempt {attempt}: reattach with "
+            "poll_job, or submit a new attempt"
         )
-    except Exception as exc:
-        message = cap_text(redact(str(exc)), MESSAGE_CAP) or ""
-        record(SubmitFailed, attempt=attempt, error_class=type(exc).__name__, message=message)
-        try:
-            client.delete_endpoint(deployed.endpoint_id)  # False: already gone, fine too
-            deleted = True
-        except Exception as cleanup:
-            deleted = False
-            logger.warning(
-                "endpoint %s of a failed submit was not deleted: %s",
-                deployed.endpoint_id,
-                redact(str(cleanup)),
-            )
-        record(
-            EndpointDeleted, endpoint_id=deployed.endpoint_id, reason="submit failed", ok=deleted
-        )
-        say(f"submit to {deployed.name} failed ({type(exc).__name__}); endpoint deleted")
-        raise
-    # this call deployed the endpoint: its output is the run's own, so it may be unpickled
-    return JobHandle(
-        deployed.endpoint_id, deployed.name, job_id, submitted_at=submitted_at, trusted_output=True
-    )
-
-
-def _open_job_stream(
-    store: EventStore,
-    stream: str,
-    handle: JobHandle,
-    policy: GracePolicy,
-    clock: Callable[[], float],
-) -> None:
-    """Append the job's `JobSubmitted` (seq 0) before the first poll: the watch's anchor."""
-    at = clock()
-    event = JobSubmitted(
-        stream=stream,
-        seq=0,
-        id=new_id(at),
-        at=at,
-        endpoint_id=handle.endpoint_id,
-        endpoint_name=handle.endpoint_name,
-        job_id=handle.job_id,
-        gpu_class=handle.gpu_class,
-        attempt=handle.attempt,
-        on_last_gpu=handle.on_last_gpu,
-        policy=policy,
-        submitted_at=handle.submitted_at,
-    )
-    store.append(stream, [event], 0)
-
-
-def flash_run_adapters(
-    spec: RunSpec,
-    seed: int,
-    *,
-    store: EventStore,
-    client: Any = None,
-    accounts: KeyPool | None = None,
-    runtime_secrets: Mapping[str, str] | None = None,
-    function: Callable[..., Any] | None = None,
-    deployer: Callable[..., DeployedEndpoint] = deploy_endpoint,
-    clock: Callable[[], float] = time.time,
-    sleep: Callable[[float], Any] = time.sleep,
-    interval_s: float = 10.0,
-    hub_options: Mapping[str, Any] | None = None,
-    log: Log | None = None,
-    allow_pickle: bool | None = None,
-) -> RunpodRunAdapters:
-    """The run machine's adapters for `spec`: runpod-flash deploys, REST submits and watches.
-
-    Dependencies are resolved (and a bad one refused) before anything is provisioned; each
-    attempt deploys a fresh endpoint, without the weight cache once the run dropped it.
-    Jobs are watched on endpoints the run deployed, so their Flash results are unpickled;
-    `allow_pickle=False` keeps every watch JSON-only.
-    """
-    from flashfsm.runs import Deployed, RunpodRunAdapters
-
-    secrets = _check_secrets(runtime_secrets)
-    register_secrets(*secrets.values(), os.environ.get("HF_TOKEN"))
-    deps = resolve_worker_dependencies(spec)
-    if not deps.baked and function is None:
-        if spec.entrypoint is None:
-            raise ValueError("a worker without a baked image needs spec.entrypoint or function")
-        function = resolve_entrypoint(spec.entrypoint)
-    pool = accounts if accounts is not None else KeyPool.from_env()
-    budget = policy_for_budget(spec.max_wall_seconds)
-    rest = client if client is not None else runpod_client(pool.key())
-
-    def deploy(run: Any, attempt: Any, record: Any) -> Deployed:
-        started = attempt.started
-        request = DeployRequest(
-            name=started.endpoint_name,
-            gpu_class=started.gpu_class,
-            attempt=started.attempt,
-            execution_timeout_ms=round(budget["execution_timeout_s"] * 1000),
-            image=deps.image,
-            dependencies=deps.pip,
-            system_dependencies=deps.system,
-            weight_cache=None if started.cache_dropped else spec.weight_cache,
-            weight_cache_gb=spec.weight_cache_gb,
-            disk_gb=spec.disk_gb,
-            min_cuda_version=spec.min_cuda_version,
-        )
-        deployed = deployer(
-            request,
-            accounts=pool,
-            record=record,
-            sweep=quota_sweeper(pool, store, clock=clock),
-            sleep=sleep,
-            record_outcome=False,
-        )
-        return Deployed(deployed.endpoint_id, deployed.name, deployed.account, deployed.volumes)
-
-    def job_input(run: Any, attempt: Any) -> dict[str, Any]:
-        payload = build_payload(spec, seed, attempt.started.attempt, secrets, deps)
-        return build_function_input(
-            payload,
-            baked_image=deps.baked,
-            function=function,
-            dependencies=deps.pip,
-            system_dependencies=deps.system,
+    events = store.read(stream)
+    if not events:
+        return
+    run = replay_run(events)
+    started = run.started
+    if started is None or started.single_attempt != attempt or run.done:
+        raise ValueError(
+            f"run stream {stream!r} already records a run: submit a new attempt, or "
+            "name another run_stream"
         )
 
-    def readers(run: Any, attempt: Any) -> tuple[Any, Any]:
-        if not spec.hf_repo:
-            return None, None
-        prefix = heartbeat_prefix(spec.phase, spec.run_id, seed)
-        options = {"clock": clock, **dict(hub_options or {})}
-        return (
-            make_hf_heartbeat_reader(spec.hf_repo, prefix, **options),
-            make_hf_failure_detail_reader(spec.hf_repo, prefix, spec.phase, **options),
-        )
 
-    return RunpodRunAdapters(
-        rest,
-        deploy,
-        job_input,
-        readers,
-        budget_s=spec.max_wall_seconds,
-        interval_s=interval_s,
-        clock=clock,
-        sleep=sleep,
-        log=log,
-        allow_pickle=allow_pickle,
-    )
+def _attempt_result(
+    store: EventStore, result: RunResult, adapters: RunpodRunAdapters, attempt: int
+) -> PollResult:
+    """The attempt's verdict as `poll_job` returns it, or the error that kept it from a job."""
+    run = replay_run(store.read(result.stream))
+    tried = run.attempts[-1] if run.attempts else None
+    if tried is not None and tried.job_stream:
+        state = replay(store.read(tried.job_stream))
+        if state.verdict is not None:
+            return PollResult.from_verdict(verdict_of(state.verdict))
+    if run.cancel_requested:
+        raise WatchStopped(f"run {result.stream!r} was cancelled: {result.detail}")
+    error = adapters.errors.get(attempt)
+    if error is not None:
+        raise error
+    if tried is not None and tried.submit_error is not None:  # a resumed run's old failure
+        raise RunpodApiError(tried.submit_error, route="run")
+    raise DeployError(result.detail, error_class=str(result.failure))
 
 
 def supervise_spec(
@@ -662,28 +579,29 @@ def supervise_spec(
     The run's stream is `run-<run_id>-s<seed>`; calling this again after a crash resumes
     the run (see `supervise_run`). `adapter_options` go to `flash_run_adapters`.
     """
-    from flashfsm.runs import supervise_run
-
     owns_store = store is None or isinstance(store, str)
     opened = resolve_store(store if store is not None else default_store_url())
     try:
         adapters = flash_run_adapters(
             spec, seed, store=opened, clock=clock, sleep=sleep, **adapter_options
         )
-        return supervise_run(
-            spec.run_id,
-            candidates,
-            adapters,
-            max_retries=max_retries,
-            weight_cache=bool(spec.weight_cache),
-            budget_s=spec.max_wall_seconds,
-            phase=spec.phase,
-            seed=seed,
-            store=opened,
-            stream=f"run-{spec.run_id}-s{int(seed)}",
-            clock=clock,
-            sleep=sleep,
-        )
+        try:
+            return supervise_run(
+                spec.run_id,
+                candidates,
+                adapters,
+                max_retries=max_retries,
+                weight_cache=bool(spec.weight_cache),
+                budget_s=spec.max_wall_seconds,
+                phase=spec.phase,
+                seed=seed,
+                store=opened,
+                stream=naming.run_stream(spec.run_id, seed),
+                clock=clock,
+                sleep=sleep,
+            )
+        finally:
+            adapters.close()
     finally:
         if owns_store:
             opened.close()

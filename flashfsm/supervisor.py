@@ -1,9 +1,10 @@
 """An asyncio supervisor: thousands of job watches in one process.
 
-Theory of operation. Each watched job is one asyncio task running the same pure core as
-`poll_job` (`decide` → one piece of I/O → an event → `evolve`), so a job watched here and
-a job watched by the sync loop reach the same verdicts from the same observations. What
-the supervisor adds is sharing:
+Theory of operation. Each watched job is one asyncio task driving the same watch as
+`poll_job`: the sans-IO generator of `flashfsm.watch`, which yields each piece of I/O it
+needs and receives the answer. So a job watched here and a job watched by the sync loop
+reach the same verdicts from the same observations. This module is the asyncio driver of
+that generator, and what it adds is sharing:
 
 - one HTTP client (`AsyncRunpodClient`, one `httpx.AsyncClient`) for every job;
 - per-endpoint token buckets that keep status and health calls under RunPod's limits;
@@ -27,47 +28,39 @@ import logging
 import random
 import signal
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from flashfsm.errors import JobOwnedElsewhere
-from flashfsm.events.errors import ConcurrencyError
 from flashfsm.events.models import Event
 from flashfsm.events.policy import GracePolicy
-from flashfsm.events.store import EventStore, append_many, iter_events
-from flashfsm.fsm.commands import (
-    Conclude,
-    FetchStatus,
-    Finished,
-    ProbeHealth,
-    ReadFailureDetail,
-    ReadHeartbeat,
-    Verdict,
-    Wait,
-)
-from flashfsm.fsm.job import JobState, decide, replay, skip_read
-from flashfsm.shell import (
-    ATTACH_TRIES,
+from flashfsm.events.store import EventStore, append_many
+from flashfsm.shell import resolve_store
+from flashfsm.watch import (
+    Clock,
+    HealthCall,
     JobHandle,
-    JobWatch,
+    Outcome,
     PollResult,
-    conclusion,
+    ReaderCall,
+    Request,
+    Sleep,
+    StatusCall,
+    StopAsked,
+    WatchSpec,
+    attach_steps,
+    call,
     default_stream,
     default_watcher,
-    failure_detail_observation,
-    health_observation,
-    heartbeat_observation,
+    loop_steps,
     make_say,
-    resolve_store,
-    safe_read,
-    say_observation,
-    status_observation,
-    try_read,
     unpickling_allowed,
 )
+from flashfsm.writer import Append, perform
 
 logger = logging.getLogger("flashfsm.supervisor")
+R = TypeVar("R")
 
 #: RunPod's per-endpoint limit on /status is 2000 per 10 s; stay well under it.
 STATUS_RATE_PER_S = 150.0
@@ -274,90 +267,69 @@ class Supervisor:
         """Watch one job to its verdict inside this supervisor."""
         self.committer.start()
         handle = job.handle
-        stream = job.stream or default_stream(handle)
-        watch = await self._attach(job, stream)
-        if not watch.state.done and self.spread > 0:
+        spec = WatchSpec(
+            handle,
+            job.stream or default_stream(handle),
+            job.policy,
+            job.interval_s,
+            job.heartbeat_reader is not None,
+            job.failure_detail_reader is not None,
+            self.watcher,
+            allow_pickle=unpickling_allowed(handle, job.allow_pickle),
+        )
+        writer = await self._drive(attach_steps(spec), job)
+        if not writer.state.done and self.spread > 0:
             await self.sleep(self.rng.uniform(0, self.spread * job.interval_s))
-        verdict = await self._loop(watch, job)
+        verdict = await self._drive(loop_steps(writer, spec, self.say), job)
         return PollResult.from_verdict(verdict)
 
-    async def _attach(self, job: JobSpec, stream: str) -> JobWatch:
-        """`JobWatch.attach`, with the claim written through the group committer."""
-        for _ in range(ATTACH_TRIES):
-            state = await asyncio.to_thread(_replay_stream, self.store, stream)
-            watch = JobWatch(self.store, stream, state, watcher=self.watcher or "")
-            if watch.state.done:
-                return watch
-            claim = watch.claim_events(
-                job.handle,
-                job.policy,
-                self.clock(),
-                job.interval_s,
-                job.heartbeat_reader is not None,
-                job.failure_detail_reader is not None,
-            )
-            try:
-                await self.committer.append(stream, claim, watch.state.next_seq)
-            except ConcurrencyError:
-                await asyncio.to_thread(watch.raise_if_owned_elsewhere)
-                continue
-            watch.fold(claim)
-            return watch
-        raise ConcurrencyError(stream, -1, -1)
-
-    async def _record(self, watch: JobWatch, built: tuple[Any, dict[str, Any]], at: float) -> None:
-        cls, fields = built
-        if cls is None:
-            skip_read(watch.state)
-            return
-        event = watch.build(cls, at, **fields)
-        try:
-            await self.committer.append(watch.stream, [event], event.seq)
-        except ConcurrencyError:
-            await asyncio.to_thread(watch.raise_if_owned_elsewhere)
-            raise
-        previous = watch.state.last_status
-        watch.fold([event])
-        say_observation(event, previous, watch.state, self.say)
-
-    async def _loop(self, watch: JobWatch, job: JobSpec) -> Verdict:
-        handle, state = job.handle, watch.state
-        allow_pickle = unpickling_allowed(handle, job.allow_pickle)
+    async def _drive(self, steps: Generator[Request, Any, R], job: JobSpec) -> R:
+        """Run a watch generator to its end, performing each request the asyncio way."""
+        reply: Any = None
+        error: BaseException | None = None
         while True:
-            now = self.clock()
-            command = decide(state, now)
-            match command:
-                case Finished(verdict=verdict):
-                    return verdict
-                case Wait(seconds=seconds):
-                    await self.sleep(seconds * (1 + self.rng.uniform(0, self.jitter / 10)))
-                case FetchStatus():
-                    await self._bucket(handle.endpoint_id, "status").acquire()
-                    at = self.clock()
-                    if state.next_fetch_at is not None and len(self.lag) < 1_000_000:
-                        self.lag.append(max(0.0, at - state.next_fetch_at))
-                    payload, error = await _acall(
-                        self._gate(), self.client.job_status, handle.endpoint_id, handle.job_id
-                    )
-                    built = status_observation(payload, error, allow_pickle=allow_pickle)
-                    await self._record(watch, built, at)
-                case ProbeHealth():
-                    await self._bucket(handle.endpoint_id, "health").acquire()
-                    payload, error = await _acall(
-                        self._gate(), self.client.endpoint_health, handle.endpoint_id
-                    )
-                    await self._record(watch, health_observation(payload, error), now)
-                case ReadHeartbeat(force=force):
-                    raw, error = await asyncio.to_thread(try_read, job.heartbeat_reader, force)
-                    built = heartbeat_observation(
-                        state, raw, force=force, stream=watch.stream, at=now, error=error
-                    )
-                    await self._record(watch, built, now)
-                case ReadFailureDetail():
-                    raw = await asyncio.to_thread(safe_read, job.failure_detail_reader, True)
-                    await self._record(watch, failure_detail_observation(raw), now)
-                case Conclude(verdict=verdict):
-                    await self._record(watch, conclusion(verdict), now)
+            try:
+                request = steps.throw(error) if error is not None else steps.send(reply)
+            except StopIteration as done:
+                return done.value
+            reply, error = None, None
+            try:
+                reply = await self._perform(request, job)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a store's error: the watch's writer decides
+                error = exc
+
+    async def _perform(self, request: Request, job: JobSpec) -> Any:
+        handle = job.handle
+        match request:
+            case Clock():
+                return self.clock()
+            case Sleep(seconds=seconds):
+                await self.sleep(seconds * (1 + self.rng.uniform(0, self.jitter / 10)))
+                return None
+            case StopAsked():
+                return False  # a supervisor's watches stop by `stop()`, between requests
+            case StatusCall(due=due):
+                await self._bucket(handle.endpoint_id, "status").acquire()
+                at = self.clock()
+                if due is not None and len(self.lag) < 1_000_000:
+                    self.lag.append(max(0.0, at - due))
+                args = (handle.endpoint_id, handle.job_id)
+                return await _acall(self._gate(), self.client.job_status, args, at)
+            case HealthCall():
+                await self._bucket(handle.endpoint_id, "health").acquire()
+                at = self.clock()
+                health = self.client.endpoint_health
+                return await _acall(self._gate(), health, (handle.endpoint_id,), at)
+            case ReaderCall(at=at, reader=name, force=force):
+                reader = job.heartbeat_reader if name == "heartbeat" else job.failure_detail_reader
+                return await asyncio.to_thread(call, reader, force=force, at=at)
+            case Append(stream=stream, events=events, expected_seq=expected):
+                await self.committer.append(stream, list(events), expected)
+                return None
+            case _:  # a read of the store
+                return await asyncio.to_thread(perform, self.store, request)
 
     async def run(self, jobs: Iterable[JobSpec]) -> dict[str, PollResult | BaseException]:
         """Watch every job to its verdict; a job's exception is its result, not the fleet's."""
@@ -392,21 +364,16 @@ class Supervisor:
             loop.add_signal_handler(sig, self.stop)
 
 
-def _replay_stream(store: EventStore, stream: str) -> JobState:
-    """A stream's state, replayed as it is decoded (runs in a worker thread)."""
-    return replay(iter_events(store, stream))
-
-
 async def _acall(
-    gate: asyncio.Semaphore, fn: Callable[..., Awaitable[Any]], *args: Any
-) -> tuple[Any, BaseException | None]:
+    gate: asyncio.Semaphore, fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...], at: float
+) -> Outcome:
     try:
         async with gate:
-            return await fn(*args), None
+            return Outcome(at, await fn(*args))
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # every failure is an observation
-        return None, exc
+        return Outcome(at, error=exc)
 
 
 def supervise(

@@ -33,7 +33,8 @@ from flashfsm.adapters.flash_deploy import (
     gpu_key,
 )
 from flashfsm.adapters.simulator import Simulator
-from flashfsm.submit import endpoint_name, quota_sweeper
+from flashfsm.naming import endpoint_name
+from flashfsm.submit import quota_sweeper
 
 KEYS = ("rpk-account-zero-0001", "rpk-account-one-00002", "rpk-account-two-00003")
 ALL_DCS = 11  # DataCenter.all() in runpod-flash 1.21

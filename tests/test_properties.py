@@ -2,7 +2,7 @@
 
 Two kinds of input are generated. *Scripts* are what the outside world answers a watch
 (status answers, `/health` answers, heartbeats), driven through the real shell
-(`poll_job`, or `JobWatch.attach` + `run_watch`) on a virtual clock. *Event sequences* are
+(`poll_job`, or `attach` + `run_watch`) on a virtual clock. *Event sequences* are
 built directly and folded with `evolve`, so a rule can be compared with an oracle written
 here, independently of the library.
 """
@@ -38,7 +38,8 @@ from flashfsm.fsm.job import JobState, decide, evolve, replay, skip_read, verify
 from flashfsm.fsm.machine import IllegalTransition, allowed_triggers, fire
 from flashfsm.fsm.rules import RULES_BY_NAME, SETUP_STAGES, TERMINAL_STATUSES, judge
 from flashfsm.fsm.table import FAILURE_KIND, TERMINAL, TRANSITIONS, JobPhase
-from flashfsm.shell import JobWatch, Readers, run_watch
+from flashfsm.shell import Readers, attach, run_watch
+from flashfsm.writer import JOB, NEWER_WATCH_WINS, StreamWriter
 from tests.conftest import ScriptedClient, VirtualClock
 
 
@@ -355,18 +356,27 @@ def run_poll_job(
     return result, store.read(STREAM), world
 
 
-class ReplayCheckedWatch(JobWatch):
-    """A watch that, after every append and fold, replays the whole log and compares."""
+class ReplayCheckedWriter(StreamWriter):
+    """A watch's writer that, after every append and fold, replays the whole log and compares."""
 
-    checked = 0  # events appended through this watch, each followed by a comparison
+    checked = 0  # events appended through this writer, each followed by a comparison
 
-    def _append(self, events: list[Any]) -> None:
-        super()._append(events)
+    def _fold(self, events: Any) -> None:
+        events = list(events)
+        super()._fold(events)
         self.checked += len(events)
         replayed = replay(self.store.read(self.stream))
         assert replayed.snapshot() == self.state.snapshot(), (
             f"replay differs from the live state after seq {events[-1].seq}"
         )
+
+
+def checked_attach(store: Any, *args: Any, **kwargs: Any) -> ReplayCheckedWriter:
+    """`attach` through a `ReplayCheckedWriter`."""
+    writer = ReplayCheckedWriter(store, STREAM, JOB, NEWER_WATCH_WINS)
+    attached = attach(store, STREAM, *args, writer=writer, **kwargs)
+    assert attached is writer
+    return writer
 
 
 # --- replay ---------------------------------------------------------------------------------
@@ -380,9 +390,8 @@ def test_replaying_the_log_gives_the_live_state_after_every_prefix(
     world = World(script, clock)
     store = MemoryStore()
     policy = GracePolicy(**dict(script.graces), probe_every_s=probe_every)
-    watch = ReplayCheckedWatch.attach(
+    watch = checked_attach(
         store,
-        STREAM,
         handle_for(script),
         policy,
         clock=clock,
@@ -1068,11 +1077,10 @@ class LiveCoreMachine(RuleBasedStateMachine):
         )
         self.watch = self._new_watch()
 
-    def _new_watch(self) -> JobWatch:
+    def _new_watch(self) -> ReplayCheckedWriter:
         self.watchers += 1
-        return ReplayCheckedWatch.attach(
+        return checked_attach(
             self.store,
-            STREAM,
             self.handle,
             self.policy,
             clock=self.clock,

@@ -380,8 +380,10 @@ def test_the_run_log_replays_to_the_live_run_state_after_every_prefix(
         return out
 
     import flashfsm.runs as runs_module
+    from flashfsm.writer import Fold
 
-    runs_module.evolve_run = spy
+    fold = runs_module.RUN
+    runs_module.RUN = Fold(fold.name, fold.new, spy)  # the run writer folds through the spy
     try:
         _, _, _, events, _ = run(
             candidates,
@@ -390,7 +392,7 @@ def test_the_run_log_replays_to_the_live_run_state_after_every_prefix(
             weight_cache=weight_cache,
         )
     finally:
-        runs_module.evolve_run = original
+        runs_module.RUN = fold
     live = {seq: snap for seq, snap in snapshots}
     for seq in range(len(events)):
         assert _snapshot(replay_run(events[: seq + 1])) == live[seq]

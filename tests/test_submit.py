@@ -16,10 +16,11 @@ from flashfsm.adapters.flash_wire import build_function_input, function_source
 from flashfsm.adapters.runpod import job_policy, policy_for_budget
 from flashfsm.adapters.simulator import Simulator, builtin_scenarios
 from flashfsm.events.models import Candidate
+from flashfsm.fsm.run import replay_run
+from flashfsm.naming import endpoint_name
 from flashfsm.submit import (
     WorkerDependencyError,
     build_payload,
-    endpoint_name,
     resolve_worker_dependencies,
     submit_run,
 )
@@ -125,8 +126,23 @@ def test_submit_run_deploys_submits_and_watches_each_scenario_to_its_verdict(
     replayed = replay(events)
     assert (replayed.verdict.state, replayed.verdict.rule) == (state, rule)
     assert verify(events).ok
-    assert kinds(store, "run-run-42") == ["DeployAttempted", "EndpointDeployed", "JobQueued"]
-    queued = store.read("run-run-42")[-1]
+    # The run stream is a run log of exactly this attempt (readable by every CLI command);
+    # the job and its endpoint are handed over to the caller, who walks on.
+    run_log = store.read("run-run-42-s0-a0")
+    assert kinds(store, "run-run-42-s0-a0") == [
+        "RunStarted",
+        "AttemptStarted",
+        "DeployAttempted",
+        "EndpointDeployed",
+        "JobQueued",
+        "AttemptEnded",
+        "RunConcluded",
+    ]
+    assert run_log[0].single_attempt == 0 and not run_log[0].on_last_gpu
+    ended = run_log[-2]
+    assert (ended.ok, ended.failure, ended.rule) == (result.ok, result.failure, result.rule)
+    assert replay_run(run_log).done and [e["id"] for e in sim.endpoints()]
+    queued = run_log[4]
     assert (queued.job_stream, queued.job_id, queued.endpoint_id) == (
         stream,
         submitted.job_id,
@@ -161,14 +177,18 @@ def test_a_failed_submit_deletes_its_endpoint(make_sim, tmp_path):
 
     assert caught.value.status_code == 500
     assert sim.endpoints() == [] and handles == []
-    assert kinds(store, "run-run-42") == [
+    assert kinds(store, "run-run-42-s0-a0") == [
+        "RunStarted",
+        "AttemptStarted",
         "DeployAttempted",
         "EndpointDeployed",
         "SubmitFailed",
+        "AttemptEnded",
         "EndpointDeleted",
+        "RunConcluded",
     ]
-    deleted = store.read("run-run-42")[-1]
-    deployed = store.read("run-run-42")[1]
+    deleted = store.read("run-run-42-s0-a0")[-2]
+    deployed = store.read("run-run-42-s0-a0")[3]
     assert deleted.ok and deleted.endpoint_id == deployed.endpoint_id
     assert store.read("job-run-42-s0-a0") == []
     assert len(sim.requests_for("run")) == 1  # a submit is never retried blindly
@@ -181,7 +201,12 @@ def test_a_lost_submit_answer_also_deletes_the_endpoint(make_sim, tmp_path):
     with pytest.raises(RunpodApiError):
         run(sim, store, tmp_path)
     assert sim.endpoints() == []
-    assert kinds(store, "run-run-42")[-2:] == ["SubmitFailed", "EndpointDeleted"]
+    assert kinds(store, "run-run-42-s0-a0")[-4:] == [
+        "SubmitFailed",
+        "AttemptEnded",
+        "EndpointDeleted",
+        "RunConcluded",
+    ]
 
 
 def test_a_later_attempt_gets_a_fresh_endpoint_and_knows_its_number(make_sim, tmp_path):

@@ -224,7 +224,13 @@ class Candidate(BaseModel):
 
 
 class RunStarted(EventBase):
-    """A run (one training job to a result, over one or more attempts) began."""
+    """A run (one training job to a result, over one or more attempts) began.
+
+    `single_attempt` makes it a run of exactly that one attempt, on the first candidate,
+    with no walk, retry or bonus (what `submit_run` records: its caller walks); its
+    `on_last_gpu` is then the caller's word. Logs from before these fields were added
+    decode with them unset: a walk, as then.
+    """
 
     kind: Literal["RunStarted"] = "RunStarted"
     v: V1 = 1
@@ -235,6 +241,8 @@ class RunStarted(EventBase):
     budget_s: float | None = Field(None, gt=0)
     phase: Text | None = None
     seed: int | None = None
+    single_attempt: NonNegativeInt | None = None
+    on_last_gpu: bool = False
 
 
 class AttemptStarted(EventBase):

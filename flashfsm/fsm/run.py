@@ -17,6 +17,12 @@ runs off the list. Infra-shaped failures are retried while the budget lasts (at 
 first `no_capacity` or `poll_error` earns one bonus attempt on the same class without the
 cache (the drop is sticky) that does not count against the budget. A user cancel wins
 everywhere: no attempt starts after it, and a success recorded after it does not count.
+
+A run started with `single_attempt` (what `submit_run` records, for a caller that walks
+itself) has exactly that one attempt on its first candidate, with the caller's
+`on_last_gpu`: no walk, no retry, no bonus, the same deploy, submit and watch. Once its
+job is queued the caller holds a handle to it, so the job and its endpoint are left to the
+caller when the run ends (`handed_over`); a cancelled run cleans up as any other.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from enum import StrEnum
 from typing import Any
 
 from flashfsm.events.errors import CorruptLogError
+from flashfsm.events.failures import FailureKind
 from flashfsm.events.models import (
     AttemptEnded,
     AttemptStarted,
@@ -36,9 +43,17 @@ from flashfsm.events.models import (
 from flashfsm.fsm.machine import build_machine, fire
 
 #: Failure kinds that are the infrastructure's fault: worth another attempt.
-RETRIABLE_FAILURES = frozenset({"stalled", "no_capacity", "poll_error", "job_preempted", "lost"})
+RETRIABLE_FAILURES = frozenset(
+    {
+        FailureKind.STALLED,
+        FailureKind.NO_CAPACITY,
+        FailureKind.POLL_ERROR,
+        FailureKind.JOB_PREEMPTED,
+        FailureKind.LOST,
+    }
+)
 #: Failures after which the weight cache is dropped for one bonus attempt.
-CACHE_DROP_FAILURES = frozenset({"no_capacity", "poll_error"})
+CACHE_DROP_FAILURES = frozenset({FailureKind.NO_CAPACITY, FailureKind.POLL_ERROR})
 DEPLOY_RETRY_WAIT_S = 30.0  # the wait after the first deploy or submit error; grows linearly
 DEPLOY_RETRY_WAIT_CAP_S = 300.0
 
@@ -88,6 +103,7 @@ class Attempt:
 
     started: AttemptStarted
     endpoint_id: str | None = None
+    account: int = 0  # the key pool's account the endpoint was deployed on
     job_id: str | None = None
     job_stream: str | None = None
     submitted_at: float | None = None
@@ -193,7 +209,7 @@ def _on_noop(s: RunState, e: Any) -> None:
 
 def _on_deployed(s: RunState, e: Any) -> None:
     a = _attempt(s, e.attempt, e)
-    a.endpoint_id = e.endpoint_id
+    a.endpoint_id, a.account = e.endpoint_id, e.account
     if e.endpoint_id not in s.endpoints:
         s.endpoints.append(e.endpoint_id)
     fire(s, "deployed", RUN_MACHINE)
@@ -235,7 +251,7 @@ def _on_cancel_requested(s: RunState, e: Any) -> None:
 
 
 def _on_run_concluded(s: RunState, e: Any) -> None:
-    trigger = "succeed" if e.ok else "cancel" if e.failure == "cancelled" else "fail"
+    trigger = "succeed" if e.ok else "cancel" if e.failure == FailureKind.CANCELLED else "fail"
     fire(s, trigger, RUN_MACHINE)
     s.result = e
 
@@ -295,6 +311,19 @@ def plan_attempt(s: RunState) -> AttemptPlan | None:
     started = s.started
     if started is None or not started.candidates:
         return None
+    if started.single_attempt is not None:  # the caller walks: this run is one attempt
+        if s.attempts:
+            return None
+        only = started.candidates[0]
+        return AttemptPlan(
+            attempt=started.single_attempt,
+            candidate=0,
+            provider=only.provider,
+            gpu_class=only.gpu_class,
+            on_last_gpu=started.on_last_gpu,
+            cache_dropped=False,
+            bonus=False,
+        )
     candidates = started.candidates
     number = len(s.attempts)
     tried = {a.started.gpu_class for a in s.attempts}
@@ -383,7 +412,7 @@ class EndAttempt:
     """Record the end of an attempt that never got a job (deploy or submit error)."""
 
     attempt: int
-    failure: str
+    failure: FailureKind
     detail: str
 
 
@@ -406,7 +435,7 @@ class WaitRun:
 @dataclass(frozen=True, slots=True)
 class ConcludeRun:
     ok: bool
-    failure: str | None
+    failure: FailureKind | None
     detail: str
     metrics: dict[str, Any] | None = None
 
@@ -430,16 +459,27 @@ RunCommand = (
 )
 
 
+def handed_over(s: RunState) -> set[str]:
+    """The endpoints a single-attempt run leaves to its caller: once its job is queued, the
+    caller holds a handle to it and walks on itself, so the job and its endpoint are the
+    caller's to keep or tear down — unless the run was cancelled."""
+    if s.started is None or s.started.single_attempt is None or s.cancel_requested:
+        return set()
+    return {a.endpoint_id for a in s.attempts if a.job_id is not None and a.endpoint_id}
+
+
 def _cleanup(s: RunState, reason: str) -> RunCommand | None:
-    """Cancel a job still running and delete every endpoint not yet deleted."""
+    """Cancel a job still running and delete every endpoint not yet deleted (but those a
+    single-attempt run hands over to its caller)."""
+    kept = handed_over(s)
     a = s.current
     # A job that may still hold a worker: running when the watch stopped, or ended by an
     # infra rule while RunPod still has it (queued, stalled). A success or a job_failed is over.
     still_there = a is not None and (a.ended is None or a.ended.failure in RETRIABLE_FAILURES)
-    if still_there and a.job_id and not a.job_cancelled:
+    if still_there and a.job_id and not a.job_cancelled and a.endpoint_id not in kept:
         return CancelJob(a)
     for endpoint_id in s.endpoints:
-        if endpoint_id not in s.deleted:
+        if endpoint_id not in s.deleted and endpoint_id not in kept:
             return DeleteEndpoint(endpoint_id, reason)
     return None
 
@@ -454,18 +494,24 @@ def decide_run(s: RunState, now: float) -> RunCommand:
         step = _cleanup(s, "run cancelled")
         if step is not None:
             return step
-        return ConcludeRun(False, "cancelled", f"cancelled by the user {s.cancel_reason}".strip())
+        return ConcludeRun(
+            False, FailureKind.CANCELLED, f"cancelled by the user {s.cancel_reason}".strip()
+        )
     a = s.current
     if a is None:
         plan = plan_attempt(s)
         if plan is None:
-            return ConcludeRun(False, "no_candidates", "the run has no GPU candidate")
+            return ConcludeRun(False, FailureKind.NO_CANDIDATES, "the run has no GPU candidate")
         return StartAttempt(plan)
     if a.ended is None:
         if a.deploy_error is not None:
-            return EndAttempt(a.started.attempt, "poll_error", f"deploy failed: {a.deploy_error}")
+            return EndAttempt(
+                a.started.attempt, FailureKind.POLL_ERROR, f"deploy failed: {a.deploy_error}"
+            )
         if a.submit_error is not None:
-            return EndAttempt(a.started.attempt, "poll_error", f"submit failed: {a.submit_error}")
+            return EndAttempt(
+                a.started.attempt, FailureKind.POLL_ERROR, f"submit failed: {a.submit_error}"
+            )
         if a.endpoint_id is None:
             return Deploy(a)
         if a.job_id is None:

@@ -17,7 +17,7 @@ the rules read. A restarted control plane folds the same log and keeps every gra
 
 One sweep is: `read_health` turns each answer into a `Reading`, `plan_sweep` turns the
 readings, the folded state and the sweep's time into the timer events to record and the
-endpoints now due for deletion. The shell (`flashfsm.adapters.sweeper`) does the I/O.
+endpoints now due for deletion. The shell (`flashfsm.sweeper`) does the I/O.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The idle-endpoint sweeper: the I/O around the rules of `flashfsm.fsm.sweep`.
+"""The idle-endpoint sweeper: the shell around the rules of `flashfsm.fsm.sweep`.
 
 Theory of operation. `IdleSweeper.sweep` lists the account's endpoints, reads the health
 of each unprotected flash endpoint, folds the sweeper stream, and asks `plan_sweep` what
@@ -9,8 +9,9 @@ the same store (a restarted control plane) continues every grace window where it
 
 Concurrency. Sweeps of one stream in one process take turns (a lock per store object and
 stream, held for the whole sweep), so two threads never delete the same endpoint twice.
-Across processes the log arbitrates: every append names the seq it expects, and a sweeper
-that loses the race re-reads the stream, re-folds and re-plans before appending again;
+Across processes the log arbitrates: the sweeper's `StreamWriter` (policy `REBUILD`) names
+the seq it expects on every append, and a sweeper that loses the race folds in what the
+others appended and re-plans before appending again;
 just before each delete it re-reads, and leaves the endpoint alone when another sweeper
 has cleared or reaped it meanwhile. A delete that still races another process's is
 idempotent: RunPod answers the later one 404, which is recorded as "gone", never as a
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from flashfsm.errors import RunpodApiError
-from flashfsm.events.errors import ConcurrencyError, FlashFsmError
+from flashfsm.events.errors import FlashFsmError
 from flashfsm.events.models import (
     MESSAGE_CAP,
     NAME_CAP,
@@ -62,15 +63,13 @@ from flashfsm.fsm.sweep import (
     plan_sweep,
     protected_names,
     read_health,
-    replay_sweeper,
 )
-from flashfsm.ids import new_id
 from flashfsm.redact import redact
+from flashfsm.writer import REBUILD, SWEEPER, Contention, StreamWriter
 
 logger = logging.getLogger("flashfsm")
 
 DEFAULT_STREAM = "sweeper"
-RECORD_TRIES = 20  # appends retried while other sweepers' events keep landing
 
 Clock = Callable[[], float]
 Spec = tuple[type[EventBase], float, dict[str, Any]]  # an event to build: kind, at, fields
@@ -148,7 +147,7 @@ class IdleSweeper:
         self.store = store
         self.stream = stream
         self.clock = clock
-        self._state = SweeperState()
+        self._writer = StreamWriter(store, stream, SWEEPER, REBUILD)
         self._lock = _lock_for(store, stream)
 
     def __repr__(self) -> str:
@@ -187,33 +186,29 @@ class IdleSweeper:
 
     def _refresh(self) -> SweeperState:
         """The cached fold, brought up to the end of the stream."""
-        state = self._state
-        after = state.next_seq - 1 if state.next_seq else None
+        writer = self._writer
         try:
-            replay_sweeper(self.store.read(self.stream, after), state)
+            writer.catch_up()
         except Exception:
-            self._state = SweeperState()  # never keep a half-folded state
+            writer.state = SweeperState()  # never keep a half-folded state
             raise
-        return state
+        return writer.state
 
-    def _record(self, build: Callable[[SweeperState], list[Spec]]) -> list[Spec]:
+    def _record(self, build: Callable[[SweeperState], list[Spec]]) -> None:
         """Append what `build` makes of the folded state; a lost race re-folds and rebuilds."""
-        for _ in range(RECORD_TRIES):
-            state = self._refresh()
-            specs = build(state)
-            if not specs:
-                return specs
-            events = [
-                cls(stream=self.stream, seq=state.next_seq + i, id=new_id(at), at=at, **fields)
-                for i, (cls, at, fields) in enumerate(specs)
+        writer = self._writer
+
+        def events(state: SweeperState) -> list[Any]:
+            return [
+                writer.event(cls, at, offset, **fields)
+                for offset, (cls, at, fields) in enumerate(build(state))
             ]
-            try:
-                self.store.append(self.stream, events, state.next_seq)
-            except ConcurrencyError:
-                continue  # another sweeper appended: fold its events and decide again
-            replay_sweeper(events, state)
-            return specs
-        raise SweepContention(f"stream {self.stream!r}: gave up after {RECORD_TRIES} lost races")
+
+        self._refresh()
+        try:
+            writer.append(events)
+        except Contention as exc:
+            raise SweepContention(str(exc)) from None
 
 
 class _Sweep:

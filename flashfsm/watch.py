@@ -1,0 +1,497 @@
+"""One job watch, written once as a sans-IO generator; `poll_job` and the `Supervisor` drive it.
+
+Theory of operation. `watch_steps` is the whole watch of one job: it attaches to the job's
+stream (replay, then claim it with a `WatchStarted`), then loops — ask the core
+`decide(state, now)` what to do, have the I/O done, turn the answer into an event, append
+it, fold it in — until a verdict. It does no I/O itself: it *yields* each piece of I/O it
+needs as a request and receives the answer:
+
+- `Clock()` → the time now; `Sleep(seconds)` → None; `StopAsked()` → whether to stop;
+- `StatusCall`, `HealthCall`, `ReaderCall` → an `Outcome` (the answer, or the exception
+  the call raised, and when it was made);
+- the stream writer's store requests (`flashfsm.writer`: `Replay`, `Append`, `ReadAfter`).
+
+A driver performs the requests. The sync driver (`flashfsm.shell.drive_watch`, behind
+`poll_job`) calls the client, the readers and the store directly; the asyncio driver
+(`flashfsm.supervisor`) awaits a shared client behind rate limits, runs readers and store
+reads in worker threads and sends appends through its group commit. Both run exactly the
+same watch, so a job watched either way reaches the same verdict from the same answers.
+
+Appending goes through one `StreamWriter` with the `NEWER_WATCH_WINS` policy: the newest
+watch owns the job, and an older one that finds a newer `WatchStarted` stops with
+`JobOwnedElsewhere`. A crash anywhere loses at most the I/O in flight; a new watch on the
+same stream replays the log and carries on (a reattach).
+
+The watch never decides. Its only judgement is what is worth recording: a regular
+heartbeat read that returned nothing new is dropped with `skip_read`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from flashfsm.adapters import observations as obs
+from flashfsm.errors import WatchStopped
+from flashfsm.events.models import (
+    Concluded,
+    EventBase,
+    FailureDetailObserved,
+    HealthObserved,
+    HealthProbeFailed,
+    HeartbeatObserved,
+    JobSubmitted,
+    StatusFetchFailed,
+    StatusObserved,
+    WatchStarted,
+)
+from flashfsm.events.policy import GracePolicy
+from flashfsm.fsm.commands import (
+    Conclude,
+    FetchStatus,
+    Finished,
+    ProbeHealth,
+    ReadFailureDetail,
+    ReadHeartbeat,
+    Verdict,
+    Wait,
+)
+from flashfsm.fsm.job import JobState, decide, heartbeat_is_news, skip_read
+from flashfsm.naming import job_stream
+from flashfsm.redact import redact
+from flashfsm.writer import JOB, NEWER_WATCH_WINS, StoreRequest, StreamWriter
+
+logger = logging.getLogger("flashfsm")
+
+Reader = Callable[..., Any]
+Log = Callable[[str], Any] | Any
+Built = tuple[type[EventBase] | None, dict[str, Any]]
+
+
+# --- handles and results --------------------------------------------------------------------
+
+
+@dataclass
+class JobHandle:
+    """Where a submitted job lives: enough for any process to reattach to it.
+
+    `trusted_output` says the job runs on an endpoint this run deployed itself, so a Flash
+    envelope's pickled result may be unpickled. Only the code that deployed the endpoint
+    sets it (`submit_run`, the run adapters); every other handle is JSON-only. It is the
+    caller's own statement, never taken from anything the endpoint returns.
+    """
+
+    endpoint_id: str
+    endpoint_name: str
+    job_id: str
+    on_last_gpu: bool = False
+    submitted_at: float | None = None
+    gpu_class: str | None = None
+    attempt: int = 0
+    trusted_output: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (what an orchestrator persists)."""
+        return {
+            "provider": "runpod",
+            "endpoint_id": self.endpoint_id,
+            "endpoint_name": self.endpoint_name,
+            "job_id": self.job_id,
+            "on_last_gpu": self.on_last_gpu,
+            "submitted_at": self.submitted_at,
+            "gpu_class": self.gpu_class,
+            "attempt": self.attempt,
+            "trusted_output": self.trusted_output,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JobHandle:
+        """Rebuild a handle; unknown keys are ignored and optional ones default.
+
+        `trusted_output` is honoured only as the boolean `True` (what `to_dict` writes).
+        """
+        missing = [k for k in ("endpoint_id", "job_id") if not data.get(k)]
+        if missing:
+            raise ValueError(f"a job handle needs {' and '.join(missing)}")
+        submitted_at = data.get("submitted_at")
+        attempt = data.get("attempt")
+        on_last_gpu = data.get("on_last_gpu", False)
+        if isinstance(on_last_gpu, str):
+            on_last_gpu = on_last_gpu.strip().lower() in ("true", "1", "yes")
+        number = (int, float)
+        return cls(
+            endpoint_id=str(data["endpoint_id"]),
+            endpoint_name=str(data.get("endpoint_name") or ""),
+            job_id=str(data["job_id"]),
+            on_last_gpu=on_last_gpu is True,
+            submitted_at=float(submitted_at)
+            if isinstance(submitted_at, number) and not isinstance(submitted_at, bool)
+            else None,
+            gpu_class=str(data["gpu_class"]) if data.get("gpu_class") else None,
+            attempt=attempt
+            if isinstance(attempt, int) and not isinstance(attempt, bool) and attempt >= 0
+            else 0,
+            trusted_output=data.get("trusted_output") is True,
+        )
+
+
+def unpickling_allowed(handle: JobHandle, allow_pickle: bool | None = None) -> bool:
+    """Whether a watch of `handle` may unpickle a Flash result: the explicit override when
+    given, else the handle's `trusted_output` (False unless this run deployed the endpoint)."""
+    return handle.trusted_output is True if allow_pickle is None else allow_pickle is True
+
+
+@dataclass
+class PollResult:
+    """The outcome of a watch, as the reference returned it plus the rule and state."""
+
+    ok: bool
+    metrics: dict[str, Any] | None = None
+    failure: str | None = None
+    detail: str | None = None
+    state: str | None = None
+    rule: str | None = None
+
+    @classmethod
+    def from_verdict(cls, verdict: Verdict) -> PollResult:
+        """The result an orchestrator sees for a verdict."""
+        failure = verdict.failure
+        return cls(
+            ok=verdict.ok,
+            metrics=verdict.metrics,
+            failure=None if failure is None else str(failure),
+            detail=verdict.detail,
+            state=verdict.state.value,
+            rule=verdict.rule,
+        )
+
+
+def default_stream(handle: JobHandle) -> str:
+    """The stream name `poll_job` uses for a handle when none is given."""
+    return job_stream(handle.job_id)
+
+
+def default_watcher() -> str:
+    """Who is watching: host and process."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def make_say(log: Log | None) -> Callable[[str], None]:
+    """A function that sends one progress line to `log` (a callable or a writable file)."""
+
+    def say(line: str) -> None:
+        line = redact(line) or ""
+        logger.debug("%s", line)
+        if log is None:
+            return
+        if callable(log):
+            log(line)
+        else:
+            print(line, file=log, flush=True)
+
+    return say
+
+
+# --- what a watch asks its driver for -------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Clock:
+    """The time now (seconds on the watch's clock)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    """Wait `seconds` before going on."""
+
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class StopAsked:
+    """Whether the watch is to stop before its next status fetch (a cancelled run)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StatusCall:
+    """Fetch the job's status; `at` is when the watch decided to, `due` when it was due."""
+
+    at: float
+    due: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class HealthCall:
+    """Probe the endpoint's `/health`."""
+
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderCall:
+    """Call a worker-side reader (`"heartbeat"` or `"failure_detail"`) with `force`."""
+
+    at: float
+    reader: str
+    force: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a call came back with: its answer or the exception it raised, and when it was
+    made (`at` of the request, unless the driver had to wait before making it)."""
+
+    at: float
+    value: Any = None
+    error: BaseException | None = None
+
+
+Request = Clock | Sleep | StopAsked | StatusCall | HealthCall | ReaderCall | StoreRequest
+CLOCK, STOP_ASKED = Clock(), StopAsked()
+
+
+@dataclass(frozen=True, slots=True)
+class WatchSpec:
+    """What one watch needs to know, whichever driver runs it."""
+
+    handle: JobHandle
+    stream: str
+    policy: GracePolicy
+    interval_s: float
+    has_heartbeat_reader: bool
+    has_failure_detail_reader: bool
+    watcher: str
+    allow_pickle: bool = False
+
+
+# --- turning answers into events ------------------------------------------------------------
+
+
+def status_observation(
+    payload: Any = None, error: BaseException | None = None, *, allow_pickle: bool = False
+) -> Built:
+    """The event for one status fetch: its answer, or the error it raised.
+
+    The output is decoded JSON-only unless `allow_pickle` (a trusted endpoint's job).
+
+    Any failure of the status route, a client bug included, is an observation: it counts
+    toward the poll-error budget instead of killing the watch of a healthy job.
+    """
+    if error is None:
+        try:
+            return StatusObserved, obs.status_fields(payload, allow_pickle=allow_pickle)
+        except Exception as exc:  # a malformed answer, or a decode surprise
+            error = exc
+    return StatusFetchFailed, obs.error_fields(error)
+
+
+def health_observation(payload: Any = None, error: BaseException | None = None) -> Built:
+    """The event for one health probe (a failed probe is diagnostic only)."""
+    if error is None:
+        try:
+            return HealthObserved, obs.health_fields(payload)
+        except Exception as exc:
+            error = exc
+    return HealthProbeFailed, obs.error_fields(error)
+
+
+def heartbeat_observation(
+    state: JobState,
+    raw: Any,
+    *,
+    force: bool,
+    stream: str,
+    at: float,
+    error: BaseException | None = None,
+) -> Built:
+    """The event for one heartbeat read; `None` when a regular read brought nothing new.
+
+    `error` is what the reader raised. On a forced read a transient failure
+    (`obs.read_error_text`) is recorded as a failed read, which the core tries again; any
+    other raise, and any raise on a regular read, is no data.
+    """
+    if error is not None:
+        read_error = obs.read_error_text(error) if force else None
+        if read_error is not None:
+            return HeartbeatObserved, {"found": False, "forced": True, "read_error": read_error}
+        raw = None
+    fields = obs.heartbeat_fields(raw)
+    if force:
+        return HeartbeatObserved, {**fields, "forced": True}
+    candidate = HeartbeatObserved(stream=stream, seq=0, id="-", at=at, **fields)
+    return (HeartbeatObserved if heartbeat_is_news(state, candidate) else None), fields
+
+
+def failure_detail_observation(raw: Any) -> Built:
+    """The event for the forced read of the failure artifacts (its tail is kept)."""
+    return FailureDetailObserved, {"text": raw if isinstance(raw, str) else None}
+
+
+def conclusion(verdict: Verdict) -> Built:
+    """The `Concluded` event for a verdict."""
+    return Concluded, {
+        "state": verdict.state.value,
+        "ok": verdict.ok,
+        "failure": verdict.failure,
+        "detail": verdict.detail,
+        "rule": verdict.rule,
+        "evidence": verdict.evidence,
+        "metrics": verdict.metrics,
+    }
+
+
+def say_observation(
+    event: EventBase, previous_status: str | None, state: JobState, say: Callable[[str], None]
+) -> None:
+    """The progress line, if any, an event is worth."""
+    job = f"job {state.submitted.job_id}" if state.submitted is not None else event.stream
+    match event:
+        case StatusObserved(status=status) if status != previous_status:
+            say(f"{job}: {status}")
+        case StatusFetchFailed(error_class=error_class, http_status=code):
+            http = "" if code is None else f" HTTP {code}"
+            streak = len(state.error_seqs)
+            say(f"{job}: status fetch failed ({error_class}{http}); {streak} in a row")
+        case HealthObserved(workers=w) if (
+            w.throttled or w.unhealthy or w.initializing or not (w.running or w.ready or w.idle)
+        ):
+            say(f"{job}: queued; workers: {w.model_dump()}")
+        case HeartbeatObserved(found=True, forced=False, stage=stage, step=step):
+            say(f"heartbeat: {stage}{'' if step is None else f' step {step}'}")
+        case HeartbeatObserved(forced=True, read_error=str() as read_error):
+            tries = len(state.forced_read_errors)
+            again = "; reading it again" if "forced_heartbeat" in state.pending else ""
+            say(f"{job}: forced heartbeat read {tries} failed ({read_error}){again}")
+        case Concluded(state=final, ok=ok, failure=failure, rule=rule):
+            say(f"{job}: {final}: {'succeeded' if ok else f'{failure} ({rule})'}")
+
+
+# --- the watch ------------------------------------------------------------------------------
+
+
+def claim_events(writer: StreamWriter[JobState], spec: WatchSpec, at: float) -> list[EventBase]:
+    """The events that start this watch on the replayed state: a `JobSubmitted` on an empty
+    stream, then a `WatchStarted` (a reattach when a watch existed); none on a verdict."""
+    state = writer.state
+    if state.done:
+        return []
+    handle = spec.handle
+    recorded = state.submitted
+    if recorded is not None and recorded.job_id != handle.job_id:
+        raise ValueError(
+            f"stream {writer.stream!r} records job {recorded.job_id!r}, not {handle.job_id!r}"
+        )
+    batch: list[EventBase] = []
+    if recorded is None and state.next_seq == 0:
+        batch.append(
+            writer.event(
+                JobSubmitted,
+                at,
+                endpoint_id=handle.endpoint_id,
+                endpoint_name=handle.endpoint_name,
+                job_id=handle.job_id,
+                gpu_class=handle.gpu_class,
+                attempt=handle.attempt,
+                on_last_gpu=handle.on_last_gpu,
+                policy=spec.policy,
+                submitted_at=handle.submitted_at,
+            )
+        )
+    elif recorded is not None and recorded.policy != spec.policy:
+        logger.info("stream %s: judged by its recorded policy, not the one passed", writer.stream)
+    batch.append(
+        writer.event(
+            WatchStarted,
+            at,
+            len(batch),
+            watcher=spec.watcher,
+            reattach=state.first_watch is not None,
+            interval_s=spec.interval_s,
+            has_heartbeat_reader=spec.has_heartbeat_reader,
+            has_failure_detail_reader=spec.has_failure_detail_reader,
+        )
+    )
+    return batch
+
+
+def attach_steps(
+    spec: WatchSpec, writer: StreamWriter[JobState] | None = None
+) -> Generator[Request, Any, StreamWriter[JobState]]:
+    """Replay the job's stream and claim it: the watch's writer, ready to watch.
+
+    A concluded stream is left as it is (its verdict stands). If the stream moves between
+    the replay and the claim, the new events are folded in and the claim rebuilt, unless
+    the move was another watch starting: that newer watch owns the job.
+    """
+    writer = writer or StreamWriter(None, spec.stream, JOB, NEWER_WATCH_WINS)
+    yield from writer.open_steps()
+    at = yield CLOCK
+    yield from writer.append_steps(lambda _state: claim_events(writer, spec, at))
+    return writer
+
+
+def loop_steps(
+    writer: StreamWriter[JobState], spec: WatchSpec, say: Callable[[str], None]
+) -> Generator[Request, Any, Verdict]:
+    """Watch an attached job to its verdict (the poll loop)."""
+    state, stream = writer.state, writer.stream
+
+    def record(built: Built, at: float) -> Generator[Request, Any, None]:
+        cls, fields = built
+        if cls is None:
+            skip_read(state)  # a regular read that found nothing new: nothing to record
+            return
+        previous = state.last_status
+        [event] = yield from writer.append_steps(lambda _s: [writer.event(cls, at, **fields)])
+        say_observation(event, previous, state, say)
+
+    while True:
+        now = yield CLOCK
+        command = decide(state, now)
+        match command:
+            case Finished(verdict=verdict):
+                return verdict
+            case Wait(seconds=seconds):
+                yield Sleep(seconds)
+            case FetchStatus():
+                if (yield STOP_ASKED):
+                    raise WatchStopped(f"watch of {stream!r} stopped on request")
+                got = yield StatusCall(now, state.next_fetch_at)
+                built = status_observation(got.value, got.error, allow_pickle=spec.allow_pickle)
+                yield from record(built, got.at)
+            case ProbeHealth():
+                got = yield HealthCall(now)
+                yield from record(health_observation(got.value, got.error), got.at)
+            case ReadHeartbeat(force=force):
+                got = yield ReaderCall(now, "heartbeat", force)
+                built = heartbeat_observation(
+                    state, got.value, force=force, stream=stream, at=got.at, error=got.error
+                )
+                yield from record(built, got.at)
+            case ReadFailureDetail():
+                got = yield ReaderCall(now, "failure_detail", True)
+                raw = None if got.error is not None else got.value
+                yield from record(failure_detail_observation(raw), got.at)
+            case Conclude(verdict=verdict):
+                yield from record(conclusion(verdict), now)
+
+
+def watch_steps(spec: WatchSpec, say: Callable[[str], None]) -> Generator[Request, Any, Verdict]:
+    """The whole watch of one job: attach, then loop to a verdict."""
+    writer = yield from attach_steps(spec)
+    return (yield from loop_steps(writer, spec, say))
+
+
+def call(fn: Callable[..., Any] | None, *args: Any, at: float, **kwargs: Any) -> Outcome:
+    """Call `fn` and return its `Outcome` (a raise is an outcome too; no `fn`, no answer)."""
+    if fn is None:
+        return Outcome(at)
+    try:
+        return Outcome(at, fn(*args, **kwargs))
+    except Exception as exc:  # every failure is recorded; the core decides what it means
+        logger.debug("%r raised %s", fn, type(exc).__name__)
+        return Outcome(at, error=exc)

@@ -1,0 +1,289 @@
+"""One stream writer: every append the library makes goes through `StreamWriter`.
+
+Theory of operation. A stream has one folded state (a job's `JobState`, a run's `RunState`,
+the sweeper's `SweeperState`, or just its length). A writer keeps that state, builds the
+next events *from* it, appends them with the seq the state expects, and folds them in only
+once the store took them, so the state never knows anything the log does not.
+
+Appends are optimistic. When another writer got there first the store raises
+`ConcurrencyError`; the writer reads what was appended meanwhile and asks its *conflict
+policy* what that means (`ConflictPolicy`, three of them, named below). A policy either
+stops the writer with an error, or lets it fold the newer events in and try again: the
+events are then built anew from the updated state (a sweep re-plans, a claim is rebuilt),
+never replayed blindly at a new seq.
+
+The protocol is written once, as sans-IO generators (`StreamWriter.open_steps`,
+`StreamWriter.append_steps`, `StreamWriter.catch_up_steps`) that yield store requests
+(`Replay`, `Append`, `ReadAfter`) and receive their results (a store's error is thrown
+back into the generator). `perform` runs one request on a store, so `drive` runs a whole
+generator synchronously; the asyncio supervisor runs the same generators with `Append`
+going through its group commit and the reads in worker threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from flashfsm.errors import JobOwnedElsewhere
+from flashfsm.events.errors import ConcurrencyError, FlashFsmError
+from flashfsm.events.models import CancelRequested, Event, EventBase, WatchStarted
+from flashfsm.events.store import EventStore, iter_events
+from flashfsm.fsm.job import JobState, evolve
+from flashfsm.fsm.run import RunState, evolve_run
+from flashfsm.fsm.sweep import SweeperState, evolve_sweeper
+from flashfsm.ids import new_id
+
+S = TypeVar("S")
+R = TypeVar("R")
+
+#: Appends tried while other writers keep getting there first (each try re-reads).
+APPEND_TRIES = 20
+
+
+# --- folds ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Fold(Generic[S]):
+    """How a kind of stream folds: a fresh state, and one event into it (in place)."""
+
+    name: str
+    new: Callable[[], S]
+    evolve: Callable[[S, Event], Any]
+
+    def replay(self, events: Iterable[Event], state: S | None = None) -> S:
+        """`events` folded into `state` (a fresh one by default)."""
+        s = self.new() if state is None else state
+        evolve_one = self.evolve
+        for event in events:
+            evolve_one(s, event)
+        return s
+
+
+@dataclass(slots=True)
+class Tail:
+    """The state of a stream a writer only appends to: how long it is."""
+
+    next_seq: int = 0
+
+
+def _count(s: Tail, event: Event) -> Tail:
+    s.next_seq = event.seq + 1
+    return s
+
+
+JOB = Fold("job", JobState, evolve)
+RUN = Fold("run", RunState, evolve_run)
+SWEEPER = Fold("sweeper", SweeperState, evolve_sweeper)
+TAIL = Fold("tail", Tail, _count)
+
+
+# --- conflict policies --------------------------------------------------------------------
+
+
+class Contention(FlashFsmError):
+    """Other writers kept appending to the stream; this writer gave up."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConflictPolicy:
+    """What a writer does when another one appended first.
+
+    `resolve(stream, newer)` sees the events appended meanwhile: it raises to stop the
+    writer, or returns to have them folded in and the append built anew and tried again.
+    """
+
+    name: str
+    resolve: Callable[[str, Sequence[Event]], None]
+    tries: int = APPEND_TRIES
+
+
+def _newer_watch_wins(stream: str, newer: Sequence[Event]) -> None:
+    watches = [e for e in newer if isinstance(e, WatchStarted)]
+    if watches:
+        raise JobOwnedElsewhere(stream, watches[-1].watcher)
+
+
+def _fold_cancels(stream: str, newer: Sequence[Event]) -> None:
+    if not newer or not all(isinstance(e, CancelRequested) for e in newer):
+        raise JobOwnedElsewhere(stream, None)
+
+
+def _fold_anything(stream: str, newer: Sequence[Event]) -> None:
+    return None
+
+
+#: Job watches: a newer watch owns the job, so a `WatchStarted` appended by another process
+#: stops this one (`JobOwnedElsewhere`); anything else is folded in and the append rebuilt.
+NEWER_WATCH_WINS = ConflictPolicy("newer watch wins", _newer_watch_wins)
+#: Runs: only one process drives a run; a user's `CancelRequested` from another process is
+#: folded in (the run then winds down), anything else means another driver
+#: (`JobOwnedElsewhere`).
+FOLD_CANCELS = ConflictPolicy("fold cancels", _fold_cancels)
+#: Shared streams (the idle sweeper's, a cancel request): whatever others appended is folded
+#: in and the events are built anew from the new state, `tries` times at most (`Contention`).
+REBUILD = ConflictPolicy("rebuild", _fold_anything)
+
+
+# --- store requests -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Replay(Generic[S]):
+    """Read the whole stream and fold it: answers with the state."""
+
+    stream: str
+    fold: Fold[S]
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """Append `events` at `expected_seq`: answers None, or a store error is thrown back."""
+
+    stream: str
+    events: Sequence[Event]
+    expected_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadAfter:
+    """The stream's events after seq `after`: answers with the list."""
+
+    stream: str
+    after: int | None
+
+
+StoreRequest = Replay[Any] | Append | ReadAfter
+
+
+def perform(store: EventStore, request: StoreRequest) -> Any:
+    """Run one store request on `store` (the synchronous way)."""
+    match request:
+        case Append(stream=stream, events=events, expected_seq=expected):
+            store.append(stream, events, expected)
+            return None
+        case ReadAfter(stream=stream, after=after):
+            return store.read(stream, after)
+        case Replay(stream=stream, fold=fold):
+            return fold.replay(iter_events(store, stream))
+    raise TypeError(f"not a store request: {request!r}")
+
+
+def drive(steps: Generator[StoreRequest, Any, R], store: EventStore) -> R:
+    """Run a store-request generator to its end on `store`; return its result."""
+    reply: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            request = steps.throw(error) if error is not None else steps.send(reply)
+        except StopIteration as done:
+            return done.value
+        reply, error = None, None
+        try:
+            reply = perform(store, request)
+        except Exception as exc:  # the generator decides what a store error means
+            error = exc
+
+
+# --- the writer -----------------------------------------------------------------------------
+
+Build = Callable[[S], Sequence[EventBase]]
+
+
+@dataclass
+class StreamWriter(Generic[S]):
+    """Appends to one stream, keeping its folded state, under one conflict policy.
+
+    `store` is where `open`, `append` and `catch_up` (the synchronous conveniences) go;
+    a driver that reaches the store another way runs the `*_steps` generators itself.
+    """
+
+    store: EventStore | None
+    stream: str
+    fold: Fold[S]
+    on_conflict: ConflictPolicy
+    state: S = field(default=None)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.state is None:
+            self.state = self.fold.new()
+
+    @property
+    def next_seq(self) -> int:
+        """The seq the next appended event takes."""
+        return int(self.state.next_seq)  # type: ignore[attr-defined]
+
+    def event(self, cls: type[EventBase], at: float, offset: int = 0, **fields: Any) -> Any:
+        """The next event of this stream (built, not appended): seq, id and time filled in."""
+        return cls(stream=self.stream, seq=self.next_seq + offset, id=new_id(at), at=at, **fields)
+
+    # -- the protocol, sans I/O --------------------------------------------------------------
+
+    def open_steps(self) -> Generator[StoreRequest, Any, S]:
+        """Replay the stream into a fresh state."""
+        self.state = yield Replay(self.stream, self.fold)
+        return self.state
+
+    def catch_up_steps(self) -> Generator[StoreRequest, Any, list[Event]]:
+        """Fold in whatever other writers appended since this writer last looked."""
+        newer = yield ReadAfter(self.stream, self.next_seq - 1)
+        self._fold(newer)
+        return newer
+
+    def append_steps(
+        self, build: Build[S] | Sequence[EventBase]
+    ) -> Generator[StoreRequest, Any, list[EventBase]]:
+        """Append what `build(state)` makes (or the given events), under the conflict policy.
+
+        Returns the events appended (none when `build` made none). Given events (not a
+        function) cannot be rebuilt: a conflict that the policy would retry re-raises the
+        `ConcurrencyError` instead.
+        """
+        tries = self.on_conflict.tries
+        for _ in range(tries):
+            events = list(build(self.state) if callable(build) else build)
+            if not events:
+                return []
+            try:
+                yield Append(self.stream, events, self.next_seq)
+            except ConcurrencyError as conflict:
+                newer = yield ReadAfter(self.stream, self.next_seq - 1)
+                self.on_conflict.resolve(self.stream, newer)  # raises to stop this writer
+                self._fold(newer)
+                if not callable(build):
+                    raise conflict
+                continue
+            self._fold(events)
+            return events
+        raise Contention(f"stream {self.stream!r}: other writers got there first {tries} times")
+
+    # -- the synchronous conveniences --------------------------------------------------------
+
+    def open(self) -> S:
+        """`open_steps` on this writer's store."""
+        return drive(self.open_steps(), self._store())
+
+    def catch_up(self) -> list[Event]:
+        """`catch_up_steps` on this writer's store."""
+        return drive(self.catch_up_steps(), self._store())
+
+    def append(self, build: Build[S] | Sequence[EventBase]) -> list[EventBase]:
+        """`append_steps` on this writer's store."""
+        return drive(self.append_steps(build), self._store())
+
+    def record(self, cls: type[EventBase], at: float, **fields: Any) -> Any:
+        """Build one event at `at` from the current state, append it, and return it."""
+        [event] = self.append(lambda _state: [self.event(cls, at, **fields)])
+        return event
+
+    def _fold(self, events: Iterable[Event]) -> None:
+        evolve_one, state = self.fold.evolve, self.state
+        for event in events:
+            evolve_one(state, event)
+
+    def _store(self) -> EventStore:
+        if self.store is None:
+            raise RuntimeError(f"the writer of {self.stream!r} has no store of its own")
+        return self.store
