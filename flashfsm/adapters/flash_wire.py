@@ -10,7 +10,8 @@ Out: two shapes reach us. A Flash live-function worker answers with an envelope
 `{success, result, json_result?, error?, stdout?}` whose `result` is a base64 cloudpickle
 of the return value. A baked-image worker (client mode) returns its metrics dict directly.
 Either may arrive as a JSON string. Anything else, and any worker-reported error, is an
-`OutputDecodeError` whose message carries the error and the tail of the worker's stdout.
+`OutputDecodeError` whose message carries the error and the tail of the worker's stdout
+(secrets masked: the exception may be logged or shown).
 
 Unpickling runs code chosen by whoever wrote the bytes, so it is opt-in and bounded: by
 default (`allow_pickle=False`) only JSON is read (a plain dict, or an envelope's
@@ -32,6 +33,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from flashfsm.errors import OutputDecodeError, UntrustedOutputError
+from flashfsm.redact import redact
 
 MAX_PICKLE_BYTES = 16 * 1024 * 1024
 _ERROR_CAP = 1500
@@ -54,7 +56,7 @@ def decode_output(
             output = json.loads(output)
         except (ValueError, RecursionError):
             text = output if isinstance(output, str) else output.decode("utf-8", "replace")
-            raise OutputDecodeError(f"job output is not JSON: {text[:200]!r}") from None
+            raise OutputDecodeError(f"job output is not JSON: {redact(text[:200])!r}") from None
     if not isinstance(output, dict):
         raise OutputDecodeError(f"job output is a {type(output).__name__}, not an object")
     if _is_envelope(output):
@@ -115,7 +117,7 @@ def _failure_message(error: Any, stdout: Any) -> str:
     message = f"Remote execution failed: {safe_text(error)[:_ERROR_CAP]}"
     if stdout:
         message += "\n--- worker stdout tail ---\n" + safe_text(stdout)[-_STDOUT_TAIL:]
-    return message
+    return redact(message) or message  # it quotes the worker: no secret in the exception
 
 
 def safe_text(value: Any) -> str:

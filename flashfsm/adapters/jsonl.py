@@ -56,6 +56,7 @@ from flashfsm.adapters._files import (
     fsync_fd,
     make_private_dirs,
 )
+from flashfsm.adapters.urls import path_url
 from flashfsm.events.codec import CHUNK, decode_prefix, encode
 from flashfsm.events.errors import CorruptLogError, DuplicateEventError, StoreError
 from flashfsm.events.models import Event
@@ -259,8 +260,6 @@ class JsonlStore:
     @property
     def url(self) -> str:
         """The store's URL (see `flashfsm.adapters.stores`)."""
-        from flashfsm.adapters.stores import path_url
-
         return path_url("jsonl", self.directory)
 
     def path_for(self, stream: str) -> Path:

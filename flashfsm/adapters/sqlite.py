@@ -39,6 +39,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from flashfsm.adapters._files import create_private_file, make_private_dirs
+from flashfsm.adapters.urls import path_url
 from flashfsm.events.codec import CHUNK, decode_prefix, encode, gc_paused
 from flashfsm.events.errors import (
     ConcurrencyError,
@@ -94,8 +95,6 @@ class SqliteStore:
     @property
     def url(self) -> str:
         """The store's URL (see `flashfsm.adapters.stores`)."""
-        from flashfsm.adapters.stores import path_url
-
         return path_url("sqlite", self.path)
 
     # -- connections -------------------------------------------------------------------

@@ -25,44 +25,18 @@ exported to one portable file.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from flashfsm.adapters.urls import path_url, url_path
 from flashfsm.events.store import EventStore
 
 ENV_VAR = "FLASHFSM_STORE"
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
-
-
-def url_path(url: str) -> Path:
-    """The local path a `sqlite:` or `jsonl:` URL names (see the module docstring)."""
-    parts = urlsplit(url)
-    if parts.netloc:
-        raise ValueError(
-            f"{url!r}: a {parts.scheme} URL names a local path: write "
-            f"{parts.scheme}:///abs/path or {parts.scheme}:relative/path"
-        )
-    raw = unquote(parts.path)
-    if not raw:
-        raise ValueError(f"{url!r} names no path")
-    if raw.startswith("/"):
-        raw = "/" + raw.lstrip("/")  # `////abs` (SQLAlchemy) is `/abs`
-        if re.match(r"^/[A-Za-z]:[/\\]", raw):  # pragma: no cover - Windows drive letter
-            raw = raw[1:]
-    return Path(raw).expanduser()
-
-
-def path_url(scheme: str, path: str | os.PathLike[str]) -> str:
-    """The URL of a local path for a file-based store (`sqlite`, `jsonl`)."""
-    posix = Path(path).expanduser().absolute().as_posix()
-    if not posix.startswith("/"):  # pragma: no cover - Windows: C:/…
-        posix = "/" + posix
-    return f"{scheme}://{quote(posix, safe='/:~')}"
 
 
 def _query(url: str) -> dict[str, str]:
