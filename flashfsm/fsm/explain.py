@@ -465,9 +465,15 @@ def what_if(events: Iterable[Event], **overrides: Any) -> WhatIf:
         evolve(state, event)
         prev = event
     if found is None and prev is not None and state.watch is not None:
-        command = _decide_next(state, None, prev.at)
+        # After the last observation the watch decided once more: at once, or — for a rule
+        # judged before a fetch (the client deadline) — when that next fetch was due, which
+        # is when the recorded verdict was made.
+        at = prev.at if recorded is None else max(prev.at, recorded.at)
+        command = _decide_next(state, None, at)
         if isinstance(command, Conclude):
-            found = (command.verdict, prev.at, prev.seq, prev.seq + 1)
+            known = RULES_BY_NAME.get(command.verdict.rule)
+            at = at if known is not None and known.before_fetch else prev.at
+            found = (command.verdict, at, prev.seq, prev.seq + 1)
 
     changes = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "the recorded policy"
     rec = ""
