@@ -17,7 +17,6 @@ from flashfsm.adapters.runpod import (
 )
 from flashfsm.adapters.sqlite import SqliteStore
 from flashfsm.adapters.stores import copy_streams, default_store_url, open_store
-from flashfsm.sweeper import IdleSweeper, SweepReport
 from flashfsm.errors import (
     JobOwnedElsewhere,
     OutputDecodeError,
@@ -49,6 +48,7 @@ from flashfsm.submit import (
     supervise_spec,
 )
 from flashfsm.supervisor import JobSpec, Supervisor
+from flashfsm.sweeper import IdleSweeper, SweepReport
 from flashfsm.writer import StreamWriter
 
 __version__ = "0.1.0"

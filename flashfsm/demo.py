@@ -102,7 +102,7 @@ def run_demo(
             with client:
                 for seed, demo in enumerate(runs):
                     run_id = f"demo-{stamp}-{demo.name}"
-                    say(f"[bold]{demo.name}[/bold]: {demo.shows}")
+                    say(f"{demo.name}: {demo.shows}")
                     adapters = _adapters(sim, client, demo, run_id, seed)
                     result = supervise_run(
                         run_id,
@@ -192,7 +192,7 @@ def watch_scenarios(
                     prefix = heartbeat_prefix(PHASE, run_id, seed)
                     hub = {"clock": sim.clock.now, "endpoint": sim.url}
                     stream = job_stream(f"{run_id}-{scenario}")
-                    say(f"[bold]{scenario}[/bold]: {what}")
+                    say(f"{scenario}: {what}")
                     result: PollResult = poll_job(
                         handle,
                         heartbeat_reader=make_hf_heartbeat_reader(HF_REPO, prefix, **hub),

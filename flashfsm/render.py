@@ -4,11 +4,13 @@ Theory of operation. `picture(events, load)` turns a log into plain data — a `
 `Lane`s, each a list of `Span`s (a state from one time to another) and `Mark`s (a verdict,
 a reattach, a deploy error) — so tests can inspect the geometry without parsing SVG. A job
 log is one lane, its spans the machine states its replay went through (`timeline`); a
-reattach after a blind gap leaves an "UNWATCHED" span. A run log (`RunStarted`,
-`AttemptStarted`, `JobQueued`, `AttemptEnded`, `RunConcluded`) is one lane per attempt: a
-DEPLOYING span from the attempt's start to its `JobQueued`, then the states of the job stream
-that event names, fetched with `load` (the caller's I/O). `svg(picture)` and `html(picture)`
-build self-contained documents by string building: no script, no external font or style.
+reattach after a blind gap leaves an "UNWATCHED" span. A run log is read through the run
+fold (`flashfsm.fsm.run.replay_run`) and drawn as one lane per attempt: a DEPLOYING span from
+the attempt's start to its job's submission, then the states of the attempt's job stream,
+fetched with `load` (the caller's I/O). A sweeper's log is one lane per endpoint it timed:
+its IDLE runs, each ended by a clear or a reap. `flashfsm.views.stream_kind` says which a
+log is. `svg(picture)` and `html(picture)` build self-contained documents by string
+building: no script, no external font or style.
 """
 
 from __future__ import annotations
@@ -18,24 +20,23 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from flashfsm.events.models import (
-    AttemptEnded,
-    AttemptStarted,
     CancelRequested,
     Concluded,
     DeployFailed,
     Event,
-    JobQueued,
     JobSubmitted,
-    RunConcluded,
-    RunStarted,
     SubmitFailed,
     WatchStarted,
 )
 from flashfsm.fsm.explain import timeline
+from flashfsm.fsm.run import Attempt, RunState, replay_run
 from flashfsm.fsm.table import FAILURE_KIND, JobPhase
+from flashfsm.views import IdlePeriod, SweeperView, stream_kind, sweeper_view
 
 DEPLOYING = "DEPLOYING"
 UNWATCHED = "UNWATCHED"
+IDLE = "IDLE"  # a sweeper's lane: the endpoint's idle timer running
+REAPED = "REAPED"  # a sweeper's lane: the endpoint was deleted
 #: Fill colour and text colour of each span state, in legend order.
 STATE_STYLE: dict[str, tuple[str, str]] = {
     DEPLOYING: ("#b9c0c9", "#1d2733"),
@@ -45,6 +46,7 @@ STATE_STYLE: dict[str, tuple[str, str]] = {
     JobPhase.SETUP.value: ("#9d87d8", "#1e1238"),
     JobPhase.TRAINING.value: ("#37a168", "#ffffff"),
     UNWATCHED: ("url(#unwatched)", "#333333"),
+    IDLE: ("#d8c7a4", "#2b2110"),
 }
 #: What each span state means, for the legend.
 STATE_MEANING: dict[str, str] = {
@@ -55,10 +57,12 @@ STATE_MEANING: dict[str, str] = {
     JobPhase.SETUP.value: "cold start, no training heartbeat yet",
     JobPhase.TRAINING.value: "training heartbeats",
     UNWATCHED: "nobody watching (blind gap)",
+    IDLE: "endpoint idle, the sweeper's timer running",
 }
 VERDICT_OK = "#1b7a3d"
 VERDICT_FAILED = "#b3261e"  # job_failed: the job's own fault, not retried
 VERDICT_RETRIED = "#b85c00"  # infra-shaped failures a run retries
+REAPED_COLOUR = "#5b4a8a"  # an endpoint the sweeper deleted
 FONT = "DejaVu Sans, Helvetica, Arial, sans-serif"
 
 
@@ -77,14 +81,14 @@ class Mark:
 
     at: float
     label: str
-    kind: str  # "verdict", "reattach", "error", "cancel"
+    kind: str  # "verdict", "open", "reattach", "error", "cancel", "reaped", "cleared", "running"
     ok: bool | None = None
     failure: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Lane:
-    """One attempt (or one job log)."""
+    """One attempt (or one job log, or one endpoint a sweeper timed)."""
 
     key: str
     title: str
@@ -195,101 +199,139 @@ def _first_line(text: str | None) -> str:
     return lines[0][:160] if lines else ""
 
 
-def is_run_log(events: Sequence[Event]) -> bool:
-    """True for a run's stream (its first event is `RunStarted`)."""
-    return bool(events) and isinstance(events[0], RunStarted)
-
-
-@dataclass
-class _AttemptDraft:
-    started: AttemptStarted
-    queued: JobQueued | None = None
-    job: list[Event] = field(default_factory=list)
-    marks: list[Mark] = field(default_factory=list)
-    ended: AttemptEnded | None = None
-    last_at: float = 0.0
-
-
 def run_lanes(
     events: Sequence[Event], load: Callable[[str], Sequence[Event]] | None, origin: float
 ) -> tuple[list[Lane], list[Mark]]:
-    """One lane per attempt of a run log; the job streams come from `load`."""
-    drafts: list[_AttemptDraft] = []
+    """One lane per attempt of a run log (read through the run fold); the job streams come
+    from `load`. Also the run's own marks (a cancel)."""
+    return _run_lanes(replay_run(events), events, load, origin)
+
+
+def _run_lanes(
+    run: RunState,
+    events: Sequence[Event],
+    load: Callable[[str], Sequence[Event]] | None,
+    origin: float,
+) -> tuple[list[Lane], list[Mark]]:
+    attempt_marks, run_marks = _point_marks(events, origin)
+    lanes = []
+    for a in run.attempts:
+        job = list(load(a.job_stream)) if load is not None and a.job_stream else []
+        lanes.append(_attempt_lane(run, a, job, attempt_marks.get(a.started.attempt, []), origin))
+    return lanes, run_marks
+
+
+def _point_marks(
+    events: Sequence[Event], origin: float
+) -> tuple[dict[int, list[Mark]], list[Mark]]:
+    """A run's point events at their times: deploy and submit errors on their attempt's lane,
+    cancels on the run."""
+    by_attempt: dict[int, list[Mark]] = {}
     run_marks: list[Mark] = []
     for event in events:
-        current = drafts[-1] if drafts else None
-        if isinstance(event, AttemptStarted):
-            drafts.append(_AttemptDraft(event, last_at=event.at))
-            continue
         if isinstance(event, CancelRequested):
             run_marks.append(
                 Mark(event.at - origin, f"cancel requested {event.by}".strip(), "cancel")
             )
-        if current is None:
-            continue
-        current.last_at = max(current.last_at, event.at)
-        if isinstance(event, JobQueued):
-            current.queued = event
-            if load is not None and event.job_stream:
-                current.job = list(load(event.job_stream))
         elif isinstance(event, (DeployFailed, SubmitFailed)):
             what = "deploy" if isinstance(event, DeployFailed) else "submit"
-            current.marks.append(
+            by_attempt.setdefault(event.attempt, []).append(
                 Mark(event.at - origin, f"{what} failed: {event.error_class}", "error")
             )
-        elif isinstance(event, AttemptEnded):
-            current.ended = event
-    lanes = [_attempt_lane(d, origin) for d in drafts]
-    return lanes, run_marks
+    return by_attempt, run_marks
 
 
-def _attempt_lane(d: _AttemptDraft, origin: float) -> Lane:
-    a = d.started
+def _attempt_lane(
+    run: RunState, a: Attempt, job: list[Event], error_marks: list[Mark], origin: float
+) -> Lane:
+    started = a.started
     spans: list[Span] = []
-    marks = list(d.marks)
-    deploy_end = d.queued.at if d.queued is not None else d.last_at
-    if d.ended is not None and d.queued is None:
-        deploy_end = d.ended.at
-    spans.append(Span(DEPLOYING, a.at - origin, deploy_end - origin))
+    marks = list(error_marks)
+    if a.submitted_at is not None:
+        deploy_end = a.submitted_at
+    elif a.ended is not None:
+        deploy_end = a.ended.at
+    else:  # still deploying or submitting: the run's latest event is this attempt's
+        deploy_end = run.last_at if run.last_at is not None else started.at
+    spans.append(Span(DEPLOYING, started.at - origin, deploy_end - origin))
     verdict: str | None = None
     rule: str | None = None
     ok: bool | None = None
     detail = ""
-    stream = d.queued.job_stream if d.queued is not None else (a.job_stream or None)
-    if d.job:
-        job_spans_, job_marks = job_spans(d.job, origin)
+    if job:
+        job_spans_, job_marks = job_spans(job, origin)
         spans.extend(job_spans_)
         marks.extend(job_marks)
-        concluded = next((e for e in d.job if isinstance(e, Concluded)), None)
+        concluded = next((e for e in job if isinstance(e, Concluded)), None)
         if concluded is not None:
             verdict, rule, ok = concluded.state, concluded.rule, concluded.ok
             detail = _first_line(concluded.detail)
-    if verdict is None and d.ended is not None:
-        e = d.ended
+    if verdict is None and a.ended is not None:
+        e = a.ended
         verdict, rule, ok = ("SUCCEEDED" if e.ok else (e.failure or "failed")), e.rule, e.ok
         detail = _first_line(e.detail)
         if not any(m.kind == "verdict" for m in marks):
             label = f"{verdict} · {rule}" if rule else verdict
             marks.append(Mark(e.at - origin, label, "verdict", e.ok, e.failure))
-    extra = [a.gpu_class, a.provider]
-    if a.on_last_gpu:
+    extra = [started.gpu_class, started.provider]
+    if started.on_last_gpu:
         extra.append("last GPU")
-    if a.bonus:
+    if started.bonus:
         extra.append("bonus retry")
-    if a.cache_dropped:
+    if started.cache_dropped:
         extra.append("no weight cache")
     return Lane(
-        key=f"attempt-{a.attempt}",
-        title=f"attempt {a.attempt}",
+        key=f"attempt-{started.attempt}",
+        title=f"attempt {started.attempt}",
         subtitle=" · ".join(x for x in extra if x),
         spans=tuple(spans),
         marks=tuple(marks),
-        stream=stream,
+        stream=a.job_stream or started.job_stream or None,
         verdict=verdict,
         rule=rule,
         ok=ok,
         detail=detail,
     )
+
+
+def sweeper_lanes(view: SweeperView, origin: float) -> list[Lane]:
+    """One lane per endpoint a sweeper's log timed: its idle runs, each cleared or reaped."""
+    by_endpoint: dict[str, list[IdlePeriod]] = {}
+    for period in view.periods:
+        by_endpoint.setdefault(period.endpoint_id, []).append(period)
+    lanes = []
+    for endpoint, periods in by_endpoint.items():
+        spans: list[Span] = []
+        marks: list[Mark] = []
+        verdict = None
+        detail = ""
+        for p in periods:
+            end = view.last_at if p.end is None else p.end
+            spans.append(Span(IDLE, p.since - origin, end - origin))
+            idle = duration_text(p.idle_s(view.last_at))
+            if p.outcome == "reaped":
+                verdict = REAPED
+                detail = f"reaped after {idle} idle"
+                marks.append(Mark(end - origin, f"{REAPED} · idle {idle}", "reaped"))
+            elif p.outcome == "cleared":
+                marks.append(Mark(end - origin, f"timer cleared: {p.reason or '?'}", "cleared"))
+            else:
+                detail = f"idle {idle}, timer running"
+                marks.append(Mark(end - origin, f"idle {idle} · timer running", "running"))
+        name = next((p.endpoint_name for p in reversed(periods) if p.endpoint_name), "")
+        lanes.append(
+            Lane(
+                key=f"endpoint-{endpoint}",
+                title=name or endpoint,
+                subtitle=endpoint,
+                spans=tuple(spans),
+                marks=tuple(marks),
+                stream=view.stream,
+                verdict=verdict,
+                detail=detail,
+            )
+        )
+    return lanes
 
 
 def picture(
@@ -298,31 +340,43 @@ def picture(
     *,
     title: str | None = None,
 ) -> Picture:
-    """The picture of a job log (one lane) or of a run log (a lane per attempt)."""
+    """The picture of a job log (one lane), a run log (a lane per attempt) or a sweeper's log
+    (a lane per endpoint)."""
     events = list(events)
     if not events:
         return Picture(title or "empty log", "", 0.0, ())
     origin = events[0].at
     stream = events[0].stream
-    if is_run_log(events):
-        lanes, marks = run_lanes(events, load, origin)
-        result = next((e for e in events if isinstance(e, RunConcluded)), None)
-        started = events[0]
-        assert isinstance(started, RunStarted)
+    kind = stream_kind(events)
+    if kind == "run":
+        run = replay_run(events)
+        lanes, marks = _run_lanes(run, events, load, origin)
+        result = run.result
         if result is None:
             verdict, ok, sub = None, None, "run in progress"
         else:
             verdict = "SUCCEEDED" if result.ok else (result.failure or "FAILED")
             ok = result.ok
             sub = f"run {verdict} after {result.attempts} attempt(s)"
+        run_id = run.started.run_id if run.started is not None else stream
         return Picture(
-            title or f"run {started.run_id}",
+            title or f"run {run_id}",
             f"{sub} · {len(lanes)} lane(s) · stream {stream}",
             origin,
             tuple(lanes),
             verdict,
             ok,
             tuple(marks),
+        )
+    if kind == "sweeper":
+        view = sweeper_view(events)
+        origin = min([origin, *(p.since for p in view.periods)])
+        lanes = sweeper_lanes(view, origin)
+        return Picture(
+            title or f"sweeper {stream}",
+            f"{view.summary} · {len(lanes)} endpoint(s) · stream {stream}",
+            origin,
+            tuple(lanes),
         )
     lane = job_lane(events, origin)
     sub = "no verdict yet" if lane.verdict is None else f"{lane.verdict} by {lane.rule}"
@@ -433,7 +487,8 @@ def svg(pic: Picture) -> str:
             f'<text x="{xx + 4:.1f}" y="{TOP + 8}" font-size="11" fill="#444444">'
             f"{_esc(mark.label)}</text></g>"
         )
-    out.append(_legend_svg(states, legend_y))
+    kinds = {m.kind for lane in pic.lanes for m in lane.marks}
+    out.append(_legend_svg(states, legend_y, kinds))
     out.append("</svg>")
     return "\n".join(out)
 
@@ -480,20 +535,20 @@ def _lane_svg(lane: Lane, index: int, x: Callable[[float], float]) -> str:
 
 def _mark_svg(mark: Mark, xx: float, y: float, bar_y: float) -> str:
     mid = bar_y + BAR_H / 2
-    if mark.kind == "verdict":
-        colour = verdict_colour(mark.ok, mark.failure)
+    if mark.kind in ("verdict", "reaped"):
+        colour = REAPED_COLOUR if mark.kind == "reaped" else verdict_colour(mark.ok, mark.failure)
         d = 8
         return (
-            f'<g class="mark verdict"><line x1="{xx:.1f}" y1="{y + 4}" x2="{xx:.1f}" '
+            f'<g class="mark {mark.kind}"><line x1="{xx:.1f}" y1="{y + 4}" x2="{xx:.1f}" '
             f'y2="{y + LANE_H - 4}" stroke="{colour}" stroke-width="2"/>'
             f'<path d="M {xx:.1f} {mid - d:.1f} L {xx + d:.1f} {mid:.1f} L {xx:.1f} {mid + d:.1f} '
             f'L {xx - d:.1f} {mid:.1f} Z" fill="{colour}" stroke="#ffffff" stroke-width="1.5"/>'
             f'<text class="verdict-label" x="{xx + 12:.1f}" y="{mid + 4:.1f}" font-weight="bold" '
             f'fill="{colour}">{_esc(mark.label)}</text></g>'
         )
-    if mark.kind == "open":
+    if mark.kind in ("open", "running"):
         return (
-            f'<g class="mark open"><text class="verdict-label" x="{xx + 8:.1f}" '
+            f'<g class="mark {mark.kind}"><text class="verdict-label" x="{xx + 8:.1f}" '
             f'y="{mid + 4:.1f}" font-style="italic" fill="#555555">{_esc(mark.label)}</text></g>'
         )
     colour = "#b3261e" if mark.kind == "error" else "#333333"
@@ -504,7 +559,7 @@ def _mark_svg(mark: Mark, xx: float, y: float, bar_y: float) -> str:
     )
 
 
-def _legend_svg(states: list[str], y: float) -> str:
+def _legend_svg(states: list[str], y: float, mark_kinds: set[str] | None = None) -> str:
     parts = [f'<g class="legend" transform="translate(16 {y})">']
     parts.append('<text x="0" y="0" font-weight="bold" fill="#333333">Legend</text>')
     col_w = (WIDTH - 32) / LEGEND_COLS
@@ -521,19 +576,23 @@ def _legend_svg(states: list[str], y: float) -> str:
         )
     row = (len(states) + LEGEND_COLS - 1) // LEGEND_COLS
     ly = 14 + row * 26
-    for j, (colour, what) in enumerate(
-        (
-            (VERDICT_OK, "verdict: success"),
-            (VERDICT_RETRIED, "verdict: retriable failure"),
-            (VERDICT_FAILED, "verdict: job failed"),
-        )
-    ):
-        lx = j * col_w
+    kinds = mark_kinds or set()
+    diamonds: list[tuple[str, str]] = []
+    if not kinds or kinds & {"verdict", "open"}:
+        diamonds += [
+            (VERDICT_OK, "verdict: success (state · rule)"),
+            (VERDICT_RETRIED, "verdict: retriable failure (state · rule)"),
+            (VERDICT_FAILED, "verdict: job failed (state · rule)"),
+        ]
+    if "reaped" in kinds:
+        diamonds.append((REAPED_COLOUR, "endpoint reaped (idle time)"))
+    for j, (colour, what) in enumerate(diamonds[:LEGEND_COLS]):  # one row: a picture is
+        lx = j * col_w  # a job's or a run's (verdicts) or a sweeper's (reaps), never both
         parts.append(
             f'<path d="M {lx + 11:.1f} {ly} L {lx + 18:.1f} {ly + 7} L {lx + 11:.1f} {ly + 14} '
             f'L {lx + 4:.1f} {ly + 7} Z" fill="{colour}"/>'
             f'<text x="{lx + 28:.1f}" y="{ly + 11}" font-size="12" fill="#333333">'
-            f"{_esc(what)} (state · rule)</text>"
+            f"{_esc(what)}</text>"
         )
     parts.append("</g>")
     return "".join(parts)
@@ -547,7 +606,11 @@ def html(pic: Picture) -> str:
     """The picture as a standalone HTML page: the SVG and a table of the lanes."""
     rows = []
     for lane in pic.lanes:
-        colour = verdict_colour(lane.ok, None if lane.ok else _failure_of(lane.verdict))
+        colour = (
+            REAPED_COLOUR
+            if lane.verdict == REAPED
+            else verdict_colour(lane.ok, None if lane.ok else _failure_of(lane.verdict))
+        )
         verdict = "—" if lane.verdict is None else lane.verdict
         rows.append(
             f'<tr class="lane-row" data-lane="{_esc(lane.key)}"><td>{_esc(lane.title)}</td>'

@@ -47,7 +47,6 @@ from flashfsm.events.models import (
     EventBase,
     IdleCleared,
     IdleSeen,
-    cap_text,
 )
 from flashfsm.events.store import EventStore
 from flashfsm.fsm.sweep import (
@@ -64,7 +63,7 @@ from flashfsm.fsm.sweep import (
     protected_names,
     read_health,
 )
-from flashfsm.redact import redact
+from flashfsm.redact import redact, redact_then_cap
 from flashfsm.writer import REBUILD, SWEEPER, Contention, StreamWriter
 
 logger = logging.getLogger("flashfsm")
@@ -303,7 +302,7 @@ class _Sweep:
         if isinstance(record, StartTimer):
             fields = {
                 "endpoint_id": record.endpoint_id,
-                "endpoint_name": _name(record.endpoint_name),
+                "endpoint_name": record.endpoint_name,
                 "since": record.since,
             }
             return (IdleSeen, self.now, fields)
@@ -331,7 +330,7 @@ class _Sweep:
             )
             fields = {
                 "endpoint_id": endpoint_id,
-                "endpoint_name": _name(due.endpoint_name),
+                "endpoint_name": due.endpoint_name,
                 "idle_s": max(0.0, self.now - due.since),
             }
 
@@ -358,7 +357,7 @@ class _Sweep:
     def note(self, what: str, exc: BaseException, *, level: int = logging.DEBUG) -> None:
         """Keep an error for the report (redacted, capped) and log it."""
         text = str(exc) if isinstance(exc, RunpodApiError) else f"{type(exc).__name__}: {exc}"
-        message = cap_text(redact(f"{what}: {text}"), MESSAGE_CAP) or what
+        message = redact_then_cap(f"{what}: {text}", MESSAGE_CAP) or what
         self.errors.append(message)
         logger.log(level, "idle sweep: %s", message)
 
@@ -374,8 +373,3 @@ class _Sweep:
             errors=tuple(self.errors),
             dry_run=self.dry_run,
         )
-
-
-def _name(name: str) -> str:
-    """An endpoint name fit for an event: redacted and capped."""
-    return cap_text(redact(name), NAME_CAP) or ""

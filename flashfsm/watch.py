@@ -493,5 +493,7 @@ def call(fn: Callable[..., Any] | None, *args: Any, at: float, **kwargs: Any) ->
     try:
         return Outcome(at, fn(*args, **kwargs))
     except Exception as exc:  # every failure is recorded; the core decides what it means
-        logger.debug("%r raised %s", fn, type(exc).__name__)
+        # The callable's name only: its repr could show what it holds (a token, a key).
+        name = getattr(fn, "__qualname__", None) or type(fn).__name__
+        logger.debug("%s raised %s", redact(str(name)), type(exc).__name__)
         return Outcome(at, error=exc)

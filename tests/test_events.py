@@ -36,9 +36,9 @@ from flashfsm.events.models import (
     StatusObserved,
     WatchStarted,
     WorkerCounts,
-    cap_text,
 )
 from flashfsm.events.policy import GracePolicy
+from flashfsm.events.text import redact_then_cap
 from flashfsm.fsm.table import JobPhase
 
 # --- strategies: one per event kind ---------------------------------------------------------
@@ -558,11 +558,10 @@ def test_a_non_finite_at_is_rejected(bad: float) -> None:
     assert "at" in str(info.value)
 
 
-def test_cap_text_keeps_the_head_or_the_tail() -> None:
-    assert cap_text(None, 3) is None
-    assert cap_text("abcdef", 10) == "abcdef"
-    assert cap_text("abcdef", 3) == "abc"
-    assert cap_text("abcdef", 3, tail=True) == "def"
+def test_redact_then_cap_keeps_the_head_or_the_tail() -> None:
+    assert redact_then_cap("abcdef", 10) == "abcdef"
+    assert redact_then_cap("abcdef", 3) == "abc"
+    assert redact_then_cap("abcdef", 3, tail=True) == "def"
 
 
 # --- the upcasters this library ships -------------------------------------------------------

@@ -29,6 +29,7 @@ from flashfsm.events.models import (
     HealthObserved,
     HeartbeatObserved,
     JobCounts,
+    StatusFetchFailed,
     StatusObserved,
     WorkerCounts,
 )
@@ -122,11 +123,11 @@ def test_completed_without_output_is_an_output_error() -> None:
 def test_failed_keeps_error_and_stdout_tail() -> None:
     stdout = "first line\n" + "x" * 5000 + "\nlast line"
     fields = status_fields({"status": "FAILED", "error": "E" * 4000, "output": {"stdout": stdout}})
-    assert fields["error"] == "E" * ERROR_CAP
-    assert fields["stdout_tail"] == stdout[-STDOUT_CAP:]
-    assert fields["stdout_tail"].endswith("last line")
     assert "output_text" not in fields
-    StatusObserved(**ENVELOPE, **fields)
+    event = StatusObserved(**ENVELOPE, **fields)  # the event caps: the error's head, the tail
+    assert event.error == "E" * ERROR_CAP
+    assert event.stdout_tail == stdout[-STDOUT_CAP:]
+    assert event.stdout_tail.endswith("last line")
 
 
 def test_failed_with_a_structured_error_keeps_it_as_json() -> None:
@@ -156,8 +157,7 @@ def test_failed_with_nothing_keeps_only_the_status() -> None:
 
 def test_a_long_output_text_is_capped() -> None:
     fields = status_fields({"status": "CANCELLED", "output": ["z" * 5000]})
-    assert len(fields["output_text"]) == ERROR_CAP
-    StatusObserved(**ENVELOPE, **fields)
+    assert len(StatusObserved(**ENVELOPE, **fields).output_text) == ERROR_CAP
 
 
 def test_a_planted_api_key_is_redacted_from_every_status_field(secret: str) -> None:
@@ -173,7 +173,7 @@ def test_a_planted_api_key_is_redacted_from_every_status_field(secret: str) -> N
     completed = status_fields({"status": "COMPLETED", "output": {"note": f"k={secret}"}})
     broken = status_fields({"status": "COMPLETED", "output": {"error": secret, "stdout": secret}})
     for fields in (failed, structured, as_text, completed, broken):
-        text = json.dumps(fields)
+        text = StatusObserved(**ENVELOPE, **fields).model_dump_json()  # what gets recorded
         assert secret not in text, fields
         assert MASK in text, fields
     assert completed["metrics"] == {"note": f"k={MASK}"}
@@ -357,10 +357,12 @@ def test_heartbeat_ts_is_a_finite_number_or_none(ts: Any, expected: float | None
 
 
 def test_heartbeat_stage_is_a_capped_redacted_string(secret: str) -> None:
-    assert heartbeat_fields({"stage": 5})["stage"] == "5"
-    assert heartbeat_fields({"stage": "s" * 1000})["stage"] == "s" * NAME_CAP
-    stage = heartbeat_fields({"stage": f"boot {secret}"})["stage"]
-    assert stage == f"boot {MASK}"
+    def stage(raw: Any) -> Any:  # as recorded: the event masks and caps
+        return HeartbeatObserved(**ENVELOPE, **heartbeat_fields({"stage": raw})).stage
+
+    assert stage(5) == "5"
+    assert stage("s" * 1000) == "s" * NAME_CAP
+    assert stage(f"boot {secret}") == f"boot {MASK}"
 
 
 @pytest.mark.parametrize(
@@ -425,7 +427,8 @@ def test_error_fields_of_any_exception() -> None:
 
 
 def test_error_message_is_capped_and_redacted(secret: str) -> None:
-    fields = error_fields(RunpodApiError(f"Bearer abcdefghijklmnop {secret} " + "m" * 2000))
+    raw = error_fields(RunpodApiError(f"Bearer abcdefghijklmnop {secret} " + "m" * 2000))
+    fields = StatusFetchFailed(**ENVELOPE, **raw).model_dump()  # as recorded
     assert len(fields["message"]) == MESSAGE_CAP
     assert secret not in fields["message"]
     assert "abcdefghijklmnop" not in fields["message"]

@@ -769,12 +769,12 @@ def test_leaving_the_queue_restarts_the_queue_timer(
         assert rule_queue_grace(log.state) is None
     t += 1
     log.add(StatusObserved, t, status=leave_with)
-    assert log.state.queued is None
+    assert "queue" not in log.state.timers
     second_start = t + second_run[0]
     for dt in second_run:
         t += dt
         log.add(StatusObserved, t, status="IN_QUEUE")
-        assert log.state.queued is not None and log.state.queued.since == second_start
+        assert log.state.timers["queue"].since == second_start
         # however long both runs together: the queue grace counts the second run only
         assert rule_queue_grace(log.state) is None
     # one more queued observation past the grace of the second run does conclude

@@ -18,8 +18,13 @@ from flashfsm.events.models import (
     AttemptStarted,
     Candidate,
     Concluded,
+    DeployAttempted,
+    DeployFailed,
     EndpointDeployed,
+    EndpointReaped,
     Event,
+    IdleCleared,
+    IdleSeen,
     JobQueued,
     RunConcluded,
     RunStarted,
@@ -204,6 +209,66 @@ def test_render_escapes_text():
     )
     ET.fromstring(render.svg(pic))
     assert "a &lt;b&gt; &amp; c" in render.html(pic)
+
+
+def _log(stream: str, *specs: tuple[type, float, dict[str, object]]) -> list[Event]:
+    return [
+        cls(stream=stream, seq=n, id=f"{stream}-{n}", at=at, **fields)
+        for n, (cls, at, fields) in enumerate(specs)
+    ]
+
+
+def test_a_run_is_drawn_from_its_fold_with_errors_marked_and_the_open_attempt_to_its_end():
+    t = 1_000.0
+    events = _log(
+        "run-open",
+        (RunStarted, t, {"run_id": "open", "candidates": CANDIDATES}),
+        (AttemptStarted, t, {"attempt": 0, "candidate": 0, "provider": "runpod", "gpu_class": "A"}),
+        (DeployFailed, t + 20, {"attempt": 0, "error_class": "DeployError", "message": "quota"}),
+        (AttemptEnded, t + 20, {"attempt": 0, "ok": False, "failure": "poll_error"}),
+        (
+            AttemptStarted,
+            t + 50,
+            {"attempt": 1, "candidate": 1, "provider": "runpod", "gpu_class": "B"},
+        ),
+        (DeployAttempted, t + 80, {"attempt": 1, "account": 0, "endpoint_name": "flash-b"}),
+    )
+    pic = render.picture(events)
+    first, second = pic.lanes
+    assert [(s.state, s.start, s.end) for s in first.spans] == [(render.DEPLOYING, 0.0, 20.0)]
+    assert [(m.kind, m.label) for m in first.marks] == [
+        ("error", "deploy failed: DeployError"),
+        ("verdict", "poll_error"),
+    ]
+    assert (first.verdict, first.ok) == ("poll_error", False)
+    # still deploying: its span reaches the run's latest event, and it has no verdict yet
+    assert [(s.state, s.start, s.end) for s in second.spans] == [(render.DEPLOYING, 50.0, 80.0)]
+    assert second.verdict is None and second.marks == ()
+    assert (pic.verdict, pic.subtitle.split(" · ")[0]) == (None, "run in progress")
+
+
+def test_a_sweeper_log_is_a_lane_per_endpoint_of_idle_runs():
+    t = 5_000.0
+    events = _log(
+        "sweeper",
+        (IdleSeen, t, {"endpoint_id": "e1", "endpoint_name": "flash-a", "since": t}),
+        (IdleSeen, t, {"endpoint_id": "e2", "endpoint_name": "flash-b", "since": t}),
+        (IdleCleared, t + 120, {"endpoint_id": "e2", "reason": "busy"}),
+        (IdleSeen, t + 300, {"endpoint_id": "e2", "endpoint_name": "flash-b", "since": t + 300}),
+        (EndpointReaped, t + 600, {"endpoint_id": "e1", "endpoint_name": "flash-a", "idle_s": 600}),
+    )
+    pic = render.picture(events)
+    reaped, busy = pic.lanes
+    assert (reaped.title, reaped.subtitle, reaped.verdict) == ("flash-a", "e1", render.REAPED)
+    assert [(s.state, s.start, s.end) for s in reaped.spans] == [(render.IDLE, 0.0, 600.0)]
+    assert [m.label for m in reaped.marks] == ["REAPED · idle 10 min"]
+    assert busy.verdict is None
+    assert [(s.start, s.end) for s in busy.spans] == [(0.0, 120.0), (300.0, 600.0)]
+    assert [m.kind for m in busy.marks] == ["cleared", "running"]
+    assert pic.subtitle.startswith("1 reaped, 1 cleared, 1 timer(s) running")
+    svg = render.svg(pic)
+    ET.fromstring(svg)
+    assert "endpoint reaped (idle time)" in svg and "verdict: success" not in svg
 
 
 def test_ticks_and_labels():

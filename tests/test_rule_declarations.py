@@ -46,7 +46,7 @@ def test_every_rule_declares_every_part(rule: Rule):
 
 def test_rule_names_are_unique_and_every_timer_belongs_to_one_rule():
     assert len(RULE_NAMES) == len(RULES) == len(set(RULE_NAMES))
-    assert set(TIMER_RULES) == {spec.attr for spec in TIMERS}
+    assert set(TIMER_RULES) == {spec.name for spec in TIMERS}
     for spec in TIMERS:
         assert spec.arms or spec.restarts, f"timer {spec.name} is never started"
         assert not set(spec.clears) & set(spec.arms + spec.restarts), spec.name

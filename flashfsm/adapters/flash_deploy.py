@@ -60,9 +60,8 @@ from flashfsm.events.models import (
     DeployFailed,
     EndpointDeployed,
     QuotaExhausted,
-    cap_text,
 )
-from flashfsm.redact import redact, register_secrets
+from flashfsm.redact import redact, redact_then_cap, register_secrets
 
 logger = logging.getLogger("flashfsm.deploy")
 
@@ -387,7 +386,7 @@ def _ignore(*_: Any, **__: Any) -> None:
 
 
 def _message(exc: BaseException | None) -> str:
-    return cap_text(redact(str(exc)) if exc is not None else "", MESSAGE_CAP) or ""
+    return "" if exc is None else redact_then_cap(str(exc), MESSAGE_CAP)
 
 
 def _error_fields(error: DeployError) -> dict[str, str]:

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from flashfsm.errors import OutputDecodeError, UntrustedOutputError
-from flashfsm.redact import redact
+from flashfsm.redact import redact_then_cap
 
 MAX_PICKLE_BYTES = 16 * 1024 * 1024
 _ERROR_CAP = 1500
@@ -56,7 +56,8 @@ def decode_output(
             output = json.loads(output)
         except (ValueError, RecursionError):
             text = output if isinstance(output, str) else output.decode("utf-8", "replace")
-            raise OutputDecodeError(f"job output is not JSON: {redact(text[:200])!r}") from None
+            quoted = redact_then_cap(text, 200)
+            raise OutputDecodeError(f"job output is not JSON: {quoted!r}") from None
     if not isinstance(output, dict):
         raise OutputDecodeError(f"job output is a {type(output).__name__}, not an object")
     if _is_envelope(output):
@@ -114,10 +115,12 @@ def _decode_envelope(envelope: dict[str, Any], allow_pickle: bool, limit: int) -
 
 
 def _failure_message(error: Any, stdout: Any) -> str:
-    message = f"Remote execution failed: {safe_text(error)[:_ERROR_CAP]}"
+    """What the worker reported, masked then cut (the exception may be logged or shown)."""
+    message = f"Remote execution failed: {redact_then_cap(safe_text(error), _ERROR_CAP)}"
     if stdout:
-        message += "\n--- worker stdout tail ---\n" + safe_text(stdout)[-_STDOUT_TAIL:]
-    return redact(message) or message  # it quotes the worker: no secret in the exception
+        tail = redact_then_cap(safe_text(stdout), _STDOUT_TAIL, tail=True)
+        message += "\n--- worker stdout tail ---\n" + tail
+    return message
 
 
 def safe_text(value: Any) -> str:

@@ -2,7 +2,9 @@
 
 Each parser accepts whatever arrived (a dict, anything else, keys missing or of the wrong
 type) and returns plain values or raises `MalformedAnswer`; none of them lets a surprise
-escape as a crash. Every string from outside passes through `redact` and is capped.
+escape as a crash. Text goes out as it came (valid UTF-8): the event fields it fills are
+`Outside` text, which masks secrets and then caps, whoever builds the event. The strings
+inside a success's metrics are masked here, one by one, as they are no text field.
 """
 
 from __future__ import annotations
@@ -15,15 +17,12 @@ from flashfsm.adapters.flash_wire import decode_output, safe_text
 from flashfsm.errors import OutputDecodeError, TransientReadError
 from flashfsm.events.models import (
     ERROR_CAP,
-    MESSAGE_CAP,
     NAME_CAP,
-    STDOUT_CAP,
     JobCounts,
     WorkerCounts,
-    cap_text,
 )
 from flashfsm.fsm.rules import TERMINAL_STATUSES
-from flashfsm.redact import redact
+from flashfsm.redact import redact, redact_then_cap
 
 METRICS_CAP = 64 * 1024  # bytes of JSON kept for a success's metrics
 _JSON_INT_MAX = 2**53  # larger integers are not exact in every JSON reader
@@ -53,16 +52,16 @@ def status_fields(payload: Any, *, allow_pickle: bool = False) -> dict[str, Any]
         try:
             fields["metrics"] = json_safe(decode_output(output, allow_pickle=allow_pickle))
         except OutputDecodeError as exc:
-            fields["output_error"] = cap_text(redact(str(exc)), ERROR_CAP + STDOUT_CAP)
+            fields["output_error"] = safe_text(exc)
         return fields
     error = payload.get("error")
     if error is not None and error != "":
         text = safe_text(error) if isinstance(error, str) else _dumps(_plain(error, 0))
-        fields["error"] = cap_text(redact(text), ERROR_CAP)
+        fields["error"] = text
     if isinstance(output, dict) and output.get("stdout"):
-        fields["stdout_tail"] = cap_text(redact(safe_text(output["stdout"])), STDOUT_CAP, tail=True)
+        fields["stdout_tail"] = safe_text(output["stdout"])
     elif output is not None and "error" not in fields:
-        fields["output_text"] = cap_text(redact(_dumps(_plain(output, 0))), ERROR_CAP)
+        fields["output_text"] = _dumps(_plain(output, 0))
     return fields
 
 
@@ -93,7 +92,7 @@ def heartbeat_fields(payload: Any) -> dict[str, Any]:
     stage = payload.get("stage")
     return {
         "found": True,
-        "stage": redact(safe_text(stage))[:NAME_CAP] if stage is not None else None,
+        "stage": safe_text(stage) if stage is not None else None,
         "step": _integer(payload.get("step")),
         "ts": _finite(payload.get("ts")),
         "retriable": _flag(payload.get("retriable")),
@@ -101,12 +100,13 @@ def heartbeat_fields(payload: Any) -> dict[str, Any]:
 
 
 def error_fields(exc: BaseException) -> dict[str, Any]:
-    """`error_class`, `http_status` and a redacted, capped `message` for a failed call."""
+    """`error_class`, `http_status` and `message` for a failed call (the event masks and
+    caps the text)."""
     status = getattr(exc, "status_code", None)
     return {
-        "error_class": type(exc).__name__[:NAME_CAP],
+        "error_class": type(exc).__name__,
         "http_status": status if isinstance(status, int) and not isinstance(status, bool) else None,
-        "message": cap_text(redact(safe_text(exc)), MESSAGE_CAP) or "",
+        "message": safe_text(exc),
     }
 
 
@@ -124,7 +124,7 @@ def read_error_text(exc: BaseException) -> str | None:
     text = fields["error_class"] + ("" if code is None else f" HTTP {code}")
     if fields["message"]:
         text += f": {fields['message']}"
-    return cap_text(text, MESSAGE_CAP)
+    return text
 
 
 def json_safe(value: Any, *, cap: int = METRICS_CAP) -> dict[str, Any]:
@@ -153,11 +153,11 @@ def _plain(value: Any, depth: int) -> Any:
     if isinstance(value, str):
         return _text(value)
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _JSON_INT_MAX:
-        return _text(safe_text(value)[:200])
+        return redact_then_cap(safe_text(value), 200)
     if value is None or isinstance(value, (int, float, bool)):
         return value
     try:
-        return _text(repr(value)[:200])
+        return redact_then_cap(safe_text(repr(value)), 200)
     except (ValueError, RecursionError):
         return f"<unprintable {type(value).__name__}>"
 

@@ -47,7 +47,7 @@ import httpx
 
 from flashfsm.adapters.http11 import AsyncH11Transport
 from flashfsm.errors import RunpodApiError
-from flashfsm.redact import redact, register_secrets
+from flashfsm.redact import redact, redact_then_cap, register_secrets
 
 # Where the RunPod SDKs look (runpod/__init__.py, runpod/api/graphql.py and
 # runpod_flash/core/urls.py): the data plane, and the control-plane host that serves
@@ -359,13 +359,13 @@ def _error_detail(content: bytes) -> str:
     try:
         value = json.loads(text)
     except (ValueError, RecursionError):
-        return " ".join(text.split())[:_DETAIL_CAP]
+        return redact_then_cap(" ".join(text.split()), _DETAIL_CAP)
     if isinstance(value, dict):
         for key in ("detail", "error", "message", "title"):
             item = value.get(key)
             if isinstance(item, str) and item.strip():
-                return " ".join(item.split())[:_DETAIL_CAP]
-    return " ".join(json.dumps(value, default=str).split())[:_DETAIL_CAP]
+                return redact_then_cap(" ".join(item.split()), _DETAIL_CAP)
+    return redact_then_cap(" ".join(json.dumps(value, default=str).split()), _DETAIL_CAP)
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, TypeAdapter
 
 from flashfsm.events.failures import FailureKind
 from flashfsm.events.policy import GracePolicy
-from flashfsm.events.text import Outside, OutsideTail, redact_then_cap
+from flashfsm.events.text import Outside, OutsideTail
 
 ERROR_CAP = 1500  # a status's error string, as the reference kept it
 STDOUT_CAP = 2000  # the tail of the worker's stdout
@@ -39,12 +39,6 @@ Text = Annotated[str, Field(max_length=NAME_CAP)]
 #: to version 2 declares `Annotated[int, Field(strict=True, ge=2, le=2)]`.
 V1 = Annotated[int, Field(strict=True, ge=1, le=1)]
 V2 = Annotated[int, Field(strict=True, ge=2, le=2)]
-
-
-def cap_text(text: str | None, limit: int, *, tail: bool = False) -> str | None:
-    """Outside `text` masked, then cut to `limit` characters (its head, or its tail when
-    `tail`); None stays None. What an `Outside` field does, for text that is not a field."""
-    return None if text is None else redact_then_cap(text, limit, tail=tail)
 
 
 class EventBase(BaseModel):

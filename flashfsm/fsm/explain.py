@@ -16,7 +16,6 @@ concluded. Nothing here reads a clock: the live view takes `now`.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,13 +31,11 @@ from flashfsm.events.policy import GracePolicy
 from flashfsm.fsm.commands import Conclude, ReadHeartbeat, Verdict
 from flashfsm.fsm.findings import Finding, Measure, Point, first_line, secs, summarize
 from flashfsm.fsm.job import decide, evolve, skip_read
-from flashfsm.fsm.rules import RULE_NAMES, RULES_BY_NAME, TIMER_RULES, TIMERS
+from flashfsm.fsm.rules import PROGRESS_TIMER, RULE_NAMES, RULES_BY_NAME, TIMER_RULES, TIMERS
 from flashfsm.fsm.state import DEFAULT_POLICY, JobState
 
 #: The timers a timeline shows arming and clearing: those a rule declares a clear for.
-TIMELINE_TIMERS: tuple[tuple[str, str], ...] = tuple(
-    (spec.attr, spec.name) for spec in TIMERS if spec.clears
-)
+TIMELINE_TIMERS: tuple[str, ...] = tuple(spec.name for spec in TIMERS if spec.clears)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,18 +65,14 @@ def timeline(events: Iterable[Event]) -> list[TimelineRow]:
     rows: list[TimelineRow] = []
     start: float | None = None
     for event in events:
-        before = copy.copy(state)
+        before = state.copy()
         evolve(state, event)
         start = event.at if start is None else start
         armed = tuple(
-            name
-            for attr, name in TIMELINE_TIMERS
-            if getattr(before, attr) is None and getattr(state, attr) is not None
+            name for name in TIMELINE_TIMERS if name not in before.timers and name in state.timers
         )
         cleared = tuple(
-            name
-            for attr, name in TIMELINE_TIMERS
-            if getattr(before, attr) is not None and getattr(state, attr) is None
+            name for name in TIMELINE_TIMERS if name in before.timers and name not in state.timers
         )
         rows.append(
             TimelineRow(
@@ -92,10 +85,15 @@ def timeline(events: Iterable[Event]) -> list[TimelineRow]:
                 state_after=state.state,
                 armed=armed,
                 cleared=cleared,
-                progress=state.progress is not None and state.progress.seq == event.seq,
+                progress=_progress_seq(state) == event.seq,
             )
         )
     return rows
+
+
+def _progress_seq(s: JobState) -> int | None:
+    timer = PROGRESS_TIMER.of(s)
+    return None if timer is None else timer.seq
 
 
 # --- the decision point ------------------------------------------------------------------
@@ -109,10 +107,10 @@ def decision_point(events: Sequence[Event]) -> Point:
     state = JobState()
     steps: list[tuple[Event, JobState, JobState]] = []
     for event in events[:cut]:
-        before = copy.copy(state)
+        before = state.copy()
         evolve(state, event)
-        steps.append((event, before, copy.copy(state)))
-    decision = copy.copy(state)
+        steps.append((event, before, state.copy()))
+    decision = state.copy()
     if "heartbeat" in decision.pending:
         skip_read(decision)  # the shell drops a read that found nothing new, then decides
     start = events[0].at if events else 0.0
@@ -169,10 +167,10 @@ def running_timers(s: JobState, now: float) -> list[TimerView]:
         return []
     out: list[TimerView] = []
     for spec in TIMERS:
-        timer, limit = getattr(s, spec.attr), spec.limit(s)
+        timer, limit = spec.of(s), spec.limit(s)
         if timer is not None and limit is not None:
             name, value = limit
-            rule = TIMER_RULES[spec.attr].name
+            rule = TIMER_RULES[spec.name].name
             out.append(TimerView(rule, name, timer.since, now - timer.since, value))
     return sorted(out, key=lambda t: t.left)
 
@@ -412,7 +410,7 @@ def policy_with(base: GracePolicy, **overrides: Any) -> GracePolicy:
 
 def _decide_next(s: JobState, nxt: Event | None, now: float) -> Any:
     """`decide` at `now`, dropping regular heartbeat reads the log did not record."""
-    probe = copy.copy(s)
+    probe = s.copy()
     while True:
         command = decide(probe, now)
         if (

@@ -167,12 +167,12 @@ class Point:
         found = [e for e in self.statuses() if e.status in names]
         return found[-1] if found else None
 
-    def cleared(self, attr: str) -> Event | None:
-        """The last event that cleared the timer `attr` (None: it never cleared)."""
+    def cleared(self, timer: str) -> Event | None:
+        """The last event that cleared the timer named `timer` (None: it never cleared)."""
         found = [
             e
             for e, before, after in self.steps
-            if getattr(before, attr) is not None and getattr(after, attr) is None
+            if timer in before.timers and timer not in after.timers
         ]
         return found[-1] if found else None
 

@@ -28,7 +28,6 @@ resets `pending` anyway, so live and replayed states agree again at every event 
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -74,25 +73,19 @@ READ_COMMANDS: dict[str, Command] = {
 _DUE_EPSILON = 1e-9  # float slack when comparing a virtual clock with a computed due time
 
 # The rules' timer declarations, compiled per signal into what the fold applies: the mask
-# of the timers it clears, and the (field, bit) pairs it clears, restarts and arms. Each
-# timer has a bit in `JobState.running`, kept by `_signal` alone, so "does this signal
-# clear anything?" is one integer test. Signals are looked up once, here.
-_BIT: dict[str, int] = {spec.attr: 1 << n for n, spec in enumerate(rules.TIMERS)}
-_Pairs = tuple[tuple[str, int], ...]
-_Actions = tuple[int, _Pairs, _Pairs, _Pairs]
+# of the timers it clears, and the names it clears, restarts and arms. Each timer has a
+# bit in `JobState.running`, kept by `_signal` alone beside `JobState.timers`, so "does
+# this signal clear anything?" is one integer test. Signals are looked up once, here.
+_BIT: dict[str, int] = {spec.name: 1 << n for n, spec in enumerate(rules.TIMERS)}
+_Names = tuple[str, ...]
+_Actions = tuple[int, _Names, _Names, _Names]
 
 
 def _compile(signal: Signal) -> _Actions:
-    def pairs(attrs: list[str]) -> _Pairs:
-        return tuple((attr, _BIT[attr]) for attr in attrs)
-
-    clears = pairs([spec.attr for spec in rules.TIMERS if signal in spec.clears])
-    restarts = pairs([spec.attr for spec in rules.TIMERS if signal in spec.restarts])
-    arms = pairs([spec.attr for spec in rules.TIMERS if signal in spec.arms])
-    mask = 0
-    for _, bit in clears:
-        mask |= bit
-    return mask, clears, restarts, arms
+    clears = tuple(spec.name for spec in rules.TIMERS if signal in spec.clears)
+    restarts = tuple(spec.name for spec in rules.TIMERS if signal in spec.restarts)
+    arms = tuple(spec.name for spec in rules.TIMERS if signal in spec.arms)
+    return sum(_BIT[name] for name in clears), clears, restarts, arms
 
 
 _SUBMITTED = _compile(Signal.SUBMITTED)
@@ -109,7 +102,7 @@ _PROBE: dict[tuple[bool, bool], tuple[_Actions, _Actions]] = {
     for unhealthy in (False, True)
     for throttled in (False, True)
 }
-_SHIFTED: tuple[str, ...] = tuple(spec.attr for spec in rules.TIMERS if spec.shifts_on_gap)
+_SHIFTED: frozenset[str] = frozenset(spec.name for spec in rules.TIMERS if spec.shifts_on_gap)
 _LEFT_QUEUE_MASK = _LEFT_QUEUE[0]
 
 
@@ -164,19 +157,20 @@ def evolve(s: JobState, event: Event) -> JobState:
 def _signal(s: JobState, actions: _Actions, at: float, seq: int) -> None:
     """Apply a compiled signal: clear, restart and arm the timers that listen to it."""
     mask, clears, restarts, arms = actions
+    timers = s.timers
     if s.running & mask:
-        for attr, _ in clears:
-            setattr(s, attr, None)
+        for name in clears:
+            timers.pop(name, None)
         s.running &= ~mask
     if restarts or arms:
         timer = _new_timer(Timer, (at, seq))
-        for attr, bit in restarts:
-            setattr(s, attr, timer)
-            s.running |= bit
-        for attr, bit in arms:
-            if not s.running & bit:
-                setattr(s, attr, timer)
-                s.running |= bit
+        for name in restarts:
+            timers[name] = timer
+            s.running |= _BIT[name]
+        for name in arms:
+            if name not in timers:
+                timers[name] = timer
+                s.running |= _BIT[name]
 
 
 def _trigger(s: JobState, trigger: str) -> None:
@@ -213,10 +207,9 @@ def _on_watch(s: JobState, e: WatchStarted) -> None:
 def _shift_timers(s: JobState, gap: float) -> None:
     """D2: move every timer that declares it forward by the blind gap (and the probe pace)."""
     s.gaps += gap
-    for attr in _SHIFTED:
-        timer = getattr(s, attr)
-        if timer is not None:
-            setattr(s, attr, timer.shifted(gap))
+    timers = s.timers
+    for name in _SHIFTED.intersection(timers):
+        timers[name] = timers[name].shifted(gap)
     if s.last_probe_at is not None:
         s.last_probe_at += gap
 
@@ -539,7 +532,7 @@ def verify(events: Iterable[Event]) -> VerifyReport:
 
 def _check_next(s: JobState, event: Event) -> Disagreement | None:
     """Does `event` follow from what the rules decide about `s` at `event.at`?"""
-    probe = copy.copy(s)  # a scratch copy keeps `s` untouched by skip_read
+    probe = s.copy()  # a scratch copy keeps `s` untouched by skip_read
     while True:
         command = decide(probe, event.at)
         if (

@@ -174,19 +174,22 @@ TimerLimit = Callable[[JobState], tuple[str, float] | None]
 
 @dataclass(frozen=True, slots=True)
 class TimerSpec:
-    """A rule's timer: the `JobState` field holding it and the signals that move it.
+    """A rule's timer: its name (its key in `JobState.timers`) and the signals that move it.
 
     `arms` start it when it is not running, `restarts` start it anew either way, `clears`
     stop it. A blind gap shifts it forward (D2) unless `shifts_on_gap` is False.
     """
 
-    attr: str
     name: str
     limit: TimerLimit
     arms: tuple[Signal, ...] = ()
     restarts: tuple[Signal, ...] = ()
     clears: tuple[Signal, ...] = ()
     shifts_on_gap: bool = True
+
+    def of(self, s: JobState) -> Timer | None:
+        """This timer in `s`, when it runs."""
+        return s.timers.get(self.name)
 
 
 def _queue_limit(s: JobState) -> tuple[str, float]:
@@ -222,11 +225,8 @@ def _deadline_limit(s: JobState) -> tuple[str, float] | None:
     return None if deadline is None else ("client deadline", deadline)
 
 
-QUEUE_TIMER = TimerSpec(
-    "queued", "queue", _queue_limit, arms=(Signal.QUEUED,), clears=(Signal.LEFT_QUEUE,)
-)
+QUEUE_TIMER = TimerSpec("queue", _queue_limit, arms=(Signal.QUEUED,), clears=(Signal.LEFT_QUEUE,))
 THROTTLED_TIMER = TimerSpec(
-    "throttled",
     "throttled",
     _throttled_limit,
     arms=(Signal.PROBE_THROTTLED,),
@@ -234,19 +234,16 @@ THROTTLED_TIMER = TimerSpec(
 )
 UNHEALTHY_TIMER = TimerSpec(
     "unhealthy",
-    "unhealthy",
     _unhealthy_limit,
     arms=(Signal.PROBE_UNHEALTHY,),
     clears=(Signal.PROBE_NOT_UNHEALTHY, Signal.LEFT_QUEUE),  # LEFT_QUEUE: D1
 )
 PROGRESS_TIMER = TimerSpec(
     "progress",
-    "progress",
     _progress_limit,
     restarts=(Signal.WATCH_STARTED, Signal.STATUS_CHANGED, Signal.NEW_HEARTBEAT),
 )
 DEADLINE_TIMER = TimerSpec(
-    "deadline",
     "deadline",
     _deadline_limit,
     arms=(Signal.WATCH_STARTED,),
@@ -290,7 +287,7 @@ def _measure(s: JobState, timer: Timer | None, at: float, quantity: str, spec: T
 
 
 def _check_client_deadline(s: JobState, now: float) -> Finding | None:
-    deadline, anchor = s.policy.deadline_s, s.deadline
+    deadline, anchor = s.policy.deadline_s, s.timers.get("deadline")
     if deadline is None or anchor is None or now - anchor.since <= deadline:
         return None
     elapsed = now - anchor.since
@@ -308,9 +305,10 @@ def _explain_client_deadline(p: Point) -> Finding:
     s = p.state
     if s.policy.deadline_s is None:
         return Finding(False, facts=("no client deadline was set (deadline_s unset)",))
-    if s.deadline is None:
+    anchor = DEADLINE_TIMER.of(s)
+    if anchor is None:
         return Finding(False, facts=("nothing to count a deadline from: no submission, no watch",))
-    m = _measure(s, s.deadline, p.at, "time since submission", DEADLINE_TIMER)
+    m = _measure(s, anchor, p.at, "time since submission", DEADLINE_TIMER)
     assert m is not None
     return Finding(m.fired, (m,))
 
@@ -649,7 +647,7 @@ WORKER_FAILED = Rule(
 
 
 def _check_queue_grace(s: JobState, now: float) -> Finding | None:
-    since, st = s.queued, s.status
+    since, st = s.timers.get("queue"), s.status
     if since is None or s.cycle != "status" or st is None or st.status != QUEUED_STATUS:
         return None
     waited, grace = st.at - since.since, s.policy.queue_grace_s
@@ -666,7 +664,7 @@ def _check_queue_grace(s: JobState, now: float) -> Finding | None:
 
 
 def _queued_wait(event: Event, after: JobState) -> float | None:
-    queued = after.queued
+    queued = QUEUE_TIMER.of(after)
     if isinstance(event, StatusObserved) and event.status == QUEUED_STATUS and queued is not None:
         return event.at - queued.since
     return None
@@ -679,13 +677,13 @@ def _explain_queue_grace(p: Point) -> Finding:
     if longest is None:
         return Finding(False, facts=("the job was never IN_QUEUE",))
     fired = _check_queue_grace(s, p.at)
-    st = s.status
-    if st is not None and st.status == QUEUED_STATUS and s.queued is not None:
-        m = Measure("IN_QUEUE", st.at - s.queued.since, "queue grace", grace, fired is not None)
+    st, queued = s.status, QUEUE_TIMER.of(s)
+    if st is not None and st.status == QUEUED_STATUS and queued is not None:
+        m = Measure("IN_QUEUE", st.at - queued.since, "queue grace", grace, fired is not None)
         facts = ("the last status fetch failed: the queue grace waits for a good one",)
         return Finding(fired is not None, (m,), facts if s.cycle == "error" else ())
     facts: tuple[str, ...] = ()
-    left = p.cleared(QUEUE_TIMER.attr)
+    left = p.cleared(QUEUE_TIMER.name)
     if left is not None:
         status = f", status {left.status}" if isinstance(left, StatusObserved) else ""
         facts = (f"the job left IN_QUEUE at {p.t(left.at)} (seq {left.seq}{status})",)
@@ -711,7 +709,7 @@ QUEUE_GRACE = Rule(
 
 def _stuck_worker(s: JobState, spec: TimerSpec, quantity: str) -> tuple[Measure, Timer] | None:
     """The stuck-worker reading at this poll's probe (None: no probe, or no such worker)."""
-    h, since = s.health, getattr(s, spec.attr)
+    h, since = s.health, spec.of(s)
     if h is None or since is None:
         return None
     m = _measure(s, since, h.at, quantity, spec)
@@ -719,7 +717,7 @@ def _stuck_worker(s: JobState, spec: TimerSpec, quantity: str) -> tuple[Measure,
 
 
 def _check_unhealthy_worker(s: JobState, now: float) -> Finding | None:
-    if s.unhealthy is None or s.health is None:
+    if s.health is None or "unhealthy" not in s.timers:
         return None
     reading = _stuck_worker(s, UNHEALTHY_TIMER, "worker unhealthy for")
     if reading is None or not reading[0].fired:
@@ -737,7 +735,7 @@ def _check_unhealthy_worker(s: JobState, now: float) -> Finding | None:
 
 
 def _check_throttled_worker(s: JobState, now: float) -> Finding | None:
-    if s.throttled is None or s.health is None:
+    if s.health is None or "throttled" not in s.timers:
         return None
     reading = _stuck_worker(s, THROTTLED_TIMER, "worker THROTTLED for")
     if reading is None or not reading[0].fired:
@@ -764,7 +762,7 @@ def _explain_stuck_worker(p: Point, spec: TimerSpec, quantity: str, check: Check
         for e, _, after in p.steps
         if isinstance(e, HealthObserved)
         and worker_condition(e)[1 if throttled else 0]
-        and (since := getattr(after, spec.attr)) is not None
+        and (since := spec.of(after)) is not None
     ]
     if not stuck:
         probes = [e for e, _, _ in p.steps if isinstance(e, HealthObserved)]
@@ -781,14 +779,14 @@ def _explain_stuck_worker(p: Point, spec: TimerSpec, quantity: str, check: Check
     limit = spec.limit(s)
     assert limit is not None
     name, grace = limit
-    since = getattr(s, spec.attr)
+    since = spec.of(s)
     if since is not None:
         last = stuck[-1][0]
         note = "" if held else f"at the last probe, {p.t(last.at)}"
         m = Measure(quantity, last.at - since.since, name, grace, held, note=note)
         return Finding(held, (m,))
     facts: tuple[str, ...] = ()
-    cleared = p.cleared(spec.attr)
+    cleared = p.cleared(spec.name)
     if cleared is not None:
         facts = (
             f"the {word} timer cleared at {p.t(cleared.at)} "
@@ -839,7 +837,7 @@ THROTTLED_WORKER = Rule(
 
 
 def _check_stall(s: JobState, now: float) -> Finding | None:
-    st, progress = s.status, s.progress
+    st, progress = s.status, s.timers.get("progress")
     if s.cycle != "status" or st is None or st.status in TERMINAL_STATUSES or s.pending:
         return None
     if progress is None or s.last_at is None:
@@ -865,24 +863,26 @@ def _judged_idle(p: Point, index: int) -> tuple[float, float, str, str] | None:
     status = after.status
     if after.cycle != "status" or status is None or status.status in TERMINAL_STATUSES:
         return None
-    if after.progress is None or after.last_at is None or set(after.pending) - {"heartbeat"}:
+    progress = PROGRESS_TIMER.of(after)
+    if progress is None or after.last_at is None or set(after.pending) - {"heartbeat"}:
         return None
     nxt = p.steps[index + 1][0] if index + 1 < len(p.steps) else None
     if "heartbeat" in after.pending and isinstance(nxt, HeartbeatObserved) and not nxt.forced:
         return None  # judged after that read
     limit, phase, name = stall_limit_name(after)
-    return after.last_at - after.progress.since, limit, phase, name
+    return after.last_at - progress.since, limit, phase, name
 
 
 def _explain_stall(p: Point) -> Finding:
     s = p.state
-    if s.progress is None or s.last_at is None:
+    progress = PROGRESS_TIMER.of(s)
+    if progress is None or s.last_at is None:
         return Finding(False, facts=("no watch started: nothing measured progress",))
     held = _check_stall(s, p.at) is not None
     st = s.status
     if st is not None and st.status not in TERMINAL_STATUSES:
         limit, phase, name = stall_limit_name(s)
-        m = Measure("no progress for", s.last_at - s.progress.since, name, limit, held, note=phase)
+        m = Measure("no progress for", s.last_at - progress.since, name, limit, held, note=phase)
         facts = ("the last status fetch failed: the stall rule waits for a good one",)
         return Finding(held, (m,), facts if s.cycle == "error" else ())
     # The job ended (or never answered): the longest stretch at any point the rule judged.
@@ -944,7 +944,7 @@ TIMERS: tuple[TimerSpec, ...] = (
     DEADLINE_TIMER,
 )
 #: The rule each timer belongs to.
-TIMER_RULES: dict[str, Rule] = {r.timer.attr: r for r in RULES if r.timer is not None}
+TIMER_RULES: dict[str, Rule] = {r.timer.name: r for r in RULES if r.timer is not None}
 #: The steps of the reference that keep the poll going without ending it (the docs' table).
 BOOKKEEPING: tuple[tuple[str, str], ...] = (
     (

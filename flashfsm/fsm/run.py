@@ -40,7 +40,7 @@ from flashfsm.events.models import (
     Event,
     RunStarted,
 )
-from flashfsm.fsm.machine import build_machine, fire
+from flashfsm.fsm.machine import IllegalTransition, build_machine, fire
 
 #: Failure kinds that are the infrastructure's fault: worth another attempt.
 RETRIABLE_FAILURES = frozenset(
@@ -170,7 +170,10 @@ def evolve_run(s: RunState, event: Event) -> RunState:
         raise CorruptLogError(
             "replay", event.stream, f"{event.kind} is not a run event", seq=event.seq
         )
-    apply(s, event)
+    try:
+        apply(s, event)
+    except IllegalTransition as exc:  # a step the run machine refuses: the log is corrupt
+        raise CorruptLogError("replay", event.stream, str(exc), seq=event.seq) from None
     s.stream, s.next_seq, s.last_at = event.stream, event.seq + 1, event.at
     return s
 

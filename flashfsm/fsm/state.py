@@ -1,15 +1,18 @@
 """What the rules know about one job: `JobState`, rebuilt from its events by the fold.
 
 A timer is a value, `Timer(since, seq)`: when it started (seconds on the recorded clock)
-and the seq of the event that started it, which a verdict quotes as evidence. The rules
-declare which observations arm, restart and clear each timer (`flashfsm.fsm.rules`); the
-fold (`flashfsm.fsm.job.evolve`) applies those declarations and keeps the bookkeeping of
-the poll itself (which reads are still due, when the next fetch is).
+and the seq of the event that started it, which a verdict quotes as evidence. A state
+holds its running timers by name (`JobState.timers`), so a rule that declares a new timer
+needs no new field here. The rules declare which observations arm, restart and clear each
+timer (`flashfsm.fsm.rules`); the fold (`flashfsm.fsm.job.evolve`) applies those
+declarations and keeps the bookkeeping of the poll itself (which reads are still due,
+when the next fetch is).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import copy
+from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
 from flashfsm.events.models import (
@@ -67,13 +70,10 @@ class JobState:
     failure_text: str | None = None
     failure_seq: int | None = None
     error_seqs: tuple[int, ...] = ()  # the current run of consecutive status errors
-    # the rules' timers (see `flashfsm.fsm.rules.TIMERS`)
-    progress: Timer | None = None  # the last progress: the stall rule's timer
-    queued: Timer | None = None
-    throttled: Timer | None = None
-    unhealthy: Timer | None = None
-    deadline: Timer | None = None  # what the client deadline counts from
-    running: int = 0  # a bit per running timer: the fold's fast test, kept by it alone
+    # the rules' running timers by name (see `flashfsm.fsm.rules.TIMERS`), and a bit per
+    # running timer (the fold's fast test; only the fold's `_signal` changes either)
+    timers: dict[str, Timer] = field(default_factory=dict)
+    running: int = 0
     # pacing of the reads
     last_status: str | None = None
     last_probe_at: float | None = None
@@ -105,6 +105,12 @@ class JobState:
     def has_heartbeat_reader(self) -> bool:
         """True when the current watch reads the worker's heartbeat."""
         return self.watch is not None and self.watch.has_heartbeat_reader
+
+    def copy(self) -> JobState:
+        """An independent copy: what `evolve` does to this state no longer changes it."""
+        twin = copy.copy(self)
+        twin.timers = dict(self.timers)
+        return twin
 
     def snapshot(self) -> dict[str, Any]:
         """Every field as a dict (what the replay-equals-live properties compare)."""

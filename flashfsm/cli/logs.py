@@ -1,0 +1,712 @@
+"""The commands that read logs: replay, explain, why-not, whatif, timeline, watch.
+
+Each reads any stream the library writes, by its kind (`flashfsm.views.stream_kind`):
+
+- a job's log is what these commands are about: its timeline, its verdict and its rules;
+- a run's stream is shown as the run (its attempts, phase and result) where a command
+  shows a whole log (`replay`, `timeline`, `watch`), and stands for its last attempt's job
+  stream where a command reads one job (`explain`, `why-not`, `whatif`); a run that has no
+  job yet is explained as the run;
+- a sweeper's stream is shown as its idle timers: what started, cleared and was reaped,
+  and what is still running. It has no verdict (exit 0), and job rules do not apply to it
+  (`why-not` and `whatif` exit 1 saying so).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from flashfsm import render
+from flashfsm.cli.common import (
+    EXIT_DISAGREES,
+    JsonOption,
+    Source,
+    SourceArgument,
+    StoreOption,
+    UsageErrors,
+    attempt_json,
+    console,
+    emit_json,
+    exit_for,
+    fail,
+    job_source,
+    measure_json,
+    open_source,
+    open_store_or_fail,
+    period_json,
+    period_text,
+    print_run,
+    print_run_view,
+    print_timeline,
+    print_view,
+    result_json,
+    row_json,
+    run_exit,
+    run_view_json,
+    store_url,
+    styled,
+    sweeper_row_json,
+    sweeper_row_text,
+    sweeper_state,
+    timer_json,
+    verdict_json,
+    view_json,
+)
+from flashfsm.events.models import Event
+from flashfsm.events.policy import GracePolicy
+from flashfsm.fsm import explain as ex
+from flashfsm.fsm.explain import timeline
+from flashfsm.fsm.job import VerifyReport, replay, verify
+from flashfsm.fsm.rules import RULE_NAMES
+from flashfsm.fsm.run import RunState, replay_run
+from flashfsm.render import duration_text
+from flashfsm.views import (
+    RunView,
+    SweeperView,
+    last_job_stream,
+    run_label,
+    run_view,
+    stream_kind,
+    sweeper_view,
+)
+
+SWEEPER_VERIFY = (
+    "the sweeper's stream folds cleanly; its deletes rest on health readings it does not "
+    "record, so there is nothing to re-decide"
+)
+
+# --- replay -------------------------------------------------------------------------------
+
+
+def replay_command(
+    source: SourceArgument,
+    store: StoreOption = None,
+    verify_: Annotated[
+        bool, typer.Option("--verify", help="Re-decide the log with today's rules.")
+    ] = False,
+    full: Annotated[bool, typer.Option("--full", help="Show every event.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Replay a log: a job's timeline, timers and verdict; a run's attempts, result and last
+    job; a sweeper's idle timers (exit code by failure kind)."""
+    src = open_source(source, store)
+    kind = stream_kind(src.events)
+    if kind == "run":
+        raise typer.Exit(_replay_run(src, verify_=verify_, full=full, as_json=as_json))
+    if kind == "sweeper":
+        raise typer.Exit(_replay_sweeper(src, verify_=verify_, as_json=as_json))
+    stream, events = src.name, src.events
+    with UsageErrors():
+        state = replay(events)
+        report = verify(events) if verify_ else None
+    if as_json:
+        out: dict[str, Any] = {
+            "stream": stream,
+            "events": len(events),
+            "state": state.state,
+            "timeline": [row_json(r) for r in timeline(events)],
+            "verdict": verdict_json(state.verdict),
+        }
+        if report is not None:
+            out["verify"] = _verify_json(report)
+        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+    else:
+        print_timeline(stream, events, full=full)
+        if report is not None:
+            colour = "green" if report.ok else "red"
+            console.print(styled("  verify: ", (str(report), colour)))
+    if report is not None and not report.ok:
+        raise typer.Exit(EXIT_DISAGREES)
+    raise typer.Exit(exit_for(state.verdict))
+
+
+def _verify_json(report: VerifyReport) -> dict[str, Any]:
+    d = report.first_disagreement
+    return {
+        "ok": report.ok,
+        "seq": None if d is None else d.seq,
+        "reason": None if d is None else d.reason,
+        "text": str(report),
+    }
+
+
+def _replay_run(src: Source, *, verify_: bool, full: bool, as_json: bool) -> int:
+    """A run: its attempts and result, then its last attempt's job timeline."""
+    with UsageErrors():
+        run = replay_run(src.events)
+        job_stream = last_job_stream(run)
+        job_events = src.load(job_stream) if job_stream is not None else []
+        job_state = replay(job_events) if job_events else None
+        reports: list[tuple[int, str, VerifyReport]] = []
+        if verify_:
+            for a in run.attempts:
+                events = src.load(a.job_stream) if a.job_stream else []
+                if a.job_stream and events:
+                    reports.append((a.started.attempt, a.job_stream, verify(events)))
+    if as_json:
+        out: dict[str, Any] = {
+            "stream": src.name,
+            "kind": "run",
+            "events": len(src.events),
+            "state": run_label(run),
+            "phase": run.state,
+            "attempts": [attempt_json(a, run) for a in run.attempts],
+            "cancel_requested": run.cancel_requested,
+            "result": result_json(run.result),
+            "job": None
+            if job_state is None
+            else {
+                "stream": job_stream,
+                "events": len(job_events),
+                "state": job_state.state,
+                "timeline": [row_json(r) for r in timeline(job_events)],
+                "verdict": verdict_json(job_state.verdict),
+            },
+        }
+        if verify_:
+            out["verify"] = {
+                "ok": all(r.ok for _, _, r in reports),
+                "streams": [{"attempt": n, "stream": s, **_verify_json(r)} for n, s, r in reports],
+            }
+        emit_json(out)
+    else:
+        print_run(src.name, run)
+        if job_stream is not None and job_events:
+            console.print(f"run {src.name}: its last attempt's job stream is {job_stream}")
+            print_timeline(job_stream, job_events, full=full)
+        elif job_stream is not None:
+            console.print(f"  (job stream {job_stream} is empty or missing in {src.where})")
+        for n, stream, report in reports:
+            colour = "green" if report.ok else "red"
+            console.print(styled(f"  verify attempt {n} ({stream}): ", (str(report), colour)))
+        if verify_ and not reports:
+            console.print("  verify: no attempt has a job log to re-decide")
+    if any(not r.ok for _, _, r in reports):
+        return EXIT_DISAGREES
+    return run_exit(run.result)
+
+
+def _replay_sweeper(src: Source, *, verify_: bool, as_json: bool) -> int:
+    """A sweeper: each timer event with the idle time it ended, then the timers running."""
+    with UsageErrors():
+        view = sweeper_view(src.events)
+    if as_json:
+        out: dict[str, Any] = {
+            "stream": src.name,
+            "kind": "sweeper",
+            "events": view.events,
+            "state": sweeper_state(view),
+            "summary": view.summary,
+            "timeline": [sweeper_row_json(r) for r in view.rows],
+            "timers": [period_json(p, view) for p in view.timers],
+            "reaped": [period_json(p, view) for p in view.reaped],
+            "cleared": [period_json(p, view) for p in view.cleared],
+            "verdict": None,
+        }
+        if verify_:
+            out["verify"] = {"ok": True, "seq": None, "reason": None, "text": SWEEPER_VERIFY}
+        emit_json(out)
+        return 0
+    title = f"{src.name}: {view.events} events (sweeper: {view.summary})"
+    table = Table(title=title, title_justify="left", expand=False)
+    table.add_column("t+s", justify="right")
+    table.add_column("seq", justify="right")
+    table.add_column("event")
+    table.add_column("idle", justify="right")
+    table.add_column("timers", justify="right")
+    for row in view.rows:
+        idle = "" if row.idle_s is None else duration_text(row.idle_s)
+        table.add_row(
+            f"{row.offset:.0f}", str(row.seq), sweeper_row_text(row), idle, str(row.running)
+        )
+    console.print(table)
+    _print_timers(view)
+    if verify_:
+        console.print(styled("  verify: ", (SWEEPER_VERIFY, "green")))
+    return 0
+
+
+def _print_timers(view: SweeperView, prefix: str = "  ") -> None:
+    if not view.timers:
+        console.print(f"{prefix}no idle timer running")
+    for p in view.timers:
+        console.print(f"{prefix}{period_text(p, view)}", soft_wrap=True)
+
+
+# --- explain, why-not, whatif -------------------------------------------------------------
+
+
+def explain_command(
+    source: SourceArgument,
+    store: StoreOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Why the verdict fired: the rule, its why, its evidence and the numbers behind it
+    (a run: its last job's; a sweeper: what it reaped and what it is timing)."""
+    src = open_source(source, store)
+    kind = stream_kind(src.events)
+    if kind == "sweeper":
+        raise typer.Exit(_explain_sweeper(src, as_json=as_json))
+    if kind == "run":
+        with UsageErrors():
+            run = replay_run(src.events)
+        if last_job_stream(run) is None:
+            raise typer.Exit(_explain_run_without_job(src, run, as_json=as_json))
+    stream, events = job_source(src, quiet=as_json)
+    with UsageErrors():
+        e = ex.explain(events)
+    if as_json:
+        emit_json(
+            {
+                "stream": stream,
+                "state": e.state,
+                "verdict": verdict_json(e.verdict),
+                "rule": e.rule,
+                "step": e.step,
+                "why": e.why,
+                "at": e.at,
+                "offset_s": e.offset,
+                "evidence": [
+                    {
+                        "seq": i.seq,
+                        "at": i.at,
+                        "offset_s": i.offset,
+                        "kind": i.kind,
+                        "summary": i.summary,
+                    }
+                    for i in e.evidence
+                ],
+                "numbers": [measure_json(m) for m in e.measures],
+                "facts": list(e.facts),
+                "timers": [timer_json(t) for t in e.timers],
+            }
+        )
+        raise typer.Exit(exit_for(e.verdict))
+    if e.verdict is None:
+        console.print(styled(f"{stream}: ", (e.facts[0], "yellow")))
+        for t in e.timers:
+            console.print(f"  timer {t.text}")
+        raise typer.Exit(exit_for(None))
+    v = e.verdict
+    colour = "green" if v.ok else "red"
+    kind_ = "success" if v.ok else v.failure
+    console.print(
+        styled(
+            f"{stream}: ",
+            (v.state, f"bold {colour}"),
+            f" ({kind_}) at t+{ex.secs(e.offset)} s by rule ",
+            (e.rule or "?", "bold"),
+            f" (step {e.step or '?'})",
+        ),
+        soft_wrap=True,
+    )
+    console.print(f"  why: {e.why}", soft_wrap=True)
+    for line in [*e.numbers, *e.facts]:
+        console.print(f"  because: {line}", soft_wrap=True)
+    for item in e.evidence:
+        console.print(
+            f"  evidence: seq {item.seq} at t+{ex.secs(item.offset)} s: {item.summary}",
+            soft_wrap=True,
+        )
+    first = v.detail.splitlines()[0] if v.detail else ""
+    console.print(f"  detail: {first}", soft_wrap=True)
+    raise typer.Exit(exit_for(v))
+
+
+def _explain_run_without_job(src: Source, run: RunState, *, as_json: bool) -> int:
+    """A run none of whose attempts queued a job: the run is all there is to explain."""
+    if as_json:
+        emit_json(
+            {
+                "stream": src.name,
+                "kind": "run",
+                "state": run_label(run),
+                "job_stream": None,
+                "attempts": [attempt_json(a, run) for a in run.attempts],
+                "result": result_json(run.result),
+            }
+        )
+    else:
+        print_run(src.name, run)
+        console.print("  no attempt queued a job: there is no job verdict to explain")
+    return run_exit(run.result)
+
+
+def _explain_sweeper(src: Source, *, as_json: bool) -> int:
+    """What a sweeper did: the endpoints it reaped, the timers it cleared and those running."""
+    with UsageErrors():
+        view = sweeper_view(src.events)
+    if as_json:
+        emit_json(
+            {
+                "stream": src.name,
+                "kind": "sweeper",
+                "state": sweeper_state(view),
+                "summary": view.summary,
+                "at": view.last_at,
+                "offset_s": view.last_at - view.start,
+                "reaped": [period_json(p, view) for p in view.reaped],
+                "cleared": [period_json(p, view) for p in view.cleared],
+                "timers": [period_json(p, view) for p in view.timers],
+            }
+        )
+        return 0
+    last = f"t+{ex.secs(view.last_at - view.start)} s"
+    console.print(f"{src.name}: sweeper: {view.summary} (last sweep at {last})", soft_wrap=True)
+    for p in view.reaped:
+        console.print(f"  {period_text(p, view)}", soft_wrap=True)
+    for p in view.cleared:
+        console.print(f"  {period_text(p, view)}", soft_wrap=True)
+    for p in view.timers:
+        console.print(f"  {period_text(p, view)}", soft_wrap=True)
+    return 0
+
+
+def why_not_command(
+    source: SourceArgument,
+    rule: Annotated[str, typer.Argument(help=f"One of: {', '.join(RULE_NAMES)}.")],
+    store: StoreOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Why RULE did not fire at the verdict (or by the end of the log), with its numbers."""
+    if rule not in RULE_NAMES:
+        raise fail(f"unknown rule {rule!r}; the rules are: {', '.join(RULE_NAMES)}")
+    src = open_source(source, store)
+    stream, events = job_source(src, quiet=as_json)
+    with UsageErrors():
+        w = ex.why_not_report(events, rule)
+    if as_json:
+        emit_json(
+            {
+                "stream": stream,
+                "rule": w.rule,
+                "fired": w.fired,
+                "held": w.held,
+                "verdict_rule": w.verdict_rule,
+                "at": w.at,
+                "offset_s": w.offset,
+                "numbers": [measure_json(m) for m in w.measures],
+                "facts": list(w.facts),
+                "text": w.text,
+            }
+        )
+        return
+    console.print(f"{stream}: {w.text}", soft_wrap=True)
+
+
+def parse_settings(settings: list[str]) -> dict[str, Any]:
+    """`--set name=value` pairs as policy overrides; names are checked against GracePolicy."""
+    known = list(GracePolicy.model_fields)
+    out: dict[str, Any] = {}
+    for item in settings:
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise fail(f"--set {item!r}: write NAME=VALUE, e.g. --set queue_grace_s=600")
+        if name not in known:
+            raise fail(f"--set {name}: unknown policy field; GracePolicy has: {', '.join(known)}")
+        value = value.strip()
+        out[name] = None if value.lower() in ("none", "null", "") else value
+    return out
+
+
+def whatif_command(
+    source: SourceArgument,
+    settings: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="A policy override NAME=VALUE (repeatable)."),
+    ] = None,
+    store: StoreOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Replay the recorded observations under another policy; report the first difference."""
+    overrides = parse_settings(settings or [])
+    src = open_source(source, store)
+    stream, events = job_source(src, quiet=as_json)
+    with UsageErrors():
+        w = ex.what_if(events, **overrides)
+    if as_json:
+        v = w.verdict
+        emit_json(
+            {
+                "stream": stream,
+                "overrides": {k: getattr(w.policy, k) for k in overrides},
+                "policy": w.policy.model_dump(),
+                "recorded_policy": w.recorded_policy.model_dump(),
+                "outcome": w.outcome,
+                "recorded": verdict_json(w.recorded),
+                "verdict": None
+                if v is None
+                else {
+                    "state": v.state.value,
+                    "ok": v.ok,
+                    "failure": v.failure,
+                    "rule": v.rule,
+                    "detail": v.detail,
+                    "evidence": list(v.evidence),
+                },
+                "at": w.at,
+                "offset_s": w.offset,
+                "after_seq": w.after_seq,
+                "instead_of_seq": w.instead_of_seq,
+                "end_at": w.end_at,
+                "end_offset_s": w.end_offset,
+                "timers": [timer_json(t) for t in w.timers],
+                "text": w.text,
+            }
+        )
+        return
+    colour = {"earlier": "yellow", "different": "yellow", "same": "green"}.get(w.outcome, "cyan")
+    console.print(styled(f"{stream}: ", (w.outcome, colour)), soft_wrap=True)
+    console.print(f"  {w.text}", soft_wrap=True)
+
+
+# --- the picture --------------------------------------------------------------------------
+
+
+def timeline_command(
+    source: Annotated[str, typer.Argument(help="A job, run or sweeper stream, or a .jsonl file.")],
+    out: Annotated[Path, typer.Option("--out", help="FILE.svg or FILE.html to write.")],
+    store: StoreOption = None,
+    title: Annotated[str | None, typer.Option(help="The picture's title.")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Draw a run (attempts as lanes), a job log, or a sweeper's idle timers (endpoints as
+    lanes) as a self-contained SVG or HTML file."""
+    suffix = out.suffix.lower()
+    if suffix not in (".svg", ".html", ".htm"):
+        raise fail(f"--out {out}: the file must end in .svg or .html")
+    src = open_source(source, store)
+    kind = stream_kind(src.events)
+    with UsageErrors():
+        pic = render.picture(src.events, src.load, title=title)
+        document = render.svg(pic) if suffix == ".svg" else render.html(pic)
+        summary = sweeper_view(src.events).summary if kind == "sweeper" else None
+    try:
+        out.write_text(document, encoding="utf-8")
+    except OSError as exc:
+        raise fail(f"cannot write {out}: {exc}") from None
+    if as_json:
+        emit_json(
+            {
+                "out": str(out),
+                "format": "svg" if suffix == ".svg" else "html",
+                "title": pic.title,
+                "verdict": pic.verdict,
+                "ok": pic.ok,
+                "duration_s": pic.duration,
+                "lanes": [
+                    {
+                        "key": lane.key,
+                        "title": lane.title,
+                        "subtitle": lane.subtitle,
+                        "stream": lane.stream,
+                        "verdict": lane.verdict,
+                        "rule": lane.rule,
+                        "ok": lane.ok,
+                        "spans": [
+                            {"state": sp.state, "start_s": sp.start, "end_s": sp.end}
+                            for sp in lane.spans
+                        ],
+                        "marks": [
+                            {"at_s": m.at, "kind": m.kind, "label": m.label} for m in lane.marks
+                        ],
+                    }
+                    for lane in pic.lanes
+                ],
+            }
+        )
+        return
+    verdict = summary or pic.verdict or "no verdict yet"
+    console.print(f"wrote {out}: {len(pic.lanes)} lane(s), {verdict}")
+
+
+# --- the live view ------------------------------------------------------------------------
+
+
+def watch_command(
+    stream: Annotated[str, typer.Argument(help="A job, run or sweeper stream of the store.")],
+    store: StoreOption = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", help="Keep printing as events land, until a verdict.")
+    ] = False,
+    read_only: Annotated[
+        bool,
+        typer.Option(
+            "--read-only",
+            help="Only read the log: never write to it or call RunPod (what watch does today).",
+        ),
+    ] = False,
+    as_json: JsonOption = False,
+    now: Annotated[
+        float | None, typer.Option(help="The time to view the log at (default: now).")
+    ] = None,
+    poll_s: Annotated[float, typer.Option(help="How often --follow looks for events.")] = 0.5,
+) -> None:
+    """A live view of a job or run (state, time in state, time left on the next timer), or
+    of a sweeper (its idle timers running)."""
+    url = store_url(store)
+    clock: Callable[[], float] = (lambda: now) if now is not None else time.time  # type: ignore[assignment]
+    opened = open_store_or_fail(url)
+    try:
+        with UsageErrors():
+            events = opened.read(stream)
+        if not events:
+            raise fail(f"stream {stream!r} is empty or missing in {url}")
+        watch = {"run": _watch_run, "sweeper": _watch_sweeper}.get(stream_kind(events), _watch_job)
+        code = watch(opened, stream, events, clock, follow, as_json, poll_s)
+    finally:
+        opened.close()
+    raise typer.Exit(code)
+
+
+def _watch_job(
+    opened: Any,
+    stream: str,
+    events: list[Event],
+    clock: Callable[[], float],
+    follow: bool,
+    as_json: bool,
+    poll_s: float,
+) -> int:
+    with UsageErrors():
+        view = ex.watch_view(events, clock())
+    if as_json:
+        sys.stdout.write(json.dumps(view_json(view)) + "\n")
+    else:
+        print_view(view)
+    if not follow or view.verdict is not None:
+        return exit_for(view.verdict)
+    try:
+        for event in opened.follow(stream, after=events[-1].seq, poll_s=poll_s):
+            events.append(event)
+            with UsageErrors():
+                view = ex.watch_view(events, max(clock(), event.at))
+            if as_json:
+                sys.stdout.write(json.dumps(view_json(view)) + "\n")
+                sys.stdout.flush()
+            else:
+                rows = timeline(events)
+                console.print(
+                    f"t+{ex.secs(rows[-1].offset)} s seq {event.seq} {rows[-1].summary}",
+                    soft_wrap=True,
+                )
+                print_view(view, prefix="  ")
+            if view.verdict is not None:
+                break
+    except KeyboardInterrupt:
+        return exit_for(None)
+    return exit_for(view.verdict)
+
+
+def _watch_run(
+    opened: Any,
+    stream: str,
+    events: list[Event],
+    clock: Callable[[], float],
+    follow: bool,
+    as_json: bool,
+    poll_s: float,
+) -> int:
+    seen: dict[str, int] = {}
+
+    def load(name: str) -> list[Event]:
+        got = opened.read(name)
+        seen[name] = len(got)
+        return got
+
+    def show(rv: RunView) -> None:
+        if as_json:
+            sys.stdout.write(json.dumps(run_view_json(rv)) + "\n")
+            sys.stdout.flush()
+        else:
+            print_run_view(rv)
+
+    with UsageErrors():
+        rv = run_view(stream, events, load, clock())
+    show(rv)
+    if not follow:
+        return run_exit(rv.run.result)
+    last = (len(events), dict(seen))
+    try:
+        while rv.run.result is None:
+            time.sleep(poll_s)
+            with UsageErrors():
+                events = opened.read(stream)
+                rv = run_view(stream, events, load, clock())
+            if (len(events), dict(seen)) != last:
+                last = (len(events), dict(seen))
+                show(rv)
+    except KeyboardInterrupt:
+        return run_exit(None)
+    return run_exit(rv.run.result)
+
+
+def _watch_sweeper(
+    opened: Any,
+    stream: str,
+    events: list[Event],
+    clock: Callable[[], float],
+    follow: bool,
+    as_json: bool,
+    poll_s: float,
+) -> int:
+    """A sweeper has no verdict: --follow prints each new event until interrupted (exit 0)."""
+
+    def show(view: SweeperView) -> None:
+        if as_json:
+            sys.stdout.write(json.dumps(_sweeper_view_json(view)) + "\n")
+            sys.stdout.flush()
+            return
+        quiet = f", last event {ex.secs(view.now - view.last_at)} s ago"
+        console.print(
+            f"sweeper {stream}: {len(view.timers)} idle timer(s) running, "
+            f"{len(view.reaped)} reaped, {len(view.cleared)} cleared{quiet}",
+            soft_wrap=True,
+        )
+        for p in view.timers:
+            console.print(f"  {period_text(p, view)}", soft_wrap=True)
+
+    with UsageErrors():
+        view = sweeper_view(events, clock())
+    show(view)
+    if not follow:
+        return 0
+    try:
+        for event in opened.follow(stream, after=events[-1].seq, poll_s=poll_s):
+            events.append(event)
+            with UsageErrors():
+                view = sweeper_view(events, max(clock(), event.at))
+            if not as_json:
+                row = view.rows[-1]
+                console.print(
+                    f"t+{ex.secs(row.offset)} s seq {row.seq} {sweeper_row_text(row)}",
+                    soft_wrap=True,
+                )
+            show(view)
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+def _sweeper_view_json(view: SweeperView) -> dict[str, Any]:
+    return {
+        "stream": view.stream,
+        "kind": "sweeper",
+        "state": sweeper_state(view),
+        "now": view.now,
+        "last_at": view.last_at,
+        "quiet_s": view.now - view.last_at,
+        "events": view.events,
+        "reaped": len(view.reaped),
+        "cleared": len(view.cleared),
+        "timers": [period_json(p, view) for p in view.timers],
+    }
