@@ -40,7 +40,7 @@ from flashfsm.watch import (
     unpickling_allowed,
     watch_steps,
 )
-from flashfsm.writer import JOB, NEWER_WATCH_WINS, StreamWriter, perform
+from flashfsm.writer import JOB, NEWER_WATCH_WINS, StreamWriter, perform, run_steps
 
 R = TypeVar("R")
 ClockFn = Callable[[], float]
@@ -77,35 +77,28 @@ class SyncIO:
 
 def drive_watch(steps: Generator[Request, Any, R], io: SyncIO) -> R:
     """Run a watch generator to its end, performing each request in this thread."""
-    reply: Any = None
-    error: BaseException | None = None
+    return run_steps(steps, lambda request: _perform(request, io))
+
+
+def _perform(request: Request, io: SyncIO) -> Any:
+    """One request of a watch, the synchronous way (a store error raises, for the writer)."""
     handle = io.handle
-    while True:
-        try:
-            request = steps.throw(error) if error is not None else steps.send(reply)
-        except StopIteration as done:
-            return done.value
-        reply, error = None, None
-        match request:
-            case Clock():
-                reply = io.clock()
-            case Sleep(seconds=seconds):
-                io.sleep(seconds)
-            case StopAsked():
-                reply = io.stop is not None and bool(io.stop())
-            case StatusCall(at=at):
-                job_status = None if io.client is None else io.client.job_status
-                reply = call(job_status, handle.endpoint_id, handle.job_id, at=at)
-            case HealthCall(at=at):
-                health = None if io.client is None else io.client.endpoint_health
-                reply = call(health, handle.endpoint_id, at=at)
-            case ReaderCall(at=at, reader=name, force=force):
-                reply = call(getattr(io.readers, name), force=force, at=at)
-            case _:
-                try:
-                    reply = perform(io.store, request)
-                except Exception as exc:  # the writer decides what a store error means
-                    error = exc
+    match request:
+        case Clock():
+            return io.clock()
+        case Sleep(seconds=seconds):
+            return io.sleep(seconds)
+        case StopAsked():
+            return io.stop is not None and bool(io.stop())
+        case StatusCall(at=at):
+            job_status = None if io.client is None else io.client.job_status
+            return call(job_status, handle.endpoint_id, handle.job_id, at=at)
+        case HealthCall(at=at):
+            health = None if io.client is None else io.client.endpoint_health
+            return call(health, handle.endpoint_id, at=at)
+        case ReaderCall(at=at, reader=name, force=force):
+            return call(getattr(io.readers, name), force=force, at=at)
+    return perform(io.store, request)
 
 
 def attach(

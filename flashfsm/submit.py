@@ -25,12 +25,13 @@ input to the worker, never in the spec, an event, a log line or an error message
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -476,52 +477,36 @@ def submit_run(
     if len(job_stream) > NAME_CAP:
         raise ValueError(f"run id {spec.run_id!r} makes a job stream name over {NAME_CAP} chars")
     stream = run_stream or naming.run_stream(spec.run_id, seed, attempt)
-    owns_store = store is None or isinstance(store, str)
-    opened = resolve_store(store if store is not None else default_store_url())
-    try:
-        adapters = flash_run_adapters(
+    adapter_options = {
+        "client": client,
+        "accounts": accounts,
+        "runtime_secrets": runtime_secrets,
+        "function": function,
+        "deployer": deployer,
+        "interval_s": interval_s,
+        "hub_options": hub_options,
+        "log": log,
+        "allow_pickle": allow_pickle,
+        "sweep": sweep,
+        "on_handle": on_handle,
+    }
+    with _spec_adapters(spec, seed, store, clock, sleep, adapter_options) as (opened, adapters):
+        _check_unrecorded(opened, stream, job_stream, attempt)
+        result = _walk(
             spec,
             seed,
-            store=opened,
-            client=client,
-            accounts=accounts,
-            runtime_secrets=runtime_secrets,
-            function=function,
-            deployer=deployer,
-            clock=clock,
-            sleep=sleep,
-            interval_s=interval_s,
-            hub_options=hub_options,
-            log=log,
-            allow_pickle=allow_pickle,
-            sweep=sweep,
-            on_handle=on_handle,
+            [candidate or Candidate(gpu_class=spec.gpu_class)],
+            adapters,
+            opened,
+            stream,
+            clock,
+            sleep,
+            max_retries=0,
+            log=make_say(log),
+            single_attempt=attempt,
+            on_last_gpu=on_last_gpu,
         )
-        try:
-            _check_unrecorded(opened, stream, job_stream, attempt)
-            result = supervise_run(
-                spec.run_id,
-                [candidate or Candidate(gpu_class=spec.gpu_class)],
-                adapters,
-                max_retries=0,
-                weight_cache=bool(spec.weight_cache),
-                budget_s=spec.max_wall_seconds,
-                phase=spec.phase,
-                seed=seed,
-                store=opened,
-                stream=stream,
-                clock=clock,
-                sleep=sleep,
-                log=make_say(log),
-                single_attempt=attempt,
-                on_last_gpu=on_last_gpu,
-            )
-        finally:
-            adapters.close()
         return _attempt_result(opened, result, adapters, attempt)
-    finally:
-        if owns_store:
-            opened.close()
 
 
 def _check_unrecorded(store: EventStore, stream: str, job_stream: str, attempt: int) -> None:
@@ -579,6 +564,24 @@ def supervise_spec(
     The run's stream is `run-<run_id>-s<seed>`; calling this again after a crash resumes
     the run (see `supervise_run`). `adapter_options` go to `flash_run_adapters`.
     """
+    with _spec_adapters(spec, seed, store, clock, sleep, adapter_options) as (opened, adapters):
+        stream = naming.run_stream(spec.run_id, seed)
+        return _walk(
+            spec, seed, candidates, adapters, opened, stream, clock, sleep, max_retries=max_retries
+        )
+
+
+@contextlib.contextmanager
+def _spec_adapters(
+    spec: RunSpec,
+    seed: int,
+    store: EventStore | str | None,
+    clock: Callable[[], float],
+    sleep: Callable[[float], Any],
+    adapter_options: Mapping[str, Any],
+) -> Iterator[tuple[EventStore, RunpodRunAdapters]]:
+    """The store (opened, and closed after, when it is a URL or None: `default_store_url()`)
+    and `flash_run_adapters` for `spec` (closed after)."""
     owns_store = store is None or isinstance(store, str)
     opened = resolve_store(store if store is not None else default_store_url())
     try:
@@ -586,22 +589,37 @@ def supervise_spec(
             spec, seed, store=opened, clock=clock, sleep=sleep, **adapter_options
         )
         try:
-            return supervise_run(
-                spec.run_id,
-                candidates,
-                adapters,
-                max_retries=max_retries,
-                weight_cache=bool(spec.weight_cache),
-                budget_s=spec.max_wall_seconds,
-                phase=spec.phase,
-                seed=seed,
-                store=opened,
-                stream=naming.run_stream(spec.run_id, seed),
-                clock=clock,
-                sleep=sleep,
-            )
+            yield opened, adapters
         finally:
             adapters.close()
     finally:
         if owns_store:
             opened.close()
+
+
+def _walk(
+    spec: RunSpec,
+    seed: int,
+    candidates: Sequence[Candidate],
+    adapters: RunpodRunAdapters,
+    store: EventStore,
+    stream: str,
+    clock: Callable[[], float],
+    sleep: Callable[[float], Any],
+    **run_options: Any,
+) -> RunResult:
+    """`supervise_run` of `spec` for `seed` over `candidates`, in `stream`."""
+    return supervise_run(
+        spec.run_id,
+        candidates,
+        adapters,
+        weight_cache=bool(spec.weight_cache),
+        budget_s=spec.max_wall_seconds,
+        phase=spec.phase,
+        seed=seed,
+        store=store,
+        stream=stream,
+        clock=clock,
+        sleep=sleep,
+        **run_options,
+    )

@@ -57,7 +57,7 @@ from flashfsm.watch import (
     make_say,
     unpickling_allowed,
 )
-from flashfsm.writer import Append, perform
+from flashfsm.writer import Append, Done, advance, perform
 
 logger = logging.getLogger("flashfsm.supervisor")
 R = TypeVar("R")
@@ -284,14 +284,11 @@ class Supervisor:
         return PollResult.from_verdict(verdict)
 
     async def _drive(self, steps: Generator[Request, Any, R], job: JobSpec) -> R:
-        """Run a watch generator to its end, performing each request the asyncio way."""
+        """Run a watch generator to its end, performing each request the asyncio way (the
+        twin of `flashfsm.writer.run_steps`; an exception is thrown back into the watch)."""
         reply: Any = None
         error: BaseException | None = None
-        while True:
-            try:
-                request = steps.throw(error) if error is not None else steps.send(reply)
-            except StopIteration as done:
-                return done.value
+        while not isinstance(request := advance(steps, reply, error), Done):
             reply, error = None, None
             try:
                 reply = await self._perform(request, job)
@@ -299,6 +296,7 @@ class Supervisor:
                 raise
             except Exception as exc:  # a store's error: the watch's writer decides
                 error = exc
+        return request.value
 
     async def _perform(self, request: Request, job: JobSpec) -> Any:
         handle = job.handle

@@ -171,20 +171,42 @@ def perform(store: EventStore, request: StoreRequest) -> Any:
     raise TypeError(f"not a store request: {request!r}")
 
 
-def drive(steps: Generator[StoreRequest, Any, R], store: EventStore) -> R:
-    """Run a store-request generator to its end on `store`; return its result."""
+# --- driving a sans-IO generator ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Done(Generic[R]):
+    """A generator has finished: its result."""
+
+    value: R
+
+
+def advance(steps: Generator[Any, Any, R], reply: Any, error: BaseException | None) -> Any:
+    """Hand a generator the answer to its last request (or throw the error that request
+    raised into it): its next request, or `Done` with its result."""
+    try:
+        return steps.throw(error) if error is not None else steps.send(reply)
+    except StopIteration as stop:
+        return Done(stop.value)
+
+
+def run_steps(steps: Generator[Any, Any, R], perform_one: Callable[[Any], Any]) -> R:
+    """Drive a generator in this thread: each request is `perform_one(request)`; an
+    exception it raises is thrown back into the generator, which decides what it means."""
     reply: Any = None
     error: BaseException | None = None
-    while True:
-        try:
-            request = steps.throw(error) if error is not None else steps.send(reply)
-        except StopIteration as done:
-            return done.value
+    while not isinstance(request := advance(steps, reply, error), Done):
         reply, error = None, None
         try:
-            reply = perform(store, request)
-        except Exception as exc:  # the generator decides what a store error means
+            reply = perform_one(request)
+        except Exception as exc:
             error = exc
+    return request.value
+
+
+def drive(steps: Generator[StoreRequest, Any, R], store: EventStore) -> R:
+    """Run a store-request generator to its end on `store`; return its result."""
+    return run_steps(steps, lambda request: perform(store, request))
 
 
 # --- the writer -----------------------------------------------------------------------------

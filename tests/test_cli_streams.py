@@ -279,7 +279,7 @@ def _submit(store: EventStore) -> tuple[str, str]:
                     hub_options={"cache_dir": tempfile.mkdtemp(prefix="flashfsm-hub-")},
                 )
             finally:
-                factory.close()
+                next(factory, None)  # the factory's own cleanup: stop the simulator
         _submitted[id(store)] = ("run-submitted-s0-a0", "job-submitted-s0-a0")
     return _submitted[id(store)]
 

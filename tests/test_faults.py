@@ -10,7 +10,7 @@ asyncio `Supervisor` (the async client, several jobs at once). What must hold:
   RunPod route is retried by the client: nothing reaches the log and the job still reaches
   its scenario's verdict;
 - status faults that persist end in `poll_error` after 8 consecutive status errors — or in
-  `lost` on a 404 (DESIGN D4). 401/403 (the client's `RunpodAuthError`) and unusable
+  `lost` on a 404 (divergence D4). 401/403 (the client's `RunpodAuthError`) and unusable
   answers (not JSON, not an object, no `status`) count as status errors like any other;
 - a health fault changes nothing: a failed probe moves no timer, and a watch whose probes
   all fail reaches the verdict of a watch that has no health data at all;
@@ -333,7 +333,7 @@ def state_after(events: list[Any], upto: int) -> JobState:
 
 
 NO_WORKERS = WorkerCounts()
-#: What a failed probe may change: it spends the probe slot, nothing else (DESIGN §6.8).
+#: What a failed probe may change: it spends the probe slot, nothing else (step 8).
 PROBE_FAILURE_MAY_CHANGE = {"pending", "last_probe_at", "next_seq", "last_at"}
 
 

@@ -1,5 +1,5 @@
-"""The house rule (DESIGN §1): `flashfsm/fsm` and `flashfsm/events` decide and record, and
-do nothing else. They import nothing from `flashfsm.adapters` (nor the shell that uses it),
+"""The house rule (docs/architecture.md, "The layers"): `flashfsm/fsm` and `flashfsm/events`
+decide and record, and do nothing else. They import nothing from `flashfsm.adapters` (nor the shell that uses it),
 open no file or socket, and never read a clock.
 
 Checked twice: statically, with `ast` over every source file of the two packages, and at

@@ -1,4 +1,5 @@
-"""The job rules of DESIGN §6 (steps 1–10) and the divergences D1–D4, driven end to end.
+"""The job rules (steps 1–10 of the README's rule table) and the divergences D1–D4, end to
+end.
 
 Every test runs `poll_job` on a virtual clock against a scripted RunPod client and checks
 the verdict (ok, failure kind, rule, the key words of its detail) and the exact virtual
