@@ -59,7 +59,17 @@ from flashfsm.fsm.commands import (
     Wait,
 )
 from flashfsm.fsm.machine import fire
-from flashfsm.fsm.rules import Signal
+from flashfsm.fsm.rules import (
+    QUEUED_STATUS,
+    TERMINAL_STATUSES,
+    Signal,
+    heartbeat_read_is_due,
+    is_leftover_heartbeat,
+    is_training_stage,
+    probe_is_due,
+    status_counts_as_progress,
+    worker_condition,
+)
 from flashfsm.fsm.state import JobState, Timer
 from flashfsm.fsm.table import NEXT, TERMINAL, VERDICT_TRIGGERS, JobPhase
 
@@ -77,14 +87,14 @@ _DUE_EPSILON = 1e-9  # float slack when comparing a virtual clock with a compute
 # bit in `JobState.running`, kept by `_signal` alone beside `JobState.timers`, so "does
 # this signal clear anything?" is one integer test. Signals are looked up once, here.
 _BIT: dict[str, int] = {spec.name: 1 << n for n, spec in enumerate(rules.TIMERS)}
-_Names = tuple[str, ...]
-_Actions = tuple[int, _Names, _Names, _Names]
+_Pairs = tuple[tuple[str, int], ...]
+_Actions = tuple[int, tuple[str, ...], _Pairs, _Pairs]
 
 
 def _compile(signal: Signal) -> _Actions:
     clears = tuple(spec.name for spec in rules.TIMERS if signal in spec.clears)
-    restarts = tuple(spec.name for spec in rules.TIMERS if signal in spec.restarts)
-    arms = tuple(spec.name for spec in rules.TIMERS if signal in spec.arms)
+    restarts = tuple((s.name, _BIT[s.name]) for s in rules.TIMERS if signal in s.restarts)
+    arms = tuple((s.name, _BIT[s.name]) for s in rules.TIMERS if signal in s.arms)
     return sum(_BIT[name] for name in clears), clears, restarts, arms
 
 
@@ -112,8 +122,8 @@ def _from(trigger: str) -> frozenset[str]:
 
 
 _REQUEUED_FROM = _from("requeued")
-_PICKED_UP_FROM = _from("picked_up")
-_RESUMED_FROM = _from("resumed")
+#: The phases a worker picking the job up leads out of (with or without training seen).
+_PICKED_UP_FROM = _from("picked_up") | _from("resumed")
 _TRAINING_STARTED_FROM = _from("training_started")
 #: The checks judged after every observation, paired with their rules.
 _AFTER_OBSERVATION = tuple((rule, rule.check) for rule in rules.AFTER_OBSERVATION)
@@ -164,13 +174,13 @@ def _signal(s: JobState, actions: _Actions, at: float, seq: int) -> None:
         s.running &= ~mask
     if restarts or arms:
         timer = _new_timer(Timer, (at, seq))
-        for name in restarts:
+        for name, bit in restarts:
             timers[name] = timer
-            s.running |= _BIT[name]
-        for name in arms:
+            s.running |= bit
+        for name, bit in arms:
             if name not in timers:
                 timers[name] = timer
-                s.running |= _BIT[name]
+                s.running |= bit
 
 
 def _trigger(s: JobState, trigger: str) -> None:
@@ -232,15 +242,15 @@ def _on_status(s: JobState, e: StatusObserved) -> None:
         s.forced_retry_at = None
         s.failure_text = None
         s.failure_seq = None
-    at, seq, watch = e.at, e.seq, s.watch
+    at, watch = e.at, s.watch
     interval = 10.0 if watch is None else watch.interval_s
     s.next_fetch_at, s.wait_anchor, s.wait_s = at + interval, at, interval
     status = e.status
-    if rules.status_counts_as_progress(s.last_status, status):
-        _signal(s, _STATUS_CHANGED, at, seq)
+    if status_counts_as_progress(s.last_status, status):
+        _signal(s, _STATUS_CHANGED, at, e.seq)
     s.last_status = status
     has_hb = watch is not None and watch.has_heartbeat_reader
-    if status in rules.TERMINAL_STATUSES:
+    if status in TERMINAL_STATUSES:
         pending: tuple[str, ...] = ()
         if status == "FAILED" or (status == "COMPLETED" and e.metrics is None):
             if has_hb:
@@ -249,27 +259,24 @@ def _on_status(s: JobState, e: StatusObserved) -> None:
                 pending += ("failure_detail",)
         s.pending = pending
         return
-    if status == rules.QUEUED_STATUS:
-        _signal(s, _QUEUED, at, seq)
+    if status == QUEUED_STATUS:
+        _signal(s, _QUEUED, at, e.seq)
         if s.state in _REQUEUED_FROM:
             fire(s, "requeued")
-        probe = rules.probe_is_due(s.last_probe_at, at, s.policy.probe_every_s)
+        probe = probe_is_due(s.last_probe_at, at, s.policy.probe_every_s)
         s.pending = ("probe",) * probe + ("heartbeat",) * _heartbeat_due(s, has_hb, at)
         return
     # Any other status (IN_PROGRESS, RUNNING, or one we do not know) means a worker has it.
     if s.running & _LEFT_QUEUE_MASK:  # (most statuses find nothing to clear: no call)
-        _signal(s, _LEFT_QUEUE, at, seq)
-    if s.training_seen:
-        if s.state in _RESUMED_FROM:
-            fire(s, "resumed")
-    elif s.state in _PICKED_UP_FROM:
-        fire(s, "picked_up")
+        _signal(s, _LEFT_QUEUE, at, e.seq)
+    if s.state in _PICKED_UP_FROM:  # (a worker already has it: nothing moves)
+        _trigger(s, "resumed" if s.training_seen else "picked_up")
     s.pending = ("heartbeat",) if _heartbeat_due(s, has_hb, at) else ()
 
 
 def _heartbeat_due(s: JobState, has_hb: bool, at: float) -> bool:
     """Whether this poll asks for a regular heartbeat read (and, if so, note that it did)."""
-    if not has_hb or not rules.heartbeat_read_is_due(
+    if not has_hb or not heartbeat_read_is_due(
         s.heartbeat_asked_at, at, s.policy.heartbeat_every_s
     ):
         return False
@@ -298,7 +305,7 @@ def _on_health(s: JobState, e: HealthObserved) -> None:
     _done_read(s, "probe")
     s.last_probe_at = e.at
     s.health = e
-    unhealthy, throttled = rules.worker_condition(e)
+    unhealthy, throttled = worker_condition(e)
     for actions in _PROBE[unhealthy, throttled]:
         _signal(s, actions, e.at, e.seq)
     if unhealthy:
@@ -327,14 +334,14 @@ def _on_heartbeat(s: JobState, e: HeartbeatObserved) -> None:
     if not e.found or e.read_error is not None:
         return
     s.last_heartbeat = e
-    if rules.is_leftover_heartbeat(e, s.submitted_at):
+    if is_leftover_heartbeat(e, s.submitted_at):
         return
     key = (e.stage, e.step, e.ts)
     if key == s.hb_key:
         return
     s.hb_key = key
     _signal(s, _NEW_HEARTBEAT, e.at, e.seq)
-    if rules.is_training_stage(e.stage):
+    if is_training_stage(e.stage):
         s.training_seen = True
         if s.state in _TRAINING_STARTED_FROM:
             fire(s, "training_started")
