@@ -33,11 +33,8 @@ from flashfsm.watch import (
     WatchSpec,
     attach_steps,
     call,
-    default_stream,
-    default_watcher,
     loop_steps,
     make_say,
-    unpickling_allowed,
     watch_steps,
 )
 from flashfsm.writer import JOB, NEWER_WATCH_WINS, StreamWriter, perform, run_steps
@@ -121,14 +118,15 @@ def attach(
     is: its verdict stands. Raises `JobOwnedElsewhere` when a newer watch claims it first.
     `writer` may be given (a subclass, say) to attach through it.
     """
-    spec = WatchSpec(
+    spec = WatchSpec.of(
         handle,
-        stream,
         policy,
         interval_s,
-        has_heartbeat_reader,
-        has_failure_detail_reader,
-        watcher or default_watcher(),
+        stream=stream,
+        heartbeat=has_heartbeat_reader,
+        failure_detail=has_failure_detail_reader,
+        watcher=watcher,
+        allow_pickle=False,
     )
     writer = writer or StreamWriter(store, stream, JOB, NEWER_WATCH_WINS)
     io = SyncIO(store, None, handle, Readers(), clock, time.sleep)
@@ -246,15 +244,14 @@ def poll_job(
         heartbeat_every_s=heartbeat_every_s,
     )
     readers = Readers(heartbeat_reader, failure_detail_reader)
-    spec = WatchSpec(
+    spec = WatchSpec.of(
         handle,
-        stream or default_stream(handle),
         policy,
         interval_s,
-        heartbeat_reader is not None,
-        failure_detail_reader is not None,
-        default_watcher(),
-        allow_pickle=unpickling_allowed(handle, allow_pickle),
+        stream=stream,
+        heartbeat=heartbeat_reader is not None,
+        failure_detail=failure_detail_reader is not None,
+        allow_pickle=allow_pickle,
     )
     io = SyncIO(resolve_store(store), client, handle, readers, clock, sleep, stop)
     return PollResult.from_verdict(drive_watch(watch_steps(spec, make_say(log)), io))

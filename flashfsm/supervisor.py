@@ -55,7 +55,6 @@ from flashfsm.watch import (
     default_watcher,
     loop_steps,
     make_say,
-    unpickling_allowed,
 )
 from flashfsm.writer import Append, Done, advance, perform
 
@@ -267,15 +266,15 @@ class Supervisor:
         """Watch one job to its verdict inside this supervisor."""
         self.committer.start()
         handle = job.handle
-        spec = WatchSpec(
+        spec = WatchSpec.of(
             handle,
-            job.stream or default_stream(handle),
             job.policy,
             job.interval_s,
-            job.heartbeat_reader is not None,
-            job.failure_detail_reader is not None,
-            self.watcher,
-            allow_pickle=unpickling_allowed(handle, job.allow_pickle),
+            stream=job.stream,
+            heartbeat=job.heartbeat_reader is not None,
+            failure_detail=job.failure_detail_reader is not None,
+            watcher=self.watcher,
+            allow_pickle=job.allow_pickle,
         )
         writer = await self._drive(attach_steps(spec), job)
         if not writer.state.done and self.spread > 0:

@@ -267,6 +267,33 @@ class WatchSpec:
     watcher: str
     allow_pickle: bool = False
 
+    @classmethod
+    def of(
+        cls,
+        handle: JobHandle,
+        policy: GracePolicy,
+        interval_s: float,
+        *,
+        stream: str | None = None,
+        heartbeat: bool = False,
+        failure_detail: bool = False,
+        watcher: str | None = None,
+        allow_pickle: bool | None = None,
+    ) -> WatchSpec:
+        """The spec of a new watch, its defaults filled in one place: the handle's job
+        stream, this host and process as the watcher, and unpickling only when
+        `unpickling_allowed` says so."""
+        return cls(
+            handle,
+            stream or default_stream(handle),
+            policy,
+            interval_s,
+            heartbeat,
+            failure_detail,
+            watcher or default_watcher(),
+            allow_pickle=unpickling_allowed(handle, allow_pickle),
+        )
+
 
 # --- turning answers into events ------------------------------------------------------------
 
@@ -446,8 +473,13 @@ def loop_steps(
             skip_read(state)  # a regular read that found nothing new: nothing to record
             return
         previous = state.last_status
-        [event] = yield from writer.append_steps(lambda _s: [writer.event(cls, at, **fields)])
-        say_observation(event, previous, state, say)
+        # Built from the state it is appended to: after a conflict the newer events are
+        # folded in first, and a log that meanwhile got its verdict takes nothing more.
+        recorded = yield from writer.append_steps(
+            lambda s: [] if s.done else [writer.event(cls, at, **fields)]
+        )
+        for event in recorded:
+            say_observation(event, previous, state, say)
 
     while True:
         now = yield CLOCK

@@ -71,8 +71,8 @@ from flashfsm.events.models import (
     WorkerCounts,
 )
 from flashfsm.fsm.job import JobState, evolve
-from flashfsm.shell import default_stream
 from flashfsm.supervisor import JobSpec, Supervisor
+from flashfsm.watch import default_stream
 
 KEY = "sim-faults-key-0001"
 REPO = "team/runs"

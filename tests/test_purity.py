@@ -1,6 +1,6 @@
 """The house rule (docs/architecture.md, "The layers"): `flashfsm/fsm` and `flashfsm/events`
-decide and record, and do nothing else. They import nothing from `flashfsm.adapters` (nor the shell that uses it),
-open no file or socket, and never read a clock.
+decide and record, and do nothing else. They import nothing from `flashfsm.adapters` (nor the
+shell that uses it), open no file or socket, and never read a clock.
 
 Checked twice: statically, with `ast` over every source file of the two packages, and at
 run time, by importing them in a fresh interpreter and looking at `sys.modules`.

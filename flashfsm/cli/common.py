@@ -23,6 +23,7 @@ from rich.text import Text
 from flashfsm.adapters.jsonl import read_jsonl_file, stream_file_name
 from flashfsm.adapters.stores import default_store_url, open_store
 from flashfsm.events.errors import FlashFsmError
+from flashfsm.events.failures import FailureKind
 from flashfsm.events.models import Concluded, Event, RunConcluded
 from flashfsm.fsm import explain as ex
 from flashfsm.fsm.explain import TimelineRow, timeline
@@ -55,12 +56,12 @@ def styled(*parts: str | tuple[str, str]) -> Text:
 #: Exit code of a command that reports a verdict, by failure kind.
 EXIT_CODES: dict[str | None, int] = {
     None: 0,
-    "job_failed": 10,
-    "job_preempted": 11,
-    "no_capacity": 12,
-    "stalled": 13,
-    "poll_error": 14,
-    "lost": 15,
+    FailureKind.JOB_FAILED: 10,
+    FailureKind.JOB_PREEMPTED: 11,
+    FailureKind.NO_CAPACITY: 12,
+    FailureKind.STALLED: 13,
+    FailureKind.POLL_ERROR: 14,
+    FailureKind.LOST: 15,
 }
 EXIT_USAGE = 1
 EXIT_NO_VERDICT = 5  # the log holds no verdict yet (2 is the parser's usage error)

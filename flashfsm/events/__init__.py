@@ -1,4 +1,8 @@
-"""Events: the immutable record of every observation and verdict (pure: no I/O, no clock)."""
+"""Events: the immutable record of every observation and verdict (pure: no I/O, no clock).
+
+The recorded format: the models, their codec, the grace policy a job is judged by, the
+failure kinds, outside text (masked, then capped) and the store protocol.
+"""
 
 from flashfsm.events.codec import decode, decode_many, encode, register_upcaster, upcast
 from flashfsm.events.errors import (
@@ -10,6 +14,7 @@ from flashfsm.events.errors import (
     StoreError,
     UnknownEventError,
 )
+from flashfsm.events.failures import FailureKind
 from flashfsm.events.models import (
     EVENT_TYPES,
     Concluded,
@@ -26,7 +31,9 @@ from flashfsm.events.models import (
     WatchStarted,
     WorkerCounts,
 )
+from flashfsm.events.policy import GracePolicy, stall_kwargs
 from flashfsm.events.store import EventStore
+from flashfsm.events.text import Outside, OutsideTail
 
 __all__ = [
     "EVENT_TYPES",
@@ -39,12 +46,16 @@ __all__ = [
     "EventDecodeError",
     "EventStore",
     "FailureDetailObserved",
+    "FailureKind",
     "FlashFsmError",
+    "GracePolicy",
     "HealthObserved",
     "HealthProbeFailed",
     "HeartbeatObserved",
     "JobCounts",
     "JobSubmitted",
+    "Outside",
+    "OutsideTail",
     "StatusFetchFailed",
     "StatusObserved",
     "StoreError",
@@ -55,5 +66,6 @@ __all__ = [
     "decode_many",
     "encode",
     "register_upcaster",
+    "stall_kwargs",
     "upcast",
 ]

@@ -273,7 +273,9 @@ class Rule:
     before_fetch: bool = False
 
 
-def _measure(s: JobState, timer: Timer | None, at: float, quantity: str, spec: TimerSpec):
+def _measure(
+    s: JobState, timer: Timer | None, at: float, quantity: str, spec: TimerSpec
+) -> Measure | None:
     """The reading of `spec`'s timer at `at` as a measure (None: not running or not counting)."""
     limit = spec.limit(s)
     if timer is None or limit is None:
