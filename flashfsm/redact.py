@@ -24,27 +24,24 @@ from flashfsm.events.text import (
 SECRET_ENV_VARS = ("RUNPOD_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 
 
-_KEYS = tuple(os.fsencode(name) for name in SECRET_ENV_VARS)
 _parsed: tuple[tuple[object, ...], tuple[str, ...]] = ((), ())
-
-
-def _raw_environment() -> tuple[object, ...]:
-    """The secret variables' raw values, read as cheaply as the platform allows.
-
-    Every event built reads them (a key exported mid-run is honoured at once), so on
-    POSIX the bytes mapping behind `os.environ` is read directly: a dict lookup per name
-    instead of `os.environ`'s encode-lookup-decode.
-    """
-    data = getattr(os.environ, "_data", None)
-    if isinstance(data, dict) and os.name == "posix":
-        return tuple(map(data.get, _KEYS))
-    return tuple(map(os.environ.get, SECRET_ENV_VARS))
+#: On POSIX, the bytes mapping behind `os.environ` (it is updated in place by every
+#: assignment through `os.environ`): a dict lookup per name instead of `os.environ`'s
+#: encode-lookup-decode, since every event built asks (a key exported mid-run is honoured
+#: at once).
+_DATA = getattr(os.environ, "_data", None) if os.name == "posix" else None
+_KEY_1, _KEY_2, _KEY_3 = (os.fsencode(name) for name in SECRET_ENV_VARS)
 
 
 def environment_secrets() -> tuple[str, ...]:
     """The secret values the environment holds now (each key of a comma-separated pool too)."""
     global _parsed
-    raw = _raw_environment()
+    data = _DATA
+    if isinstance(data, dict):
+        get = data.get
+        raw: tuple[object, ...] = (get(_KEY_1), get(_KEY_2), get(_KEY_3))
+    else:
+        raw = tuple(map(os.environ.get, SECRET_ENV_VARS))
     if raw != _parsed[0]:
         found: list[str] = []
         for name in SECRET_ENV_VARS:

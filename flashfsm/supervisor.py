@@ -56,7 +56,7 @@ from flashfsm.watch import (
     loop_steps,
     make_say,
 )
-from flashfsm.writer import Append, Done, advance, perform
+from flashfsm.writer import Append, perform
 
 logger = logging.getLogger("flashfsm.supervisor")
 R = TypeVar("R")
@@ -96,7 +96,7 @@ class TokenBucket:
 @dataclass
 class _Pending:
     stream: str
-    events: list[Event]
+    events: Sequence[Event]
     expected_seq: int
     done: asyncio.Future[None]
 
@@ -120,7 +120,7 @@ class GroupCommitter:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="flashfsm-group-commit")
 
-    async def append(self, stream: str, events: list[Event], expected_seq: int) -> None:
+    async def append(self, stream: str, events: Sequence[Event], expected_seq: int) -> None:
         """Append through the next group commit; raises what the store raised for this batch."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pending.append(_Pending(stream, events, expected_seq, done))
@@ -284,29 +284,41 @@ class Supervisor:
 
     async def _drive(self, steps: Generator[Request, Any, R], job: JobSpec) -> R:
         """Run a watch generator to its end, performing each request the asyncio way (the
-        twin of `flashfsm.writer.run_steps`; an exception is thrown back into the watch)."""
+        twin of `flashfsm.writer.run_steps`; an exception is thrown back into the watch).
+
+        The requests every poll makes (the time, whether to stop, the append of its
+        observation) are performed in line, not through a coroutine each.
+        """
+        send, throw, clock, committer = steps.send, steps.throw, self.clock, self.committer
         reply: Any = None
         error: BaseException | None = None
-        while not isinstance(request := advance(steps, reply, error), Done):
+        while True:
+            try:
+                request = send(reply) if error is None else throw(error)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
             reply, error = None, None
             try:
-                reply = await self._perform(request, job)
+                kind = type(request)
+                if kind is Clock:
+                    reply = clock()
+                elif kind is StopAsked:
+                    reply = False  # a supervisor's watches stop by `stop()`, between requests
+                elif kind is Append:  # one per observation: straight to the group commit
+                    await committer.append(request.stream, request.events, request.expected_seq)
+                else:
+                    reply = await self._perform(request, job)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a store's error: the watch's writer decides
                 error = exc
-        return request.value
 
     async def _perform(self, request: Request, job: JobSpec) -> Any:
         handle = job.handle
         match request:
-            case Clock():
-                return self.clock()
             case Sleep(seconds=seconds):
                 await self.sleep(seconds * (1 + self.rng.uniform(0, self.jitter / 10)))
                 return None
-            case StopAsked():
-                return False  # a supervisor's watches stop by `stop()`, between requests
             case StatusCall(due=due):
                 await self._bucket(handle.endpoint_id, "status").acquire()
                 at = self.clock()
@@ -322,9 +334,6 @@ class Supervisor:
             case ReaderCall(at=at, reader=name, force=force):
                 reader = job.heartbeat_reader if name == "heartbeat" else job.failure_detail_reader
                 return await asyncio.to_thread(call, reader, force=force, at=at)
-            case Append(stream=stream, events=events, expected_seq=expected):
-                await self.committer.append(stream, list(events), expected)
-                return None
             case _:  # a read of the store
                 return await asyncio.to_thread(perform, self.store, request)
 

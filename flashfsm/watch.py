@@ -63,7 +63,7 @@ from flashfsm.fsm.commands import (
 from flashfsm.fsm.job import JobState, decide, heartbeat_is_news, skip_read
 from flashfsm.naming import job_stream
 from flashfsm.redact import redact
-from flashfsm.writer import JOB, NEWER_WATCH_WINS, StoreRequest, StreamWriter
+from flashfsm.writer import JOB, NEWER_WATCH_WINS, Build, StoreRequest, StreamWriter
 
 logger = logging.getLogger("flashfsm")
 
@@ -197,26 +197,28 @@ def make_say(log: Log | None) -> Callable[[str], None]:
 
 
 # --- what a watch asks its driver for -------------------------------------------------------
+# The requests and the outcome are plain slotted dataclasses, not frozen ones: a watch
+# makes several per poll, and a frozen dataclass's __init__ costs about three times as much.
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Clock:
     """The time now (seconds on the watch's clock)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Sleep:
     """Wait `seconds` before going on."""
 
     seconds: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StopAsked:
     """Whether the watch is to stop before its next status fetch (a cancelled run)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StatusCall:
     """Fetch the job's status; `at` is when the watch decided to, `due` when it was due."""
 
@@ -224,14 +226,14 @@ class StatusCall:
     due: float | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class HealthCall:
     """Probe the endpoint's `/health`."""
 
     at: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ReaderCall:
     """Call a worker-side reader (`"heartbeat"` or `"failure_detail"`) with `force`."""
 
@@ -240,7 +242,7 @@ class ReaderCall:
     force: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Outcome:
     """What a call came back with: its answer or the exception it raised, and when it was
     made (`at` of the request, unless the driver had to wait before making it)."""
@@ -466,21 +468,6 @@ def loop_steps(
 ) -> Generator[Request, Any, Verdict]:
     """Watch an attached job to its verdict (the poll loop)."""
     state, stream = writer.state, writer.stream
-
-    def record(built: Built, at: float) -> Generator[Request, Any, None]:
-        cls, fields = built
-        if cls is None:
-            skip_read(state)  # a regular read that found nothing new: nothing to record
-            return
-        previous = state.last_status
-        # Built from the state it is appended to: after a conflict the newer events are
-        # folded in first, and a log that meanwhile got its verdict takes nothing more.
-        recorded = yield from writer.append_steps(
-            lambda s: [] if s.done else [writer.event(cls, at, **fields)]
-        )
-        for event in recorded:
-            say_observation(event, previous, state, say)
-
     while True:
         now = yield CLOCK
         command = decide(state, now)
@@ -489,27 +476,45 @@ def loop_steps(
                 return verdict
             case Wait(seconds=seconds):
                 yield Sleep(seconds)
+                continue
             case FetchStatus():
                 if (yield STOP_ASKED):
                     raise WatchStopped(f"watch of {stream!r} stopped on request")
                 got = yield StatusCall(now, state.next_fetch_at)
                 built = status_observation(got.value, got.error, allow_pickle=spec.allow_pickle)
-                yield from record(built, got.at)
+                at = got.at
             case ProbeHealth():
                 got = yield HealthCall(now)
-                yield from record(health_observation(got.value, got.error), got.at)
+                built, at = health_observation(got.value, got.error), got.at
             case ReadHeartbeat(force=force):
                 got = yield ReaderCall(now, "heartbeat", force)
                 built = heartbeat_observation(
                     state, got.value, force=force, stream=stream, at=got.at, error=got.error
                 )
-                yield from record(built, got.at)
+                at = got.at
             case ReadFailureDetail():
                 got = yield ReaderCall(now, "failure_detail", True)
                 raw = None if got.error is not None else got.value
-                yield from record(failure_detail_observation(raw), got.at)
+                built, at = failure_detail_observation(raw), got.at
             case Conclude(verdict=verdict):
-                yield from record(conclusion(verdict), now)
+                built, at = conclusion(verdict), now
+            case _:
+                raise TypeError(f"the core asked for something no watch does: {command!r}")
+        if built[0] is None:
+            skip_read(state)  # a regular read that found nothing new: nothing to record
+            continue
+        previous = state.last_status
+        recorded = yield from writer.append_steps(_observation_build(writer, built, at))
+        for event in recorded:
+            say_observation(event, previous, state, say)
+
+
+def _observation_build(writer: StreamWriter[JobState], built: Built, at: float) -> Build[JobState]:
+    """How to build an observation's event from the state it is appended to: after a
+    conflict the newer events are folded in first, and a log that meanwhile got its verdict
+    takes nothing more."""
+    cls, fields = built
+    return lambda s: [] if s.done else [writer.event(cls, at, **fields)]  # type: ignore[arg-type]
 
 
 def watch_steps(spec: WatchSpec, say: Callable[[str], None]) -> Generator[Request, Any, Verdict]:

@@ -128,9 +128,10 @@ REBUILD = ConflictPolicy("rebuild", _fold_anything)
 
 
 # --- store requests -------------------------------------------------------------------------
+# (Plain slotted dataclasses, as the watch's requests are: made on every append.)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Replay(Generic[S]):
     """Read the whole stream and fold it: answers with the state."""
 
@@ -138,7 +139,7 @@ class Replay(Generic[S]):
     fold: Fold[S]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Append:
     """Append `events` at `expected_seq`: answers None, or a store error is thrown back."""
 
@@ -147,7 +148,7 @@ class Append:
     expected_seq: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ReadAfter:
     """The stream's events after seq `after`: answers with the list."""
 
@@ -174,7 +175,7 @@ def perform(store: EventStore, request: StoreRequest) -> Any:
 # --- driving a sans-IO generator ------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Done(Generic[R]):
     """A generator has finished: its result."""
 

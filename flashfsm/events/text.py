@@ -28,6 +28,7 @@ environment); it reads nothing itself.
 
 from __future__ import annotations
 
+import operator
 import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -75,20 +76,16 @@ def add_secret_source(source: SecretSource) -> None:
             _sources.append(source)
 
 
-def _call(source: SecretSource) -> Iterable[str]:
-    return source()
-
-
-def _current() -> tuple[tuple[str, ...], frozenset[str], dict[str, str]]:
-    """The known secrets (longest first), their pieces and the short-text cache."""
+def _current() -> tuple[Any, tuple[str, ...], frozenset[str], dict[str, str]]:
+    """What is known of the secrets now: (key, the secrets longest first, their pieces, the
+    short-text cache). Every outside text asks, so the unchanged case is one tuple compare."""
     global _known
-    supplied = tuple(map(_call, _sources))
-    key = (len(_registered), supplied)  # the registered set only ever grows
     known = _known
+    key = (len(_registered), tuple(map(operator.call, _sources)))  # registered only grows
     if known[0] != key:
         with _lock:
             found = set(_registered)
-        for values in supplied:
+        for values in key[1]:
             found.update(v for v in values if isinstance(v, str))
         secrets = tuple(
             sorted((v for v in found if len(v) >= MIN_SECRET_LEN), key=len, reverse=True)
@@ -97,12 +94,12 @@ def _current() -> tuple[tuple[str, ...], frozenset[str], dict[str, str]]:
             v[i : i + FRAGMENT] for v in secrets for i in range(len(v) - FRAGMENT + 1)
         )
         known = _known = (key, secrets, pieces, {})
-    return known[1], known[2], known[3]
+    return known
 
 
 def secret_values() -> list[str]:
     """The secret values known now, longest first (a prefix never hides a longer one)."""
-    return list(_current()[0])
+    return list(_current()[1])
 
 
 def _fragment_spans(text: str, pieces: frozenset[str]) -> list[tuple[int, int]]:
@@ -157,7 +154,7 @@ def redact(text: str | None) -> str | None:
     """`text` with every known secret masked (None and "" pass through)."""
     if not text:
         return text
-    secrets, pieces, short = _current()
+    _, secrets, pieces, short = _current()
     if len(text) <= _SHORT:
         done = short.get(text)
         if done is None:
@@ -212,7 +209,7 @@ class _Masked:
         if type(value) is not str:
             return value  # let the str schema say what is wrong with it
         if self.short_ok and len(value) <= _SHORT:  # statuses, stages, class names: memoised
-            secrets, pieces, short = _current()
+            _, secrets, pieces, short = _current()
             done = short.get(value)
             if done is None:
                 done = mask(valid_utf8(value), secrets, pieces)[: self.limit]
