@@ -114,8 +114,10 @@ def measure(seconds: float, writers: int) -> Section:
             f"durable observations/s, group commit, {GOAL_RATE:,.0f}/s offered",
             rate,
             "obs/s",
-            f"≥ {GOAL_RATE:,.0f}/s",
-            rate >= GOAL_RATE * 0.99,  # sleeps pace to within a hair of the offered rate
+            # The watches offer exactly the goal's rate, so the paced run can only keep up
+            # with it (sleeps pace to within a hair); the capacity row shows the headroom.
+            f"keeps up with {GOAL_RATE:,.0f}/s offered (≥ 99% taken)",
+            rate >= GOAL_RATE * 0.99,
             baseline="one fsync per event",
             baseline_value=base_rate,
             ratio=f"{rate / base_rate:.1f}×",

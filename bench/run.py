@@ -1,14 +1,16 @@
 """Run every benchmark of issue 7 and write `bench/RESULTS.md`.
 
     python bench/run.py            # the full sizes (about 15 minutes on 2 cores)
-    python bench/run.py --quick    # smaller sizes, a smoke test (CI runs it)
-    python bench/run.py --only replay,core
+    python bench/run.py --quick    # smaller sizes, a smoke test (CI runs it): bench/out/
+    python bench/run.py --only replay,core                                  # bench/out/
 
 Each benchmark is its own module under `bench/` (runnable alone) and measures its baseline
 in the same run. RESULTS.md gets the machine's description, a summary table (each figure,
 its goal, its baseline and the ratio, and whether the goal is met) and every module's
-details. A full run also refreshes the README's performance table (between the
-`bench:summary` markers), which is that summary.
+details. Only a full run of every benchmark writes RESULTS.md and refreshes the README's
+performance table (between the `bench:summary` markers), which is that summary; a quick or
+partial run writes `bench/out/RESULTS-quick.md` or `bench/out/RESULTS-partial.md` (not
+tracked), so a smoke test never overwrites the committed figures.
 """
 
 from __future__ import annotations
@@ -112,7 +114,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a smoke test)")
     parser.add_argument("--only", help=f"comma-separated subset of {','.join(BENCHMARKS)}")
-    parser.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
+    parser.add_argument("--out", type=Path, help="where to write (default: see the module's notes)")
     parser.add_argument(
         "--no-readme", action="store_true", help="leave the README alone after a full run"
     )
@@ -130,10 +132,14 @@ def main() -> int:
             sys.stdout.flush()
             sections.append(section)
     seconds = time.perf_counter() - start
+    full = not args.quick and not args.only
+    if args.out is None:
+        kind = "" if full else "-quick" if args.quick else "-partial"
+        args.out = HERE / f"RESULTS{kind}.md" if full else HERE / "out" / f"RESULTS{kind}.md"
+        args.out.parent.mkdir(exist_ok=True)
     args.out.write_text(results_markdown(sections, args.quick, facts, seconds))
     print(f"wrote {args.out} ({seconds / 60:.1f} minutes)")
-    full = not args.quick and not args.only and not args.no_readme
-    if full and update_readme(summary_table(sections), facts):
+    if full and not args.no_readme and update_readme(summary_table(sections), facts):
         print(f"updated the performance table in {README}")
     unmet = [row.metric for s in sections for row in s.rows if row.met is False]
     if unmet:
