@@ -286,15 +286,17 @@ class Supervisor:
         """Run a watch generator to its end, performing each request the asyncio way (the
         twin of `flashfsm.writer.run_steps`; an exception is thrown back into the watch).
 
-        The requests every poll makes (the time, whether to stop, the append of its
-        observation) are performed in line, not through a coroutine each.
+        Every request is performed right here, the ones every poll makes first: thousands
+        of watches make them, so none costs a coroutine or a pattern match of its own.
         """
-        send, throw, clock, committer = steps.send, steps.throw, self.clock, self.committer
+        # (No bound `steps.send`/`steps.throw` kept in locals: with thousands of watches
+        # asleep, every object a suspended watch holds is one more for the collector.)
+        clock, handle = self.clock, job.handle
         reply: Any = None
         error: BaseException | None = None
         while True:
             try:
-                request = send(reply) if error is None else throw(error)
+                request = steps.send(reply) if error is None else steps.throw(error)
             except StopIteration as stop:
                 return stop.value  # type: ignore[no-any-return]
             reply, error = None, None
@@ -304,38 +306,39 @@ class Supervisor:
                     reply = clock()
                 elif kind is StopAsked:
                     reply = False  # a supervisor's watches stop by `stop()`, between requests
-                elif kind is Append:  # one per observation: straight to the group commit
-                    await committer.append(request.stream, request.events, request.expected_seq)
-                else:
-                    reply = await self._perform(request, job)
+                elif kind is Sleep:
+                    jitter = 1 + self.rng.uniform(0, self.jitter / 10)
+                    await self.sleep(request.seconds * jitter)
+                elif kind is StatusCall:
+                    await self._bucket(handle.endpoint_id, "status").acquire()
+                    at = clock()
+                    if request.due is not None and len(self.lag) < 1_000_000:
+                        self.lag.append(max(0.0, at - request.due))
+                    args = (handle.endpoint_id, handle.job_id)
+                    reply = await _acall(self._gate(), self.client.job_status, args, at)
+                elif kind is Append:  # straight to the group commit
+                    await self.committer.append(
+                        request.stream, request.events, request.expected_seq
+                    )
+                elif kind is HealthCall:
+                    await self._bucket(handle.endpoint_id, "health").acquire()
+                    at = clock()
+                    health = self.client.endpoint_health
+                    reply = await _acall(self._gate(), health, (handle.endpoint_id,), at)
+                elif kind is ReaderCall:
+                    name = request.reader
+                    reader = (
+                        job.heartbeat_reader if name == "heartbeat" else job.failure_detail_reader
+                    )
+                    reply = await asyncio.to_thread(
+                        call, reader, force=request.force, at=request.at
+                    )
+                else:  # a read of the store
+                    reply = await asyncio.to_thread(perform, self.store, request)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a store's error: the watch's writer decides
                 error = exc
-
-    async def _perform(self, request: Request, job: JobSpec) -> Any:
-        handle = job.handle
-        match request:
-            case Sleep(seconds=seconds):
-                await self.sleep(seconds * (1 + self.rng.uniform(0, self.jitter / 10)))
-                return None
-            case StatusCall(due=due):
-                await self._bucket(handle.endpoint_id, "status").acquire()
-                at = self.clock()
-                if due is not None and len(self.lag) < 1_000_000:
-                    self.lag.append(max(0.0, at - due))
-                args = (handle.endpoint_id, handle.job_id)
-                return await _acall(self._gate(), self.client.job_status, args, at)
-            case HealthCall():
-                await self._bucket(handle.endpoint_id, "health").acquire()
-                at = self.clock()
-                health = self.client.endpoint_health
-                return await _acall(self._gate(), health, (handle.endpoint_id,), at)
-            case ReaderCall(at=at, reader=name, force=force):
-                reader = job.heartbeat_reader if name == "heartbeat" else job.failure_detail_reader
-                return await asyncio.to_thread(call, reader, force=force, at=at)
-            case _:  # a read of the store
-                return await asyncio.to_thread(perform, self.store, request)
 
     async def run(self, jobs: Iterable[JobSpec]) -> dict[str, PollResult | BaseException]:
         """Watch every job to its verdict; a job's exception is its result, not the fleet's."""

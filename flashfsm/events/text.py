@@ -69,7 +69,8 @@ def add_secret_source(source: SecretSource) -> None:
     """Ask `source()` for secret values on every mask (the shell adds the environment's).
 
     A source is called for every outside text: it must be cheap, and return a tuple of
-    strings that compares equal while its secrets are unchanged.
+    strings that compares equal while its secrets are unchanged (the very same tuple
+    object is cheapest: it is checked first).
     """
     with _lock:
         if source not in _sources:
@@ -78,11 +79,22 @@ def add_secret_source(source: SecretSource) -> None:
 
 def _current() -> tuple[Any, tuple[str, ...], frozenset[str], dict[str, str]]:
     """What is known of the secrets now: (key, the secrets longest first, their pieces, the
-    short-text cache). Every outside text asks, so the unchanged case is one tuple compare."""
+    short-text cache). Every outside text asks, so the unchanged case costs one call and
+    an identity check."""
     global _known
     known = _known
-    key = (len(_registered), tuple(map(operator.call, _sources)))  # registered only grows
-    if known[0] != key:
+    last, sources = known[0], _sources
+    # The usual case first: one source (the environment's) handing back the very tuple it
+    # gave last time, and no value registered since (the registered set only grows).
+    if (
+        last is not None
+        and len(sources) == 1
+        and last[0] == len(_registered)
+        and sources[0]() is last[1][0]
+    ):
+        return known
+    key = (len(_registered), tuple(map(operator.call, sources)))
+    if last != key:
         with _lock:
             found = set(_registered)
         for values in key[1]:
