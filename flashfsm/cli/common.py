@@ -143,6 +143,17 @@ def read_stream(url: str, stream: str) -> list[Event]:
         opened.close()
 
 
+def read_events_file(path: Path) -> list[Event]:
+    """The events of one `.jsonl` file (exit 1, one line, when it is unreadable or empty)."""
+    try:
+        events = read_jsonl_file(path)
+    except FlashFsmError as exc:
+        raise fail(str(exc)) from None
+    if not events:
+        raise fail(f"{path} holds no events")
+    return events
+
+
 def open_source(source: str, store: str | None) -> Source:
     """SOURCE as a `Source`: a `.jsonl` file (its directory holds its siblings) or a stream."""
     path = Path(source)
@@ -155,13 +166,7 @@ def open_source(source: str, store: str | None) -> Source:
             with UsageErrors():
                 return read_jsonl_file(sibling)
 
-        try:
-            events = read_jsonl_file(path)
-        except FlashFsmError as exc:
-            raise fail(str(exc)) from None
-        if not events:
-            raise fail(f"{path} holds no events")
-        return Source(path.name, events, load_file, str(path.parent))
+        return Source(path.name, read_events_file(path), load_file, str(path.parent))
     url = store_url(store)
     events = read_stream(url, source)
     if not events:

@@ -9,7 +9,6 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from flashfsm.adapters.jsonl import read_jsonl_file
 from flashfsm.adapters.stores import copy_streams
 from flashfsm.cli.common import (
     EXIT_SWEEP_ERRORS,
@@ -20,6 +19,7 @@ from flashfsm.cli.common import (
     emit_json,
     fail,
     open_store_or_fail,
+    read_events_file,
     read_stream,
     store_url,
     styled,
@@ -144,12 +144,7 @@ def import_command(
     if path.suffix == ".jsonl" and path.is_file():
         from flashfsm.adapters.memory import MemoryStore
 
-        try:
-            events = read_jsonl_file(path)
-        except FlashFsmError as exc:
-            raise fail(str(exc)) from None
-        if not events:
-            raise fail(f"{path} holds no events")
+        events = read_events_file(path)
         src = MemoryStore()
         src.append(events[0].stream, events, 0)
     copied = _copy(src, url, streams or None)
