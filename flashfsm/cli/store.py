@@ -121,12 +121,7 @@ def export_command(
     missing = [name for name in streams if not read_stream(url, name)]
     if missing:
         raise fail(f"no such stream(s) in {url}: {', '.join(missing)}")
-    copied = _copy(url, to, streams)
-    if as_json:
-        emit_json({"from": url, "to": to, "copied": copied})
-        return
-    for name, count in copied.items():
-        console.print(f"{name}: {count} event(s) copied to {to}")
+    _report_copy(_copy(url, to, streams), url, to, "to", as_json)
 
 
 def import_command(
@@ -147,12 +142,18 @@ def import_command(
         events = read_events_file(path)
         src = MemoryStore()
         src.append(events[0].stream, events, 0)
-    copied = _copy(src, url, streams or None)
+    _report_copy(_copy(src, url, streams or None), source, url, "into", as_json)
+
+
+def _report_copy(
+    copied: dict[str, int], source: str, target: str, preposition: str, as_json: bool
+) -> None:
+    """What `export` or `import` copied: one JSON object, or a line per stream."""
     if as_json:
-        emit_json({"from": source, "to": url, "copied": copied})
+        emit_json({"from": source, "to": target, "copied": copied})
         return
     for name, count in copied.items():
-        console.print(f"{name}: {count} event(s) copied into {url}")
+        console.print(f"{name}: {count} event(s) copied {preposition} {target}")
 
 
 def sweep_command(
