@@ -323,15 +323,16 @@ class Supervisor:
                 elif kind is HealthCall:
                     await self._bucket(handle.endpoint_id, "health").acquire()
                     at = clock()
-                    health = self.client.endpoint_health
-                    reply = await _acall(self._gate(), health, (handle.endpoint_id,), at)
+                    args = (handle.endpoint_id,)
+                    reply = await _acall(self._gate(), self.client.endpoint_health, args, at)
                 elif kind is ReaderCall:
-                    name = request.reader
-                    reader = (
-                        job.heartbeat_reader if name == "heartbeat" else job.failure_detail_reader
-                    )
                     reply = await asyncio.to_thread(
-                        call, reader, force=request.force, at=request.at
+                        call,
+                        job.heartbeat_reader
+                        if request.reader == "heartbeat"
+                        else job.failure_detail_reader,
+                        force=request.force,
+                        at=request.at,
                     )
                 else:  # a read of the store
                     reply = await asyncio.to_thread(perform, self.store, request)

@@ -475,6 +475,9 @@ def loop_steps(
             case Finished(verdict=verdict):
                 return verdict
             case Wait(seconds=seconds):
+                # Nothing of the last poll is held while asleep (its answer, its event):
+                # a supervisor keeps thousands of these generators waiting.
+                got = built = recorded = command = None
                 yield Sleep(seconds)
                 continue
             case FetchStatus():

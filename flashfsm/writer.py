@@ -215,7 +215,7 @@ def drive(steps: Generator[StoreRequest, Any, R], store: EventStore) -> R:
 Build = Callable[[S], Sequence[EventBase]]
 
 
-@dataclass
+@dataclass(slots=True)
 class StreamWriter(Generic[S]):
     """Appends to one stream, keeping its folded state, under one conflict policy.
 

@@ -37,6 +37,7 @@ from flashfsm.fsm.commands import Conclude, Finished
 from flashfsm.fsm.job import JobState, decide, evolve, replay, skip_read, verify
 from flashfsm.fsm.machine import IllegalTransition, allowed_triggers, fire
 from flashfsm.fsm.rules import RULES_BY_NAME, SETUP_STAGES, TERMINAL_STATUSES, judge
+from flashfsm.fsm.state import SINCE
 from flashfsm.fsm.table import FAILURE_KIND, TERMINAL, TRANSITIONS, JobPhase
 from flashfsm.shell import Readers, attach, run_watch
 from flashfsm.writer import JOB, NEWER_WATCH_WINS, StreamWriter
@@ -774,7 +775,7 @@ def test_leaving_the_queue_restarts_the_queue_timer(
     for dt in second_run:
         t += dt
         log.add(StatusObserved, t, status="IN_QUEUE")
-        assert log.state.timers["queue"].since == second_start
+        assert log.state.timers["queue"][SINCE] == second_start
         # however long both runs together: the queue grace counts the second run only
         assert rule_queue_grace(log.state) is None
     # one more queued observation past the grace of the second run does conclude

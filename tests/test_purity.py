@@ -250,7 +250,7 @@ def test_the_checker_flags_a_violation(source: str) -> None:
         "from . import rules",
         "from ..events.errors import CorruptLogError",
         "from typing import TYPE_CHECKING",
-        'def f(s, now):\n    return now - s.timers["progress"].since',
+        'def f(s, now):\n    return now - s.timers["progress"][0]',
     ],
 )
 def test_the_checker_accepts_pure_code(source: str) -> None:

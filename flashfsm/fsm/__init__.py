@@ -11,11 +11,13 @@ The grace policy a job is judged by is part of the recorded format
 
 from flashfsm.fsm.job import decide, evolve, replay, verify
 from flashfsm.fsm.rules import RULES, RULES_BY_NAME, Rule, judge
-from flashfsm.fsm.state import JobState, Timer
+from flashfsm.fsm.state import SEQ, SINCE, JobState, Timer
 
 __all__ = [
     "RULES",
     "RULES_BY_NAME",
+    "SEQ",
+    "SINCE",
     "JobState",
     "Rule",
     "Timer",

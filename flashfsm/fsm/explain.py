@@ -32,7 +32,7 @@ from flashfsm.fsm.commands import Conclude, ReadHeartbeat, Verdict
 from flashfsm.fsm.findings import Finding, Measure, Point, first_line, secs, summarize
 from flashfsm.fsm.job import decide, evolve, skip_read
 from flashfsm.fsm.rules import PROGRESS_TIMER, RULE_NAMES, RULES_BY_NAME, TIMER_RULES, TIMERS
-from flashfsm.fsm.state import DEFAULT_POLICY, JobState
+from flashfsm.fsm.state import DEFAULT_POLICY, SEQ, SINCE, JobState
 
 #: The timers a timeline shows arming and clearing: those a rule declares a clear for.
 TIMELINE_TIMERS: tuple[str, ...] = tuple(spec.name for spec in TIMERS if spec.clears)
@@ -93,7 +93,7 @@ def timeline(events: Iterable[Event]) -> list[TimelineRow]:
 
 def _progress_seq(s: JobState) -> int | None:
     timer = PROGRESS_TIMER.of(s)
-    return None if timer is None else timer.seq
+    return None if timer is None else timer[SEQ]
 
 
 # --- the decision point ------------------------------------------------------------------
@@ -171,7 +171,7 @@ def running_timers(s: JobState, now: float) -> list[TimerView]:
         if timer is not None and limit is not None:
             name, value = limit
             rule = TIMER_RULES[spec.name].name
-            out.append(TimerView(rule, name, timer.since, now - timer.since, value))
+            out.append(TimerView(rule, name, timer[SINCE], now - timer[SINCE], value))
     return sorted(out, key=lambda t: t.left)
 
 

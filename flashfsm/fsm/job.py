@@ -127,7 +127,6 @@ _PICKED_UP_FROM = _from("picked_up") | _from("resumed")
 _TRAINING_STARTED_FROM = _from("training_started")
 #: The checks judged after every observation, paired with their rules.
 _AFTER_OBSERVATION = tuple((rule, rule.check) for rule in rules.AFTER_OBSERVATION)
-_new_timer = tuple.__new__  # `Timer(at, seq)` without the Python-level __new__ frame
 
 
 class NotWatchingError(RuntimeError):
@@ -173,7 +172,7 @@ def _signal(s: JobState, actions: _Actions, at: float, seq: int) -> None:
             timers.pop(name, None)
         s.running &= ~mask
     if restarts or arms:
-        timer = _new_timer(Timer, (at, seq))
+        timer: Timer = (at, seq)
         for name, bit in restarts:
             timers[name] = timer
             s.running |= bit
@@ -219,7 +218,8 @@ def _shift_timers(s: JobState, gap: float) -> None:
     s.gaps += gap
     timers = s.timers
     for name in _SHIFTED.intersection(timers):
-        timers[name] = timers[name].shifted(gap)
+        since, seq = timers[name]
+        timers[name] = (since + gap, seq)
     if s.last_probe_at is not None:
         s.last_probe_at += gap
 

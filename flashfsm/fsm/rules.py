@@ -46,7 +46,7 @@ from flashfsm.events.models import (
 )
 from flashfsm.fsm.commands import Verdict
 from flashfsm.fsm.findings import Finding, Measure, Point, first_line, summarize
-from flashfsm.fsm.state import JobState, Timer
+from flashfsm.fsm.state import SEQ, SINCE, JobState, Timer
 from flashfsm.fsm.table import JobPhase
 
 #: Job statuses that end the job on RunPod's side.
@@ -281,7 +281,7 @@ def _measure(
     if timer is None or limit is None:
         return None
     name, value = limit
-    elapsed = at - timer.since
+    elapsed = at - timer[SINCE]
     return Measure(quantity, elapsed, name, value, elapsed > value)
 
 
@@ -290,13 +290,13 @@ def _measure(
 
 def _check_client_deadline(s: JobState, now: float) -> Finding | None:
     deadline, anchor = s.policy.deadline_s, s.timers.get("deadline")
-    if deadline is None or anchor is None or now - anchor.since <= deadline:
+    if deadline is None or anchor is None or now - anchor[SINCE] <= deadline:
         return None
-    elapsed = now - anchor.since
+    elapsed = now - anchor[SINCE]
     return Finding(
         True,
         (Measure("time since submission", elapsed, "client deadline", deadline, True),),
-        evidence=(anchor.seq,),
+        evidence=(anchor[SEQ],),
         state=JobPhase.STALLED,
         detail=f"client-side deadline exceeded: {elapsed:.0f}s since submission "
         f"(deadline {deadline:.0f}s)",
@@ -649,16 +649,16 @@ WORKER_FAILED = Rule(
 
 
 def _check_queue_grace(s: JobState, now: float) -> Finding | None:
-    since, st = s.timers.get("queue"), s.status
-    if since is None or s.cycle != "status" or st is None or st.status != QUEUED_STATUS:
+    queued, st = s.timers.get("queue"), s.status
+    if queued is None or s.cycle != "status" or st is None or st.status != QUEUED_STATUS:
         return None
-    waited, grace = st.at - since.since, s.policy.queue_grace_s
+    waited, grace = st.at - queued[SINCE], s.policy.queue_grace_s
     if waited <= grace:
         return None
     return Finding(
         True,
         (Measure("IN_QUEUE", waited, "queue grace", grace, True),),
-        evidence=(since.seq, st.seq),
+        evidence=(queued[SEQ], st.seq),
         state=JobPhase.NO_CAPACITY,
         detail=f"never scheduled: IN_QUEUE for {waited:.0f}s (queue grace {grace:.0f}s), "
         "no capacity for this GPU class; retry on the next-best GPU",
@@ -668,7 +668,7 @@ def _check_queue_grace(s: JobState, now: float) -> Finding | None:
 def _queued_wait(event: Event, after: JobState) -> float | None:
     queued = QUEUE_TIMER.of(after)
     if isinstance(event, StatusObserved) and event.status == QUEUED_STATUS and queued is not None:
-        return event.at - queued.since
+        return event.at - queued[SINCE]
     return None
 
 
@@ -681,7 +681,7 @@ def _explain_queue_grace(p: Point) -> Finding:
     fired = _check_queue_grace(s, p.at)
     st, queued = s.status, QUEUE_TIMER.of(s)
     if st is not None and st.status == QUEUED_STATUS and queued is not None:
-        m = Measure("IN_QUEUE", st.at - queued.since, "queue grace", grace, fired is not None)
+        m = Measure("IN_QUEUE", st.at - queued[SINCE], "queue grace", grace, fired is not None)
         facts = ("the last status fetch failed: the queue grace waits for a good one",)
         return Finding(fired is not None, (m,), facts if s.cycle == "error" else ())
     facts: tuple[str, ...] = ()
@@ -729,7 +729,7 @@ def _check_unhealthy_worker(s: JobState, now: float) -> Finding | None:
     return Finding(
         True,
         (m,),
-        evidence=(since.seq, s.health.seq),
+        evidence=(since[SEQ], s.health.seq),
         state=JobPhase.STALLED,
         detail=f"worker unhealthy for {m.value:.0f}s while IN_QUEUE (unhealthy grace "
         f"{m.limit:.0f}s; likely a crash loop or a failed image pull); retry on a fresh endpoint",
@@ -747,7 +747,7 @@ def _check_throttled_worker(s: JobState, now: float) -> Finding | None:
     return Finding(
         True,
         (m,),
-        evidence=(since.seq, s.health.seq),
+        evidence=(since[SEQ], s.health.seq),
         state=JobPhase.NO_CAPACITY,
         detail=f"never scheduled: worker THROTTLED for {m.value:.0f}s while IN_QUEUE "
         f"(throttled grace {m.limit:.0f}s), no capacity for this GPU class; "
@@ -760,7 +760,7 @@ def _explain_stuck_worker(p: Point, spec: TimerSpec, quantity: str, check: Check
     word = spec.name  # "throttled" or "unhealthy"
     throttled = spec is THROTTLED_TIMER
     stuck = [
-        (e, e.at - since.since)
+        (e, e.at - since[SINCE])
         for e, _, after in p.steps
         if isinstance(e, HealthObserved)
         and worker_condition(e)[1 if throttled else 0]
@@ -785,7 +785,7 @@ def _explain_stuck_worker(p: Point, spec: TimerSpec, quantity: str, check: Check
     if since is not None:
         last = stuck[-1][0]
         note = "" if held else f"at the last probe, {p.t(last.at)}"
-        m = Measure(quantity, last.at - since.since, name, grace, held, note=note)
+        m = Measure(quantity, last.at - since[SINCE], name, grace, held, note=note)
         return Finding(held, (m,))
     facts: tuple[str, ...] = ()
     cleared = p.cleared(spec.name)
@@ -845,14 +845,14 @@ def _check_stall(s: JobState, now: float) -> Finding | None:
     if progress is None or s.last_at is None:
         return None
     limit, phase = stall_limit(s)
-    idle = s.last_at - progress.since
+    idle = s.last_at - progress[SINCE]
     if idle <= limit:
         return None
     _, note, name = stall_limit_name(s)
     return Finding(
         True,
         (Measure("no progress for", idle, name, limit, True, note=note),),
-        evidence=(progress.seq, st.seq),
+        evidence=(progress[SEQ], st.seq),
         state=JobPhase.STALLED,
         detail=f"no worker progress for {idle:.0f}s during {phase} "
         f"(job status {st.status}, limit {limit:.0f}s)",
@@ -872,7 +872,7 @@ def _judged_idle(p: Point, index: int) -> tuple[float, float, str, str] | None:
     if "heartbeat" in after.pending and isinstance(nxt, HeartbeatObserved) and not nxt.forced:
         return None  # judged after that read
     limit, phase, name = stall_limit_name(after)
-    return after.last_at - progress.since, limit, phase, name
+    return after.last_at - progress[SINCE], limit, phase, name
 
 
 def _explain_stall(p: Point) -> Finding:
@@ -884,7 +884,7 @@ def _explain_stall(p: Point) -> Finding:
     st = s.status
     if st is not None and st.status not in TERMINAL_STATUSES:
         limit, phase, name = stall_limit_name(s)
-        m = Measure("no progress for", s.last_at - progress.since, name, limit, held, note=phase)
+        m = Measure("no progress for", s.last_at - progress[SINCE], name, limit, held, note=phase)
         facts = ("the last status fetch failed: the stall rule waits for a good one",)
         return Finding(held, (m,), facts if s.cycle == "error" else ())
     # The job ended (or never answered): the longest stretch at any point the rule judged.

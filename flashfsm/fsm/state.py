@@ -1,7 +1,7 @@
 """What the rules know about one job: `JobState`, rebuilt from its events by the fold.
 
-A timer is a value, `Timer(since, seq)`: when it started (seconds on the recorded clock)
-and the seq of the event that started it, which a verdict quotes as evidence. A state
+A timer is a value, `(since, seq)`: when it started (seconds on the recorded clock) and
+the seq of the event that started it, which a verdict quotes as evidence. A state
 holds its running timers by name (`JobState.timers`), so a rule that declares a new timer
 needs no new field here. The rules declare which observations arm, restart and clear each
 timer (`flashfsm.fsm.rules`); the fold (`flashfsm.fsm.job.evolve`) applies those
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field, fields
-from typing import Any, NamedTuple
+from typing import Any
 
 from flashfsm.events.models import (
     Concluded,
@@ -30,15 +30,11 @@ from flashfsm.fsm.table import INITIAL, JobPhase
 DEFAULT_POLICY = GracePolicy()
 
 
-class Timer(NamedTuple):
-    """A running timer: since when (seconds), armed by which event (its seq)."""
-
-    since: float
-    seq: int
-
-    def shifted(self, gap: float) -> Timer:
-        """The same timer with `gap` seconds nobody watched taken out of it (D2)."""
-        return Timer(self.since + gap, self.seq)
+#: A running timer: `(since, seq)`, read as `timer[SINCE]` and `timer[SEQ]`. A plain tuple,
+#: not a named one: the garbage collector stops tracking an exact tuple of numbers, and a
+#: supervisor holds a few timers for each of thousands of sleeping watches.
+Timer = tuple[float, int]
+SINCE, SEQ = 0, 1
 
 
 @dataclass(slots=True)
