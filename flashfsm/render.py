@@ -6,18 +6,27 @@ a reattach, a deploy error) — so tests can inspect the geometry without parsin
 log is one lane, its spans the machine states its replay went through (`timeline`); a
 reattach after a blind gap leaves an "UNWATCHED" span. A run log is read through the run
 fold (`flashfsm.fsm.run.replay_run`) and drawn as one lane per attempt: a DEPLOYING span from
-the attempt's start to its job's submission, then the states of the attempt's job stream,
-fetched with `load` (the caller's I/O). A sweeper's log is one lane per endpoint it timed:
-its IDLE runs, each ended by a clear or a reap. `flashfsm.views.stream_kind` says which a
-log is. `svg(picture)` and `html(picture)` build self-contained documents by string
-building: no script, no external font or style.
+the attempt's start to its job's submission (none when the submission took no time), then the
+states of the attempt's job stream, fetched with `load` (the caller's I/O). A sweeper's log is
+one lane per endpoint it timed: its IDLE runs, each ended by a clear or a reap.
+`flashfsm.views.stream_kind` says which a log is. `svg(picture)` and `html(picture)` build
+self-contained documents by string building: no script, no external font or style.
+
+Drawing measures text (`flashfsm.fsm.diagram.text_width`) instead of guessing: a state's name
+is written on its span only when it fits; the plot is narrowed until every verdict label fits
+right of its mark; a lane's subtitle wraps onto a second line, and text that still does not
+fit is shortened at a word boundary, with the whole text in a tooltip (`<title>`). Every
+bounded piece of text is a `<g class="label">` carrying its full text and the width it was
+given (`data-label`, `data-width`), so a test can check what was shown against what was meant.
+The legend lists the states and verdict kinds the picture shows, no others.
 """
 
 from __future__ import annotations
 
-import html as _html
-from collections.abc import Callable, Sequence
+import json
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from flashfsm.events.models import (
     CancelRequested,
@@ -27,6 +36,15 @@ from flashfsm.events.models import (
     JobSubmitted,
     SubmitFailed,
     WatchStarted,
+)
+from flashfsm.fsm.diagram import (
+    FONT,
+    OUTCOME_FAILED,
+    OUTCOME_OK,
+    OUTCOME_RETRIED,
+    PHASE_STYLE,
+    esc,
+    text_width,
 )
 from flashfsm.fsm.explain import timeline
 from flashfsm.fsm.run import Attempt, RunState, replay_run
@@ -40,14 +58,11 @@ REAPED = "REAPED"  # a sweeper's lane: the endpoint was deleted
 #: Fill colour and text colour of each span state, in legend order.
 STATE_STYLE: dict[str, tuple[str, str]] = {
     DEPLOYING: ("#b9c0c9", "#1d2733"),
-    JobPhase.QUEUED.value: ("#8db4e2", "#10243d"),
-    JobPhase.THROTTLED.value: ("#f4b942", "#3d2a00"),
-    JobPhase.UNHEALTHY.value: ("#e4572e", "#ffffff"),
-    JobPhase.SETUP.value: ("#9d87d8", "#1e1238"),
-    JobPhase.TRAINING.value: ("#37a168", "#ffffff"),
+    **PHASE_STYLE,  # the state diagram's colours
     UNWATCHED: ("url(#unwatched)", "#333333"),
     IDLE: ("#d8c7a4", "#2b2110"),
 }
+UNKNOWN_STYLE = ("#cccccc", "#1a1a1a")  # a state this module has no colour for
 #: What each span state means, for the legend.
 STATE_MEANING: dict[str, str] = {
     DEPLOYING: "deploy and submit",
@@ -59,11 +74,10 @@ STATE_MEANING: dict[str, str] = {
     UNWATCHED: "nobody watching (blind gap)",
     IDLE: "endpoint idle, the sweeper's timer running",
 }
-VERDICT_OK = "#1b7a3d"
-VERDICT_FAILED = "#b3261e"  # job_failed: the job's own fault, not retried
-VERDICT_RETRIED = "#b85c00"  # infra-shaped failures a run retries
+VERDICT_OK = OUTCOME_OK
+VERDICT_FAILED = OUTCOME_FAILED  # job_failed: the job's own fault, not retried
+VERDICT_RETRIED = OUTCOME_RETRIED  # infra-shaped failures a run retries
 REAPED_COLOUR = "#5b4a8a"  # an endpoint the sweeper deleted
-FONT = "DejaVu Sans, Helvetica, Arial, sans-serif"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +113,7 @@ class Lane:
     verdict: str | None = None  # the terminal state, or the attempt's failure kind
     rule: str | None = None
     ok: bool | None = None
-    detail: str = ""
+    detail: str = ""  # the verdict's detail as people read it (`detail_text`)
 
     @property
     def end(self) -> float:
@@ -190,13 +204,56 @@ def job_lane(
         verdict=None if verdict is None else verdict.state,
         rule=None if verdict is None else verdict.rule,
         ok=None if verdict is None else verdict.ok,
-        detail="" if verdict is None else _first_line(verdict.detail),
+        detail="" if verdict is None else detail_text(verdict.detail),
     )
 
 
-def _first_line(text: str | None) -> str:
-    lines = (text or "").strip().splitlines()
-    return lines[0][:160] if lines else ""
+#: A detail line is tried as JSON from at most this many of its `{` and `[`.
+JSON_TRIES = 8
+
+
+def detail_text(text: str | None) -> str:
+    """A recorded detail as people read it: a JSON object in a line (a worker's error, say)
+    becomes `key: value` lines, a value's own newlines real ones, nested values indented."""
+    lines: list[str] = []
+    for line in (text or "").strip().splitlines():
+        lines.extend(_readable(line))
+    return "\n".join(lines)
+
+
+def _readable(line: str) -> Iterator[str]:
+    starts = [i for i, ch in enumerate(line) if ch in "{["][:JSON_TRIES]
+    for start in starts:
+        try:
+            value, end = json.JSONDecoder().raw_decode(line, start)
+        except ValueError:
+            continue
+        if isinstance(value, (dict, list)) and value:
+            head, tail = line[:start].rstrip(), line[end:].strip()
+            if head:
+                yield head
+            yield from _pairs(value, "")
+            if tail:
+                yield tail
+            return
+    yield line
+
+
+def _pairs(value: dict[str, Any] | list[Any], indent: str) -> Iterator[str]:
+    """`key: value` lines of a JSON object (`- item` lines of an array), nested ones indented."""
+    items = [(f"{k}:", v) for k, v in value.items()] if isinstance(value, dict) else []
+    items += [("-", v) for v in value] if isinstance(value, list) else []
+    for key, item in items:
+        name = f"{indent}{key}"
+        if isinstance(item, (dict, list)) and item:
+            yield name
+            yield from _pairs(item, indent + "  ")
+        elif isinstance(item, str) and "\n" in item.strip():
+            yield name
+            yield from (f"{indent}  {part}" for part in item.strip("\n").splitlines())
+        else:
+            shown = item if isinstance(item, str) else json.dumps(item)
+            yield f"{name} {shown}"
 
 
 def run_lanes(
@@ -253,7 +310,8 @@ def _attempt_lane(
         deploy_end = a.ended.at
     else:  # still deploying or submitting: the run's latest event is this attempt's
         deploy_end = run.last_at if run.last_at is not None else started.at
-    spans.append(Span(DEPLOYING, started.at - origin, deploy_end - origin))
+    if deploy_end > started.at or not job:  # a deploy that took no time is no span
+        spans.append(Span(DEPLOYING, started.at - origin, deploy_end - origin))
     verdict: str | None = None
     rule: str | None = None
     ok: bool | None = None
@@ -265,11 +323,11 @@ def _attempt_lane(
         concluded = next((e for e in job if isinstance(e, Concluded)), None)
         if concluded is not None:
             verdict, rule, ok = concluded.state, concluded.rule, concluded.ok
-            detail = _first_line(concluded.detail)
+            detail = detail_text(concluded.detail)
     if verdict is None and a.ended is not None:
         e = a.ended
         verdict, rule, ok = ("SUCCEEDED" if e.ok else (e.failure or "failed")), e.rule, e.ok
-        detail = _first_line(e.detail)
+        detail = detail_text(e.detail)
         if not any(m.kind == "verdict" for m in marks):
             label = f"{verdict} · {rule}" if rule else verdict
             marks.append(Mark(e.at - origin, label, "verdict", e.ok, e.failure))
@@ -360,7 +418,7 @@ def picture(
             sub = f"run {verdict} after {result.attempts} attempt(s)"
         run_id = run.started.run_id if run.started is not None else stream
         return Picture(
-            title or f"run {run_id}",
+            title or titled("run", run_id),
             f"{sub} · {len(lanes)} lane(s) · stream {stream}",
             origin,
             tuple(lanes),
@@ -373,30 +431,46 @@ def picture(
         origin = min([origin, *(p.since for p in view.periods)])
         lanes = sweeper_lanes(view, origin)
         return Picture(
-            title or f"sweeper {stream}",
+            title or titled("sweeper", stream),
             f"{view.summary} · {len(lanes)} endpoint(s) · stream {stream}",
             origin,
             tuple(lanes),
         )
     lane = job_lane(events, origin)
     sub = "no verdict yet" if lane.verdict is None else f"{lane.verdict} by {lane.rule}"
-    return Picture(title or f"job {stream}", sub, origin, (lane,), lane.verdict, lane.ok)
+    return Picture(title or titled("job", stream), sub, origin, (lane,), lane.verdict, lane.ok)
+
+
+def titled(kind: str, name: str) -> str:
+    """A title naming a `kind` of log once: `job abc` for the stream `job-abc`, the name alone
+    when it is or starts with the word (`sweeper`, `run_7`), else `<kind> <name>`."""
+    if name.startswith(f"{kind}-") and len(name) > len(kind) + 1:
+        return f"{kind} {name[len(kind) + 1 :]}"
+    first = name.replace("_", " ").replace("-", " ").split(" ", 1)[0]
+    return name if first.lower() == kind.lower() else f"{kind} {name}"
 
 
 # --- drawing ----------------------------------------------------------------------------------
 
 WIDTH = 1200
-LEFT = 200  # lane titles
-RIGHT = 230  # room for the last verdict label
+MARGIN = 16
+LEFT_MIN, LEFT_MAX = 150, 320  # the column of lane titles, sized to them within these
+TITLE_GAP = 14  # lane titles to the plot
 TOP = 92  # title, subtitle, axis labels
 LANE_H = 52
 BAR_H = 26
+SPAN_PAD = 4  # a span's label to its ends
+DIAMOND = 8  # half the width of a verdict's diamond
+MIN_PLOT = 0.45  # the plot keeps this share of the room right of the titles
 LEGEND_COLS = 3
+LEGEND_ROW = 26
 TICK_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200)
-
-
-def _esc(text: object) -> str:
-    return _html.escape(str(text), quote=True)
+#: Sizes (px) of the picture's text.
+SIZE = {"title": 18, "subtitle": 13, "lane-title": 13, "lane-subtitle": 11, "span-label": 11,
+        "verdict-label": 13, "mark-label": 11, "legend": 12}  # fmt: skip
+#: How far right of its mark a mark's label starts.
+MARK_OFFSET = {"verdict": 12.0, "reaped": 12.0, "open": 8.0, "running": 8.0}
+_BREAK_AFTER = "-_/"
 
 
 def tick_step(duration: float, max_ticks: int = 10) -> float:
@@ -429,40 +503,189 @@ def duration_text(seconds: float) -> str:
     return f"{s // 3600} h {s % 3600 // 60} min"
 
 
+def fit_lines(
+    text: str, width: float, size: float, *, bold: bool = False, lines: int = 1
+) -> list[str]:
+    """`text` in at most `lines` lines, each at most `width` px wide at `size` px.
+
+    Lines break at a space (never just before a `·`) or after a hyphen, underscore or slash,
+    after a `·` when that still fits the whole text in. When the text does not fit, its last
+    line ends at such a break and with `…`: a word is never cut. (`…` alone when not even
+    one word fits.)
+    """
+    text = " ".join(text.split())
+    at_parts = _wrap(text, width, size, bold, lines, at_parts=True)
+    if not _shortened(text, at_parts):
+        return at_parts
+    return _wrap(text, width, size, bold, lines, at_parts=False)
+
+
+def _wrap(
+    text: str, width: float, size: float, bold: bool, lines: int, *, at_parts: bool
+) -> list[str]:
+    out: list[str] = []
+    start = 0
+    while text_width(text[start:], size, bold=bold) > width:
+        breaks = _breaks(text, start)
+        if len(out) < lines - 1:
+            fitting = [
+                b for b in breaks if text_width(text[start : b[0]], size, bold=bold) <= width
+            ]
+            parts = [b for b in fitting if text[start : b[0]].endswith("·")]
+            if fitting:
+                end, after = (parts if at_parts and parts else fitting)[-1]
+                out.append(text[start:end])
+                start = after
+                continue
+        cuts = [_cut(text[start:e]) for e, _ in breaks]
+        fits = [c for c in cuts if text_width(c, size, bold=bold) <= width and c != "…"]
+        out.append(fits[-1] if fits else "…")
+        return out
+    out.append(text[start:])
+    return out
+
+
+def _breaks(text: str, start: int) -> list[tuple[int, int]]:
+    """Where a line of `text` from `start` may end: (end of this line, start of the next)."""
+    out = []
+    for i in range(start + 1, len(text)):
+        if text[i] == " " and text[i + 1 : i + 2] != "·":
+            out.append((i, i + 1))
+        elif text[i - 1] in _BREAK_AFTER and text[i] != " ":
+            out.append((i, i))
+    return out
+
+
+def _cut(piece: str) -> str:
+    return piece.rstrip(" ·" + _BREAK_AFTER) + "…"
+
+
+def _label(
+    text: str,
+    x: float,
+    y: float,
+    *,
+    width: float,
+    cls: str,
+    bold: bool = False,
+    lines: int = 1,
+    anchor: str = "start",
+    fill: str = "#1a1a1a",
+    extra: str = "",
+    shown: list[str] | None = None,
+) -> str:
+    """Text bounded to `width` px (wrapped and shortened by `fit_lines`) in a
+    `<g class="label">` that carries the full text; with a `<title>` tooltip when shortened."""
+    full = " ".join(text.split())
+    size = SIZE[cls]
+    shown = shown or fit_lines(full, width, size, bold=bold, lines=lines)
+    weight = ' font-weight="bold"' if bold else ""
+    parts = [f'<g class="label" data-label="{esc(full)}" data-width="{width:.1f}">']
+    if _shortened(full, shown):
+        parts.append(f"<title>{esc(full)}</title>")
+    step = round(size * 1.2)
+    for i, line in enumerate(shown):
+        parts.append(
+            f'<text class="{cls}" x="{x:.1f}" y="{y + i * step:.1f}" font-size="{size}"{weight} '
+            f'text-anchor="{anchor}" fill="{fill}"{extra}>{esc(line)}</text>'
+        )
+    parts.append("</g>")
+    return "".join(parts)
+
+
+def _shortened(full: str, shown: list[str]) -> bool:
+    return "".join(shown).replace(" ", "") != full.replace(" ", "")
+
+
+def _drawn(lane: Lane) -> list[Span]:
+    """The spans a lane shows: those that last; a lane of instants shows its last."""
+    lasting = [s for s in lane.spans if s.end > s.start]
+    return lasting or list(lane.spans[-1:])
+
+
+def _mark_label_width(mark: Mark) -> float:
+    bold = mark.kind in ("verdict", "reaped")
+    return text_width(mark.label, SIZE["verdict-label"], bold=bold)
+
+
+def _left_column(pic: Picture) -> float:
+    need = max(
+        [text_width(lane.title, SIZE["lane-title"], bold=True) for lane in pic.lanes]
+        + [text_width(lane.subtitle, SIZE["lane-subtitle"]) for lane in pic.lanes]
+        + [0.0]
+    )
+    return min(LEFT_MAX, max(LEFT_MIN, MARGIN + need + TITLE_GAP))
+
+
+def _plot_width(pic: Picture, left: float, duration: float) -> float:
+    """The widest plot that leaves every mark's label room right of its mark."""
+    room = WIDTH - MARGIN - left
+    plot = room
+    for lane in pic.lanes:
+        for mark in lane.marks:
+            if mark.kind in MARK_OFFSET and mark.at > 0:
+                need = MARK_OFFSET[mark.kind] + _mark_label_width(mark)
+                plot = min(plot, (room - need) / (mark.at / duration))
+    return max(plot, room * MIN_PLOT)
+
+
+def _legend_entries(pic: Picture) -> tuple[list[str], list[tuple[str, str]]]:
+    """The span states the picture shows (in legend order), and its kinds of verdict mark."""
+    shown = {span.state for lane in pic.lanes for span in _drawn(lane)}
+    states = [s for s in STATE_STYLE if s in shown] + sorted(shown - set(STATE_STYLE))
+    kinds = [(m.kind, m.ok, m.failure) for lane in pic.lanes for m in lane.marks]
+    diamonds: list[tuple[str, str]] = []
+    verdicts = [(ok, failure) for kind, ok, failure in kinds if kind == "verdict"]
+    if any(ok for ok, _ in verdicts):
+        diamonds.append((VERDICT_OK, "verdict: success (state · rule)"))
+    if any(not ok and failure != "job_failed" for ok, failure in verdicts):
+        diamonds.append((VERDICT_RETRIED, "verdict: retriable failure (state · rule)"))
+    if any(not ok and failure == "job_failed" for ok, failure in verdicts):
+        diamonds.append((VERDICT_FAILED, "verdict: job failed (state · rule)"))
+    if any(kind == "reaped" for kind, _, _ in kinds):
+        diamonds.append((REAPED_COLOUR, "endpoint reaped (idle time)"))
+    return states, diamonds
+
+
 def svg(pic: Picture) -> str:
     """The picture as a standalone SVG document."""
     duration = max(pic.duration, 1.0)
-    plot_w = WIDTH - LEFT - RIGHT
+    left = _left_column(pic)
+    plot_w = _plot_width(pic, left, duration)
 
     def x(t: float) -> float:
-        return LEFT + plot_w * (t / duration)
+        return left + plot_w * (t / duration)
 
     lanes_h = LANE_H * max(1, len(pic.lanes))
-    states = [s for s in STATE_STYLE if any(sp.state == s for ln in pic.lanes for sp in ln.spans)]
+    states, diamonds = _legend_entries(pic)
     legend_y = TOP + lanes_h + 34
-    legend_rows = (len(states) + LEGEND_COLS - 1) // LEGEND_COLS + 1
-    height = legend_y + 26 * legend_rows + 16
+    legend_rows = -(-len(states) // LEGEND_COLS) + -(-len(diamonds) // LEGEND_COLS)
+    height = legend_y + LEGEND_ROW * legend_rows + 16
     out: list[str] = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="flashfsm-timeline" width="{WIDTH}" '
         f'height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="{FONT}" '
-        f'font-size="13" role="img" aria-label="{_esc(pic.title)}">',
+        f'font-size="13" role="img" aria-label="{esc(pic.title)}">',
         "<defs>",
         '<pattern id="unwatched" width="8" height="8" patternUnits="userSpaceOnUse" '
         'patternTransform="rotate(45)"><rect width="8" height="8" fill="#eeeeee"/>'
         '<line x1="0" y1="0" x2="0" y2="8" stroke="#9a9a9a" stroke-width="3"/></pattern>',
         "</defs>",
         f'<rect x="0" y="0" width="{WIDTH}" height="{height}" fill="#ffffff"/>',
-        f'<text class="title" x="16" y="28" font-size="18" font-weight="bold" '
-        f'fill="#1a1a1a">{_esc(pic.title)}</text>',
-        f'<text class="subtitle" x="16" y="50" fill="#555555">{_esc(pic.subtitle)}</text>',
     ]
+    verdict_w = 0.0
     if pic.verdict is not None:
         colour = verdict_colour(pic.ok, None if pic.ok else pic.verdict)
+        verdict_w = text_width(pic.verdict, 16, bold=True)
         out.append(
-            f'<text class="verdict-label run-verdict" x="{WIDTH - 16}" y="28" '
+            f'<text class="verdict-label run-verdict" x="{WIDTH - MARGIN}" y="28" '
             f'text-anchor="end" font-size="16" font-weight="bold" fill="{colour}">'
-            f"{_esc(pic.verdict)}</text>"
+            f"{esc(pic.verdict)}</text>"
         )
+    title_w = WIDTH - 2 * MARGIN - (verdict_w + 24 if verdict_w else 0)
+    out.append(_label(pic.title, MARGIN, 28, width=title_w, cls="title", bold=True))
+    out.append(
+        _label(pic.subtitle, MARGIN, 50, width=WIDTH - 2 * MARGIN, cls="subtitle", fill="#555555")
+    )
     # axis and grid
     step = tick_step(duration)
     axis_y = TOP - 12
@@ -478,54 +701,58 @@ def svg(pic: Picture) -> str:
         t += step
     out.append("</g>")
     for i, lane in enumerate(pic.lanes):
-        out.append(_lane_svg(lane, i, x))
+        out.append(_lane_svg(lane, i, x, left))
     for mark in pic.marks:
-        xx = x(mark.at)
-        out.append(
-            f'<g class="mark run-mark"><line x1="{xx:.1f}" y1="{TOP - 4}" x2="{xx:.1f}" '
-            f'y2="{TOP + lanes_h}" stroke="#444444" stroke-dasharray="4 3"/>'
-            f'<text x="{xx + 4:.1f}" y="{TOP + 8}" font-size="11" fill="#444444">'
-            f"{_esc(mark.label)}</text></g>"
-        )
-    kinds = {m.kind for lane in pic.lanes for m in lane.marks}
-    out.append(_legend_svg(states, legend_y, kinds))
+        out.append(_run_mark_svg(mark, x(mark.at), left, lanes_h))
+    out.append(_legend_svg(states, diamonds, legend_y))
     out.append("</svg>")
     return "\n".join(out)
 
 
-def _lane_svg(lane: Lane, index: int, x: Callable[[float], float]) -> str:
+def _lane_svg(lane: Lane, index: int, x: Callable[[float], float], left: float) -> str:
     y = TOP + index * LANE_H
     bar_y = y + (LANE_H - BAR_H) / 2
-    attrs = f'class="lane" data-lane="{_esc(lane.key)}"'
+    attrs = f'class="lane" data-lane="{esc(lane.key)}"'
     if lane.verdict is not None:
-        attrs += f' data-verdict="{_esc(lane.verdict)}" data-rule="{_esc(lane.rule or "")}"'
+        attrs += f' data-verdict="{esc(lane.verdict)}" data-rule="{esc(lane.rule or "")}"'
     parts = [f"<g {attrs}>"]
     if index % 2:
         parts.append(f'<rect x="0" y="{y}" width="{WIDTH}" height="{LANE_H}" fill="#f7f8fa"/>')
+    room = left - MARGIN - TITLE_GAP
+    sub = fit_lines(lane.subtitle, room, SIZE["lane-subtitle"], lines=2)
+    title_y, sub_y = (y + LANE_H / 2 - 3, y + LANE_H / 2 + 13) if len(sub) < 2 else (y + 17, y + 31)
+    parts.append(_label(lane.title, MARGIN, title_y, width=room, cls="lane-title", bold=True))
     parts.append(
-        f'<text class="lane-title" x="16" y="{y + LANE_H / 2 - 3}" font-weight="bold" '
-        f'fill="#1a1a1a">{_esc(lane.title)}</text>'
-        f'<text class="lane-subtitle" x="16" y="{y + LANE_H / 2 + 13}" font-size="11" '
-        f'fill="#666666">{_esc(_clip(lane.subtitle, 28))}</text>'
+        _label(
+            lane.subtitle, MARGIN, sub_y, width=room, cls="lane-subtitle", fill="#666666", shown=sub
+        )
     )
-    for span in lane.spans:
-        fill, ink = STATE_STYLE.get(span.state, ("#cccccc", "#1a1a1a"))
+    pointed = [m for m in lane.marks if m.kind in ("verdict", "reaped")]
+    for i, span in enumerate(_drawn(lane)):
+        fill, ink = STATE_STYLE.get(span.state, UNKNOWN_STYLE)
         x0, x1 = x(span.start), x(span.end)
         w = max(x1 - x0, 1.5)
+        key = f"{lane.key}/{i}"
         tip = (
             f"{span.state}: t+{duration_text(span.start)} → t+{duration_text(span.end)} "
             f"({duration_text(span.end - span.start)})"
         )
         parts.append(
-            f'<rect class="span" data-state="{_esc(span.state)}" x="{x0:.1f}" y="{bar_y:.1f}" '
-            f'width="{w:.1f}" height="{BAR_H}" rx="3" fill="{fill}" stroke="#ffffff" '
-            f'stroke-width="1"><title>{_esc(tip)}</title></rect>'
+            f'<rect class="span" data-span="{esc(key)}" data-state="{esc(span.state)}" '
+            f'x="{x0:.1f}" y="{bar_y:.1f}" width="{w:.1f}" height="{BAR_H}" rx="3" fill="{fill}" '
+            f'stroke="#ffffff" stroke-width="1"><title>{esc(tip)}</title></rect>'
         )
-        if w > 8 * len(span.state) + 10:
+        # the state's name goes on its span only when it fits (clear of a verdict's diamond
+        # on its end); the tooltip and the legend name it anyway
+        covered = DIAMOND + SPAN_PAD if any(abs(m.at - span.end) < 1e-6 for m in pointed) else 0
+        room = w - 2 * SPAN_PAD - covered
+        if text_width(span.state, SIZE["span-label"], bold=True) <= room:
             parts.append(
-                f'<text class="span-label" x="{x0 + w / 2:.1f}" y="{bar_y + BAR_H / 2 + 4:.1f}" '
-                f'text-anchor="middle" font-size="11" font-weight="bold" fill="{ink}">'
-                f"{_esc(span.state)}</text>"
+                f'<text class="span-label" data-span="{esc(key)}" '
+                f'x="{x0 + SPAN_PAD + room / 2:.1f}" '
+                f'y="{bar_y + BAR_H / 2 + 4:.1f}" text-anchor="middle" '
+                f'font-size="{SIZE["span-label"]}" font-weight="bold" fill="{ink}" '
+                f'pointer-events="none">{esc(span.state)}</text>'
             )
     for mark in lane.marks:
         parts.append(_mark_svg(mark, x(mark.at), y, bar_y))
@@ -535,71 +762,112 @@ def _lane_svg(lane: Lane, index: int, x: Callable[[float], float]) -> str:
 
 def _mark_svg(mark: Mark, xx: float, y: float, bar_y: float) -> str:
     mid = bar_y + BAR_H / 2
+    if mark.kind in MARK_OFFSET:
+        lx = xx + MARK_OFFSET[mark.kind]
+        room = WIDTH - MARGIN - lx
     if mark.kind in ("verdict", "reaped"):
         colour = REAPED_COLOUR if mark.kind == "reaped" else verdict_colour(mark.ok, mark.failure)
-        d = 8
+        d = DIAMOND
+        label = _label(
+            mark.label, lx, mid + 4, width=room, cls="verdict-label", bold=True, fill=colour
+        )
         return (
             f'<g class="mark {mark.kind}"><line x1="{xx:.1f}" y1="{y + 4}" x2="{xx:.1f}" '
             f'y2="{y + LANE_H - 4}" stroke="{colour}" stroke-width="2"/>'
             f'<path d="M {xx:.1f} {mid - d:.1f} L {xx + d:.1f} {mid:.1f} L {xx:.1f} {mid + d:.1f} '
             f'L {xx - d:.1f} {mid:.1f} Z" fill="{colour}" stroke="#ffffff" stroke-width="1.5"/>'
-            f'<text class="verdict-label" x="{xx + 12:.1f}" y="{mid + 4:.1f}" font-weight="bold" '
-            f'fill="{colour}">{_esc(mark.label)}</text></g>'
+            f"{label}</g>"
         )
     if mark.kind in ("open", "running"):
-        return (
-            f'<g class="mark {mark.kind}"><text class="verdict-label" x="{xx + 8:.1f}" '
-            f'y="{mid + 4:.1f}" font-style="italic" fill="#555555">{_esc(mark.label)}</text></g>'
+        label = _label(
+            mark.label,
+            lx,
+            mid + 4,
+            width=room,
+            cls="verdict-label",
+            fill="#555555",
+            extra=' font-style="italic"',
         )
+        return f'<g class="mark {mark.kind}">{label}</g>'
     colour = "#b3261e" if mark.kind == "error" else "#333333"
     return (
         f'<g class="mark {mark.kind}"><line x1="{xx:.1f}" y1="{bar_y - 4:.1f}" x2="{xx:.1f}" '
         f'y2="{bar_y + BAR_H + 4:.1f}" stroke="{colour}" stroke-width="2" '
-        f'stroke-dasharray="3 2"/><title>{_esc(mark.label)}</title></g>'
+        f'stroke-dasharray="3 2"/><title>{esc(mark.label)}</title></g>'
     )
 
 
-def _legend_svg(states: list[str], y: float, mark_kinds: set[str] | None = None) -> str:
-    parts = [f'<g class="legend" transform="translate(16 {y})">']
+def _run_mark_svg(mark: Mark, xx: float, left: float, lanes_h: float) -> str:
+    """A run-level mark (a cancel): a dashed line over every lane, its label beside it."""
+    width = text_width(mark.label, SIZE["mark-label"])
+    fits_right = xx + 4 + width <= WIDTH - MARGIN
+    label = _label(
+        mark.label,
+        xx + 4 if fits_right else xx - 4,
+        TOP + 8,
+        width=WIDTH - MARGIN - xx - 4 if fits_right else xx - 4 - left,
+        cls="mark-label",
+        anchor="start" if fits_right else "end",
+        fill="#444444",
+    )
+    return (
+        f'<g class="mark run-mark"><line x1="{xx:.1f}" y1="{TOP - 4}" x2="{xx:.1f}" '
+        f'y2="{TOP + lanes_h}" stroke="#444444" stroke-dasharray="4 3"/>{label}</g>'
+    )
+
+
+def _legend_svg(states: list[str], diamonds: list[tuple[str, str]], y: float) -> str:
+    parts = [f'<g class="legend" transform="translate({MARGIN} {y})">']
     parts.append('<text x="0" y="0" font-weight="bold" fill="#333333">Legend</text>')
-    col_w = (WIDTH - 32) / LEGEND_COLS
+    col_w = (WIDTH - 2 * MARGIN) / LEGEND_COLS
+    room = col_w - 28 - 12
+    size = SIZE["legend"]
     for i, state in enumerate(states):
         row, col = divmod(i, LEGEND_COLS)
-        lx, ly = col * col_w, 14 + row * 26
-        fill, _ = STATE_STYLE[state]
+        lx, ly = col * col_w, 14 + row * LEGEND_ROW
+        fill, _ = STATE_STYLE.get(state, UNKNOWN_STYLE)
+        name_w = text_width(state + " ", size, bold=True)
+        meaning = STATE_MEANING.get(state, "")
+        shown = fit_lines(meaning, room - name_w, size)
+        full = f"{state} {meaning}".strip()
         parts.append(
-            f'<rect x="{lx:.1f}" y="{ly}" width="22" height="14" rx="2" fill="{fill}" '
+            f'<g class="label legend-state" data-state="{esc(state)}" data-label="{esc(full)}" '
+            f'data-width="{room:.1f}">'
+            + (f"<title>{esc(full)}</title>" if _shortened(meaning, shown) else "")
+            + f'<rect x="{lx:.1f}" y="{ly}" width="22" height="14" rx="2" fill="{fill}" '
             f'stroke="#888888" stroke-width="0.5"/>'
-            f'<text x="{lx + 28:.1f}" y="{ly + 11}" font-size="12" fill="#333333">'
-            f'<tspan font-weight="bold">{_esc(state)}</tspan> {_esc(STATE_MEANING[state])}'
-            "</text>"
+            f'<text class="legend" x="{lx + 28:.1f}" y="{ly + 11}" font-size="{size}" '
+            f'fill="#333333"><tspan font-weight="bold">{esc(state)}</tspan> {esc(shown[0])}'
+            "</text></g>"
         )
-    row = (len(states) + LEGEND_COLS - 1) // LEGEND_COLS
-    ly = 14 + row * 26
-    kinds = mark_kinds or set()
-    diamonds: list[tuple[str, str]] = []
-    if not kinds or kinds & {"verdict", "open"}:
-        diamonds += [
-            (VERDICT_OK, "verdict: success (state · rule)"),
-            (VERDICT_RETRIED, "verdict: retriable failure (state · rule)"),
-            (VERDICT_FAILED, "verdict: job failed (state · rule)"),
-        ]
-    if "reaped" in kinds:
-        diamonds.append((REAPED_COLOUR, "endpoint reaped (idle time)"))
-    for j, (colour, what) in enumerate(diamonds[:LEGEND_COLS]):  # one row: a picture is
-        lx = j * col_w  # a job's or a run's (verdicts) or a sweeper's (reaps), never both
+    first = -(-len(states) // LEGEND_COLS)
+    for j, (colour, what) in enumerate(diamonds):
+        row, col = divmod(j, LEGEND_COLS)
+        lx, ly = col * col_w, 14 + (first + row) * LEGEND_ROW
         parts.append(
-            f'<path d="M {lx + 11:.1f} {ly} L {lx + 18:.1f} {ly + 7} L {lx + 11:.1f} {ly + 14} '
-            f'L {lx + 4:.1f} {ly + 7} Z" fill="{colour}"/>'
-            f'<text x="{lx + 28:.1f}" y="{ly + 11}" font-size="12" fill="#333333">'
-            f"{_esc(what)}</text>"
+            f'<g class="legend-verdict"><path d="M {lx + 11:.1f} {ly} L {lx + 18:.1f} {ly + 7} '
+            f'L {lx + 11:.1f} {ly + 14} L {lx + 4:.1f} {ly + 7} Z" fill="{colour}"/>'
+            + _label(what, lx + 28, ly + 11, width=room, cls="legend", fill="#333333")
+            + "</g>"
         )
     parts.append("</g>")
     return "".join(parts)
 
 
-def _clip(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 1] + "…"
+#: A verdict's detail shows this many lines; the rest fold under a <details>.
+DETAIL_LINES = 8
+
+
+def _detail_html(detail: str) -> str:
+    lines = detail.splitlines()
+    head = f'<div class="detail-text">{esc(chr(10).join(lines[:DETAIL_LINES]))}</div>'
+    if len(lines) <= DETAIL_LINES:
+        return head
+    rest = lines[DETAIL_LINES:]
+    return (
+        f"{head}<details><summary>{len(rest)} more line{'s' if len(rest) != 1 else ''}"
+        f'</summary><div class="detail-text">{esc(chr(10).join(rest))}</div></details>'
+    )
 
 
 def html(pic: Picture) -> str:
@@ -613,18 +881,19 @@ def html(pic: Picture) -> str:
         )
         verdict = "—" if lane.verdict is None else lane.verdict
         rows.append(
-            f'<tr class="lane-row" data-lane="{_esc(lane.key)}"><td>{_esc(lane.title)}</td>'
-            f"<td>{_esc(lane.subtitle)}</td><td><code>{_esc(lane.stream or '')}</code></td>"
+            f'<tr class="lane-row" data-lane="{esc(lane.key)}"><td>{esc(lane.title)}</td>'
+            f'<td class="where">{esc(lane.subtitle)}</td>'
+            f"<td><code>{esc(lane.stream or '')}</code></td>"
             f'<td class="verdict" style="color:{colour if lane.verdict else "#555"}">'
-            f"<b>{_esc(verdict)}</b></td><td><code>{_esc(lane.rule or '')}</code></td>"
-            f"<td>{_esc(duration_text(lane.end - (lane.spans[0].start if lane.spans else 0)))}</td>"
-            f"<td>{_esc(lane.detail)}</td></tr>"
+            f"<b>{esc(verdict)}</b></td><td><code>{esc(lane.rule or '')}</code></td>"
+            f"<td>{esc(duration_text(lane.end - (lane.spans[0].start if lane.spans else 0)))}</td>"
+            f'<td class="detail">{_detail_html(lane.detail)}</td></tr>'
         )
     return "\n".join(
         [
             "<!DOCTYPE html>",
             '<html lang="en"><head><meta charset="utf-8">',
-            f"<title>{_esc(pic.title)}</title>",
+            f"<title>{esc(pic.title)}</title>",
             "<style>",
             f"body{{font-family:{FONT};margin:24px;color:#1a1a1a;background:#ffffff}}",
             "table{border-collapse:collapse;margin-top:16px;font-size:13px}",
@@ -634,6 +903,9 @@ def html(pic: Picture) -> str:
             "svg{max-width:100%;height:auto}",
             "code{font-size:12px}",
             "td:not(:last-child){white-space:nowrap}",
+            "td.where{white-space:normal;min-width:10em;max-width:22em}",
+            ".detail-text{white-space:pre-wrap;overflow-wrap:anywhere;min-width:24em}",
+            "summary{cursor:pointer;color:#555555}",
             "</style></head><body>",
             svg(pic),
             "<table><thead><tr><th>lane</th><th>where</th><th>stream</th><th>verdict</th>"

@@ -17,7 +17,7 @@ from flashfsm import ids
 from flashfsm.adapters.jsonl import JsonlStore
 from flashfsm.adapters.memory import MemoryStore
 from flashfsm.adapters.simulator import Simulator
-from flashfsm.adapters.simulator.__main__ import _queue_fleet
+from flashfsm.adapters.simulator.serve import queue_fleet
 from flashfsm.adapters.sqlite import SqliteStore
 from flashfsm.events.codec import CHUNK, decode_many, encode, gc_paused
 from flashfsm.events.errors import (
@@ -190,7 +190,7 @@ def test_an_id_spells_its_milliseconds_in_crockford_base32(monkeypatch):
 
 def test_the_simulator_can_start_with_a_fleet_of_queued_jobs():
     with Simulator(speed=0) as sim:
-        lines = _queue_fleet(sim, 5, 2, "training")
+        lines = queue_fleet(sim, 5, 2, "training")
         jobs = [json.loads(line) for line in lines]
         assert len({j["endpoint_id"] for j in jobs}) == 3
         assert all(sim.job(j["job_id"]).status == "IN_QUEUE" for j in jobs)

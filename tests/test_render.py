@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import itertools
+import json
 import struct
 import subprocess
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from flashfsm import render
 from flashfsm.adapters.stores import open_store
@@ -45,11 +49,19 @@ CANDIDATES = (
 )
 
 
-def build_run_log(store: EventStore, job_streams: list[str], run: str = "run-demo") -> str:
+def build_run_log(
+    store: EventStore,
+    job_streams: list[str],
+    run: str = "run-demo",
+    *,
+    deploy_s: float = 40.0,
+    started: Sequence[dict[str, object]] = (),
+) -> str:
     """A run's stream whose attempts are copies of `job_streams`, one after another.
 
     Each job log is copied into `<run>-job<n>` with its times shifted so the attempts follow
-    each other, with a 40 s deploy before each; the run concludes as the last job did.
+    each other, with a `deploy_s` deploy before each; the run concludes as the last job did.
+    `started[n]` overrides fields of attempt n's `AttemptStarted` (its GPU class, a bonus...).
     """
     t = 1_800_000_000.0
     run_events: list[Event] = []
@@ -66,17 +78,16 @@ def build_run_log(store: EventStore, job_streams: list[str], run: str = "run-dem
         t += 5
         gpu = CANDIDATES[n % len(CANDIDATES)].gpu_class
         on_last = n == len(job_streams) - 1
-        add(
-            AttemptStarted,
-            t,
-            attempt=n,
-            candidate=n % len(CANDIDATES),
-            provider="runpod",
-            gpu_class=gpu,
-            on_last_gpu=on_last,
-            endpoint_name=f"flash-{run}-{n}",
-        )
-        t += 40
+        fields: dict[str, object] = {
+            "attempt": n,
+            "candidate": n % len(CANDIDATES),
+            "provider": "runpod",
+            "gpu_class": gpu,
+            "on_last_gpu": on_last,
+            "endpoint_name": f"flash-{run}-{n}",
+        }
+        add(AttemptStarted, t, **(fields | dict(started[n] if n < len(started) else {})))
+        t += deploy_s
         add(EndpointDeployed, t, attempt=n, endpoint_id=f"ep{n}", endpoint_name=f"flash-{run}-{n}")
         shift = t - events[0].at
         copied = [
@@ -275,6 +286,149 @@ def test_ticks_and_labels():
     assert render.tick_step(310) == 60 and render.tick_step(45) == 5
     assert render.clock_label(150) == "2:30" and render.clock_label(3600) == "1 h"
     assert render.duration_text(310) == "5 min 10 s"
+
+
+def _svg_legend_and_spans(svg: str) -> tuple[list[str], set[str]]:
+    root = ET.fromstring(svg)
+    ns = "{http://www.w3.org/2000/svg}"
+    legend = [
+        g.get("data-state", "")
+        for g in root.iter(f"{ns}g")
+        if "legend-state" in (g.get("class") or "")
+    ]
+    drawn = {r.get("data-state", "") for r in root.iter(f"{ns}rect") if r.get("class") == "span"}
+    return legend, drawn
+
+
+def test_a_deploy_that_took_no_time_is_no_span_and_no_legend_entry(run_store):
+    store, _, streams = run_store
+    run = build_run_log(store, streams, "run-instant", deploy_s=0.0)
+    pic = render.picture(store.read(run), store.read)
+    assert [lane.spans[0].state for lane in pic.lanes] == ["QUEUED", "UNHEALTHY", "QUEUED"]
+    legend, drawn = _svg_legend_and_spans(render.svg(pic))
+    assert render.DEPLOYING not in legend and set(legend) == drawn
+    assert legend == ["QUEUED", "UNHEALTHY", "SETUP", "TRAINING"]
+
+
+def test_a_deploy_that_took_time_is_in_the_legend(run_store):
+    store, run, _ = run_store
+    legend, drawn = _svg_legend_and_spans(render.svg(render.picture(store.read(run), store.read)))
+    assert legend[0] == render.DEPLOYING and set(legend) == drawn
+
+
+def test_the_legend_names_only_the_verdict_kinds_shown(run_store):
+    store, _, streams = run_store
+    success = render.svg(render.picture(store.read(streams[2])))
+    assert "verdict: success" in success
+    assert "retriable failure" not in success and "job failed (state" not in success
+    run = render.svg(render.picture(store.read(run_store[1]), store.read))
+    assert "verdict: success" in run and "retriable failure" in run
+    assert "job failed (state" not in run
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "title"),
+    [
+        ("job", "job-abc-s0-a1", "job abc-s0-a1"),
+        ("run", "run-demo", "run demo"),
+        ("run", "demo-7f3a-walk", "run demo-7f3a-walk"),
+        ("sweeper", "sweeper", "sweeper"),
+        ("sweeper", "sweeper-1", "sweeper 1"),
+        ("job", "jobless", "job jobless"),
+    ],
+)
+def test_titles_name_the_kind_of_log_once(kind, name, title):
+    assert render.titled(kind, name) == title
+
+
+def test_a_job_picture_is_titled_by_its_job_id(run_store):
+    store, _, streams = run_store
+    pic = render.picture(store.read(streams[2]))
+    assert streams[2].startswith("job-") and pic.title == f"job {streams[2][4:]}"
+    assert render.html(pic).count(f"<title>job {streams[2][4:]}</title>") == 1
+
+
+def test_fit_lines_wraps_after_a_separator_and_keeps_it_on_the_line_before():
+    text = "A100-80GB · runpod · last GPU · bonus retry"
+    width = render.text_width("A100-80GB · runpod ·", 11) + 1
+    lines = render.fit_lines(text, width, 11, lines=3)
+    assert lines == ["A100-80GB · runpod ·", "last GPU ·", "bonus retry"]
+    assert render.fit_lines(text, width, 11, lines=2) == [
+        "A100-80GB · runpod ·",
+        "last GPU · bonus…",
+    ]
+    # when breaking only after a separator would lose words, any space will do
+    other = "L40S · runpod last GPU bonus"
+    tight = render.text_width("L40S · runpod last", 11) + 1
+    assert render.fit_lines(other, tight, 11, lines=2) == ["L40S · runpod last", "GPU bonus"]
+    assert render.fit_lines(text, 10_000, 11) == [text]
+
+
+def test_fit_lines_shortens_at_a_word_boundary_with_an_ellipsis():
+    text = "L40S · runpod · last GPU · bonus retry"
+    width = render.text_width("L40S · runpod · last GPU · bonus re…", 11)
+    assert render.fit_lines(text, width, 11) == ["L40S · runpod · last GPU · bonus…"]
+    name = "flash-demo-20260101-walk-l40s-s1"
+    shown = render.fit_lines(name, render.text_width("flash-demo-2026", 13), 13)
+    assert shown == ["flash-demo…"]
+    assert render.fit_lines("supercalifragilistic", 20, 13) == ["…"]
+
+
+WORDS = st.lists(
+    st.sampled_from(["GPU", "L40S", "·", "runpod", "last", "no-weight-cache", "a", "bonus_retry"]),
+    min_size=1,
+    max_size=12,
+)
+
+
+@given(words=WORDS, width=st.floats(min_value=5, max_value=400), lines=st.integers(1, 3))
+def test_fit_lines_never_cuts_a_word_nor_exceeds_the_width(words, width, lines):
+    text = " ".join(words)
+    shown = render.fit_lines(text, width, 11, lines=lines)
+    assert 1 <= len(shown) <= lines
+    for line in shown:
+        assert line == "…" or render.text_width(line, 11) <= width
+    assert not any(line.startswith("·") for line in shown[1:])
+    squeezed = "".join(shown).replace(" ", "")
+    if squeezed == text.replace(" ", ""):
+        return
+    assert shown[-1].endswith("…") and all(not line.endswith("…") for line in shown[:-1])
+    kept = squeezed[:-1]
+    assert text.replace(" ", "").startswith(kept)
+    # where the kept text ends in the full text, a word ends: a space, a `·` or a hyphen
+    seen, cut = 0, 0
+    while seen < len(kept):
+        seen += text[cut] != " "
+        cut += 1
+    assert kept == "" or cut == len(text) or text[cut] in " ·-_/" or text[cut - 1] in "-_/"
+
+
+def test_detail_text_reads_a_json_error_as_key_value_lines():
+    error = {
+        "error_type": "<class 'ValueError'>",
+        "error_message": "reward model returned NaN",
+        "error_traceback": 'Traceback (most recent call last):\n  File "t.py"\nValueError: NaN',
+        "context": {"step": 7, "tags": ["a", "b"]},
+    }
+    detail = f"[FAILED] {json.dumps(error)}\n--- error_sft.txt ---\nValueError: NaN\n"
+    assert render.detail_text(detail).splitlines() == [
+        "[FAILED]",
+        "error_type: <class 'ValueError'>",
+        "error_message: reward model returned NaN",
+        "error_traceback:",
+        "  Traceback (most recent call last):",
+        '    File "t.py"',
+        "  ValueError: NaN",
+        "context:",
+        "  step: 7",
+        "  tags:",
+        "    - a",
+        "    - b",
+        "--- error_sft.txt ---",
+        "ValueError: NaN",
+    ]
+    plain = "[CANCELLED] the job was cancelled {by the user}"
+    assert render.detail_text(plain) == plain
 
 
 def _chromium(*args: str, profile: Path) -> subprocess.CompletedProcess[str]:

@@ -2,77 +2,201 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
-import time
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 import typer
 
-from flashfsm.adapters.stores import default_store_url, open_store
-from flashfsm.cli.common import StoreOption, attempt_line, console, fail, print_timeline, styled
+from flashfsm.adapters.simulator import serve
+from flashfsm.adapters.stores import open_store
+from flashfsm.cli.common import attempt_line, console, fail, print_timeline, styled
+from flashfsm.events.errors import FlashFsmError
 from flashfsm.fsm.run import replay_run
 
 
 def diagram_command(
-    fmt: Annotated[str, typer.Option("--format", help="mermaid or dot")] = "mermaid",
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format", help="mermaid (text for a Markdown block) or svg (a standalone picture)"
+        ),
+    ] = "mermaid",
 ) -> None:
     """The job state machine, drawn from the transition table the machine is built from."""
     from flashfsm.fsm import diagram
 
-    if fmt not in ("mermaid", "dot"):
-        raise fail(f"unknown format {fmt!r} (mermaid, dot)")
-    sys.stdout.write((diagram.mermaid() if fmt == "mermaid" else diagram.dot()) + "\n")
+    drawings = {"mermaid": diagram.mermaid, "svg": diagram.svg}
+    if fmt not in drawings:
+        raise fail(f"unknown format {fmt!r} ({', '.join(drawings)})")
+    sys.stdout.write(drawings[fmt]() + "\n")
+
+
+_SERVE = serve.ServeOptions()  # the defaults, shared with `python -m`
 
 
 def simulator_command(
-    port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0: any free one).")] = 0,
-    speed: Annotated[float, typer.Option(help="Simulated seconds per real second.")] = 1.0,
+    port: Annotated[int, typer.Option(help=serve.HELP["port"])] = _SERVE.port,
+    speed: Annotated[float, typer.Option(help=serve.HELP["speed"])] = _SERVE.speed,
+    scenario: Annotated[str, typer.Option(help=serve.HELP["scenario"])] = _SERVE.scenario,
+    key: Annotated[list[str] | None, typer.Option("--key", help=serve.HELP["key"])] = None,
+    quota: Annotated[int, typer.Option(help=serve.HELP["quota"])] = _SERVE.quota,
+    fleet: Annotated[int, typer.Option(help=serve.HELP["fleet"])] = _SERVE.fleet,
+    per_endpoint: Annotated[
+        int, typer.Option(help=serve.HELP["per_endpoint"])
+    ] = _SERVE.per_endpoint,
+    fleet_file: Annotated[str | None, typer.Option(help=serve.HELP["fleet_file"])] = None,
+    fault: Annotated[list[str] | None, typer.Option("--fault", help=serve.HELP["fault"])] = None,
 ) -> None:
-    """Serve the RunPod + Hugging Face simulator for an orchestrator's tests (Ctrl-C stops)."""
-    from flashfsm.adapters.simulator import Simulator
+    """Serve the RunPod + Hugging Face simulator for an orchestrator's tests, in another
+    process, until Ctrl-C. It prints the `export NAME=value` lines that point the RunPod SDKs,
+    runpod-flash, flashfsm and huggingface_hub at it (the RunPod key included: a test key
+    of the simulator's own), then what it serves."""
+    options = serve.ServeOptions(
+        port=port,
+        speed=speed,
+        scenario=scenario,
+        keys=tuple(key or _SERVE.keys),
+        quota=quota,
+        fleet=fleet,
+        per_endpoint=per_endpoint,
+        fleet_file=fleet_file,
+        faults=tuple(fault or ()),
+    )
 
-    with Simulator(port=port, speed=speed) as sim:
-        for name, value in sim.env().items():
-            shown = "<simulator keys>" if name == "RUNPOD_API_KEY" else value
-            console.print(f"export {name}={shown}")
-        console.print(f"simulator on {sim.url} (speed {speed:g}×); Ctrl-C stops it")
-        try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            pass
+    def out(line: str) -> None:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
 
-
-def demo_command(store: StoreOption = None) -> None:
-    """Run a small fleet through `supervise_run` against the bundled simulator, then show
-    each run's attempts and each attempt's post-mortem."""
-    from flashfsm.demo import run_demo
-
-    url = store or default_store_url()
-    results = run_demo(url, say=console.print)
-    opened = open_store(url)
     try:
-        for result in results:
-            run = replay_run(opened.read(result.stream))
-            outcome = ("succeeded", "green") if result.ok else (str(result.failure), "red")
-            console.print(
-                styled(
-                    "\n",
-                    (result.stream, "bold"),
-                    ": ",
-                    outcome,
-                    f" after {result.attempts} attempt(s)",
+        serve.serve(options, out)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    except OSError as exc:
+        raise fail(
+            f"cannot serve on 127.0.0.1:{port}: {exc} (--port 0 picks a free port)"
+        ) from None
+
+
+simulator_command.__doc__ = (
+    f"{inspect.cleandoc(simulator_command.__doc__ or '')}\n\n{serve.help_epilog()}"
+)
+
+
+DemoStoreOption = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        help=(
+            "Store URL (default: demo.db beside the default store when that is a SQLite file "
+            "- $FLASHFSM_STORE, else the user's events.db - else in the user's data "
+            "directory). The picture, demo-<tag>.html, goes beside it."
+        ),
+    ),
+]
+ResetOption = Annotated[
+    bool,
+    typer.Option(
+        "--reset",
+        help=(
+            "Delete the demo store's file (and its demo pictures) first. Refused for a store "
+            "that is not a SQLite file or that holds any stream the demo did not write."
+        ),
+    ),
+]
+
+
+TagOption = Annotated[
+    str | None,
+    typer.Option(
+        "--tag", help="The hex tag that names the runs, demo-<tag>-<name> (default: a random one)."
+    ),
+]
+
+
+def demo_command(
+    store: DemoStoreOption = None, reset: ResetOption = False, tag: TagOption = None
+) -> None:
+    """Run a small fleet through `supervise_run` against the bundled simulator into the
+    demo's own store, then show each run's attempts and each attempt's post-mortem, draw
+    the runs, and name the commands that explore them. Ctrl-C cancels the run in progress
+    in the log (exit 130)."""
+    from flashfsm import demo
+
+    url = store or demo.demo_store_url()
+    shown = demo.shown_url(url)
+    try:
+        tag = demo.new_tag() if tag is None else demo.check_tag(tag)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    if reset:
+        try:
+            removed = demo.reset_demo_store(url)
+        except ValueError as exc:
+            raise fail(str(exc)) from None
+        console.print(f"reset: removed {len(removed)} file(s) of {shown}")
+    picture = demo.picture_path(url, tag)
+    try:
+        opened = open_store(url)  # the demo writes: the store is created when missing
+    except (ValueError, ImportError, OSError, FlashFsmError) as exc:
+        raise fail(f"cannot open {shown}: {exc}") from None
+    try:
+        console.print(f"flashfsm demo {tag}: {len(demo.DEMO_RUNS)} runs into {shown}\n")
+        try:
+            results = demo.run_demo(opened, say=console.print, tag=tag, picture=picture)
+        except demo.DemoInterrupted as stop:
+            cancelled = [stop.cancelled] if stop.cancelled is not None else []
+            for result in cancelled:
+                console.print(
+                    styled(
+                        ("\ninterrupted: ", "red"),
+                        (result.stream, "bold"),
+                        " concluded as ",
+                        (str(result.failure or "succeeded"), "red"),
+                        " (its job cancelled, its endpoints deleted)" if not result.ok else "",
+                    )
                 )
-            )
-            for attempt in run.attempts:
-                console.print(f"  {attempt_line(attempt, run)}")
-                job_stream = attempt.job_stream or attempt.started.job_stream
-                job_events = opened.read(job_stream) if job_stream else []
-                if job_events:
-                    print_timeline(job_stream, job_events)
+            commands = demo.explore_commands(opened, stop.results + cancelled)
+            _explore(commands, url, picture if picture.exists() else None)
+            raise typer.Exit(130) from None
+        for result in results:
+            _print_run(opened, result)
+        commands = demo.explore_commands(opened, results)
     finally:
         opened.close()
+    _explore(commands, url, picture)
+
+
+def _print_run(opened: Any, result: Any) -> None:
+    """A demo run's result, its attempts (with their deploy time) and their job timelines."""
+    run = replay_run(opened.read(result.stream))
+    outcome = ("succeeded", "green") if result.ok else (str(result.failure), "red")
     console.print(
-        f"\nevent log: {url}\nreplay a job: flashfsm replay <job stream> --store {url}"
-        f"\ndraw a run: flashfsm timeline <run stream> --out run.html --store {url}"
+        styled("\n", (result.stream, "bold"), ": ", outcome, f" after {result.attempts} attempt(s)")
     )
+    for attempt in run.attempts:
+        deployed = ""
+        if attempt.submitted_at is not None:
+            deployed = f" · deployed in {attempt.submitted_at - attempt.started.at:.0f} s"
+        console.print(f"  {attempt_line(attempt, run)}{deployed}")
+        job_stream = attempt.job_stream or attempt.started.job_stream
+        job_events = opened.read(job_stream) if job_stream else []
+        if job_events:
+            print_timeline(job_stream, job_events)
+
+
+def _explore(commands: list[tuple[str, str]], url: str, picture: Path | None) -> None:
+    """The picture and the commands that explore the demo's streams."""
+    from flashfsm.demo import store_export
+
+    if picture is not None:
+        console.print(f"\npicture of the runs: {picture}")
+    if urlsplit(url).scheme == "memory":
+        console.print("(a memory:// store is gone with this process: --store a file keeps it)")
+        return
+    console.print("explore (the first line points the commands at the demo's store):")
+    console.print(f"  {store_export(url)}", soft_wrap=True)  # pastes as it is
+    for command, why in commands:
+        console.print(f"  # {why}\n  {command}", soft_wrap=True)

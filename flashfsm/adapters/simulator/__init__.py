@@ -6,9 +6,13 @@
         os.environ.update(sim.env())        # RUNPOD_* hosts, RUNPOD_API_KEY, HF_ENDPOINT
         ...
 
+The asyncio `Supervisor` takes the sim clock's `async_sleep`:
+`Supervisor(store, client, clock=sim.clock.now, sleep=sim.clock.async_sleep)`.
+
 See `server.py` for the routes, `scenarios.py` for the scripted job lives, `faults.py`
-for fault injection and `hub.py` for the fake Hub. `python -m flashfsm.adapters.simulator`
-runs one from the command line.
+for fault injection and `hub.py` for the fake Hub. `flashfsm simulator` (or its delegate
+`python -m flashfsm.adapters.simulator`; both are `serve.py`) runs one for another
+process, printing the `export` lines that point it there.
 """
 
 from flashfsm.adapters.simulator.clock import SimClock

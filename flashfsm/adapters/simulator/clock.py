@@ -4,10 +4,21 @@
 job's life passes in a minute. `SimClock(speed=0)` stands still until `advance()` (or
 `sleep()`) moves it: a test can then pass `clock=sim.clock, sleep=sim.clock.sleep` to
 `poll_job` and drive hours of polling over real HTTP in milliseconds.
+
+`async_sleep` is `sleep` for asyncio code (the `Supervisor`'s `sleep=`). On a running
+clock it waits `seconds / speed` real seconds. On a manual clock many tasks sleep at once,
+so a sleep cannot simply jump the clock (three watches each waiting 10 s would move it
+30 s): each sleeper registers when it is due, and once no sleeper has come or gone for
+`settle_s` real seconds (the other tasks have reached their own waits), the sleeper due
+first moves the clock to its wake-up time and returns; the others wake in turn, earliest
+first. A task still busy with I/O after `settle_s` is not waited for: it sees a later
+time, as a slow poll would.
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import threading
 import time
 
@@ -15,14 +26,18 @@ import time
 class SimClock:
     """Simulated epoch seconds: `start + speed × real elapsed + manual advances`."""
 
-    def __init__(self, speed: float = 1.0, start: float | None = None):
+    def __init__(self, speed: float = 1.0, start: float | None = None, *, settle_s: float = 0.01):
         if speed < 0:
             raise ValueError(f"speed must be >= 0, got {speed!r}")
         self.speed = float(speed)
         self.start = time.time() if start is None else float(start)
+        self.settle_s = settle_s  # see `async_sleep`
         self._origin = time.monotonic()
         self._offset = 0.0
         self._lock = threading.Lock()
+        self._sleepers: set[tuple[float, int]] = set()  # (wake-up time, ticket)
+        self._tickets = itertools.count()
+        self._stirred = 0.0  # when a sleeper last came or went (real, monotonic)
 
     def __repr__(self) -> str:
         return f"SimClock(speed={self.speed}, elapsed={self.elapsed:.1f})"
@@ -30,7 +45,10 @@ class SimClock:
     def now(self) -> float:
         """The simulated time (seconds since the epoch)."""
         with self._lock:
-            return self.start + (time.monotonic() - self._origin) * self.speed + self._offset
+            return self._now()
+
+    def _now(self) -> float:  # under the lock
+        return self.start + (time.monotonic() - self._origin) * self.speed + self._offset
 
     __call__ = now
 
@@ -59,3 +77,37 @@ class SimClock:
             self.advance(seconds)
         else:
             time.sleep(seconds / self.speed)
+
+    async def async_sleep(self, seconds: float) -> None:
+        """`sleep` for asyncio: wait `seconds / speed` real seconds, or on a manual clock
+        take turns with the other sleepers, earliest wake-up first (see the module notes).
+
+        Give it to the `Supervisor` with the clock: `Supervisor(store, client,
+        clock=sim.clock.now, sleep=sim.clock.async_sleep)`.
+        """
+        if not self.manual:
+            await asyncio.sleep(max(0.0, seconds) / self.speed)
+            return
+        if seconds <= 0:
+            await asyncio.sleep(0)
+            return
+        with self._lock:
+            wake = self._now() + seconds
+            ticket = (wake, next(self._tickets))
+            self._sleepers.add(ticket)
+            self._stirred = time.monotonic()
+        try:
+            while True:
+                await asyncio.sleep(self.settle_s)
+                with self._lock:
+                    now = self._now()
+                    if now >= wake:
+                        return
+                    settled = time.monotonic() - self._stirred >= self.settle_s
+                    if settled and ticket == min(self._sleepers):
+                        self._offset += wake - now
+                        return
+        finally:
+            with self._lock:
+                self._sleepers.discard(ticket)
+                self._stirred = time.monotonic()

@@ -1,0 +1,98 @@
+"""The asyncio `Supervisor` over the simulator: the sim clock's `async_sleep` makes it work."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from flashfsm import AsyncRunpodClient, JobHandle, MemoryStore, replay
+from flashfsm.adapters.simulator import SimClock, Simulator
+from flashfsm.supervisor import JobSpec, Supervisor
+
+
+def test_the_readme_recipe_watches_three_jobs_to_their_verdicts_in_seconds():
+    # --- the recipe, as the README has it -----------------------------------------------
+    store = MemoryStore()
+    with Simulator(speed=0) as sim:  # speed=0: the clock moves only when someone sleeps
+        env = sim.env()
+        jobs = []
+        for scenario in ("success", "crash_loop", "no_capacity"):
+            endpoint = sim.add_endpoint(f"flash-{scenario}", scenario=scenario)
+            handle = JobHandle(endpoint, f"flash-{scenario}", sim.submit(endpoint, {}))
+            jobs.append(JobSpec(handle, stream=f"job-{scenario}"))
+
+        async def main():
+            async with AsyncRunpodClient(
+                sim.accounts[0].key,
+                endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
+                api_base_url=env["RUNPOD_API_BASE_URL"],
+            ) as client:
+                supervisor = Supervisor(
+                    store, client, clock=sim.clock.now, sleep=sim.clock.async_sleep
+                )
+                return await supervisor.run(jobs)
+
+        started = time.monotonic()
+        results = asyncio.run(main())
+        real_s = time.monotonic() - started
+        simulated_s = sim.clock.elapsed
+    # --- what it gives --------------------------------------------------------------------
+    verdicts = {stream: (r.state, r.failure, r.rule) for stream, r in results.items()}
+    assert verdicts == {
+        "job-success": ("SUCCEEDED", None, "completed"),
+        "job-crash_loop": ("STALLED", "stalled", "unhealthy_worker"),
+        "job-no_capacity": ("NO_CAPACITY", "no_capacity", "queue_grace"),
+    }
+    assert real_s < 20, real_s
+    # the verdicts are judged on simulated time: the graces (240 s, 300 s) really passed,
+    # and the three watches shared the clock rather than each pushing it (3 x 300 s)
+    assert 300 <= simulated_s < 450, simulated_s
+    for stream in verdicts:
+        assert replay(store.read(stream)).verdict is not None
+
+
+def test_a_manual_clock_moves_to_the_earliest_wake_up_of_concurrent_sleepers():
+    clock = SimClock(speed=0, start=1000.0, settle_s=0.002)
+    woke: list[tuple[str, float]] = []
+
+    async def sleeper(name: str, seconds: float, times: int) -> None:
+        for _ in range(times):
+            await clock.async_sleep(seconds)
+            woke.append((name, clock.now()))
+
+    async def main():
+        await asyncio.gather(sleeper("a", 10, 3), sleeper("b", 25, 1), sleeper("c", 0, 1))
+
+    asyncio.run(main())
+    assert woke == [("c", 1000.0), ("a", 1010.0), ("a", 1020.0), ("b", 1025.0), ("a", 1030.0)]
+    assert clock.now() == 1030.0  # the longest sleep, not the sum of all (55 s)
+    assert clock._sleepers == set()
+
+
+def test_a_cancelled_sleeper_leaves_no_wake_up_behind():
+    clock = SimClock(speed=0, start=0.0, settle_s=0.05)
+
+    async def main():
+        long = asyncio.create_task(clock.async_sleep(1000))
+        await asyncio.sleep(0)  # it registered its wake-up and waits for the others to settle
+        assert len(clock._sleepers) == 1
+        long.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await long
+        await clock.async_sleep(5)
+
+    asyncio.run(main())
+    assert clock.now() == 5.0 and clock._sleepers == set()
+
+
+def test_a_running_clock_sleeps_seconds_over_speed():
+    clock = SimClock(speed=1000)
+
+    async def main() -> float:
+        started = time.monotonic()
+        await clock.async_sleep(100)  # 0.1 real seconds
+        return time.monotonic() - started
+
+    assert 0.09 <= asyncio.run(main()) < 2.0
