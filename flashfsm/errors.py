@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flashfsm.events.errors import FlashFsmError
+from flashfsm.events.errors import FlashFsmError, StoreError
 
 
 class RunpodApiError(FlashFsmError):
@@ -58,3 +58,14 @@ class TransientReadError(FlashFsmError):
     def __init__(self, message: str, *, status_code: int | None = None):
         super().__init__(message)
         self.status_code = status_code
+
+
+class StoreNotFound(StoreError):
+    """A store opened for reading that does not exist: reading never creates one.
+
+    `where` names the missing file, directory or table (never a credential).
+    """
+
+    def __init__(self, where: str, what: str = "store"):
+        super().__init__(f"no {what} at {where}")
+        self.where = where

@@ -44,6 +44,7 @@ from flashfsm.adapters.flash_deploy import (
     DeployRequest,
     KeyPool,
     deploy_endpoint,
+    require_sdk,
 )
 from flashfsm.adapters.flash_wire import build_function_input
 from flashfsm.adapters.hub import (
@@ -464,8 +465,10 @@ def submit_run(
       `flash_run_adapters`; `clock` and `sleep` drive the deploy waits, the events' times
       and the watch.
 
-    Raises `WorkerDependencyError` / `ValueError` before anything is provisioned (a job
-    stream or run stream that already records this attempt included), `DeployError` when
+    Raises `ImportError` naming the `deploy` extra when runpod-flash is missing (and the
+    default deployer is used), `WorkerDependencyError` / `ValueError` before anything is
+    provisioned (a job stream or run stream that already records this attempt included),
+    `DeployError` when
     the deploy gives up, the client's error when the submit fails (the endpoint is
     deleted first), and `WatchStopped` when the run was cancelled (`request_cancel`).
     """
@@ -581,7 +584,13 @@ def _spec_adapters(
     adapter_options: Mapping[str, Any],
 ) -> Iterator[tuple[EventStore, RunpodRunAdapters]]:
     """The store (opened, and closed after, when it is a URL or None: `default_store_url()`)
-    and `flash_run_adapters` for `spec` (closed after)."""
+    and `flash_run_adapters` for `spec` (closed after).
+
+    Deploying with runpod-flash (the default `deployer`) needs the `deploy` extra: without
+    it, an `ImportError` naming the extra, before anything is opened or recorded.
+    """
+    if adapter_options.get("deployer", deploy_endpoint) is deploy_endpoint:
+        require_sdk()
     owns_store = store is None or isinstance(store, str)
     opened = resolve_store(store if store is not None else default_store_url())
     try:

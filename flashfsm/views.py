@@ -9,7 +9,14 @@ through `flashfsm.fsm.run.replay_run`, a sweeper log through
 already knows. A run is named by its `RunPhase` through one table (`RUN_PHASE_LABELS`).
 
 Like the folds it reads, this module does no I/O and reads no clock: a run's job streams
-come from the caller's `load`, and a live view takes `now`.
+come from the caller's `load`, and a live view takes the caller's wall-clock reading.
+
+Time. A log is measured on its own clock, never on the reader's alone: a simulator's log
+runs on a virtual clock (ahead of the wall clock, or years behind it) and a finished log
+was finished long ago. `view_now` is the one place the time a log is viewed at is decided:
+a concluded log (a job's verdict, a run's result) is viewed at its last event, so nothing
+in it keeps ageing; a live one at the later of the wall clock and its last event, so no
+elapsed time is ever negative. Every view below takes the wall clock and goes through it.
 """
 
 from __future__ import annotations
@@ -20,10 +27,12 @@ from typing import Literal
 
 from flashfsm.events.models import (
     SWEEPER_EVENTS,
+    Concluded,
     EndpointReaped,
     Event,
     IdleCleared,
     IdleSeen,
+    RunConcluded,
     RunStarted,
 )
 from flashfsm.fsm.explain import WatchView, watch_view
@@ -42,6 +51,33 @@ def stream_kind(events: Sequence[Event]) -> StreamKind:
     if events and all(isinstance(e, SWEEPER_EVENTS) for e in events):
         return "sweeper"
     return "job"
+
+
+# --- time ---------------------------------------------------------------------------------
+
+
+def concluded(events: Sequence[Event]) -> bool:
+    """Whether a log is finished: a job's holds its verdict, a run's its result (a sweeper's
+    never finishes)."""
+    kind = stream_kind(events)
+    if kind == "sweeper":
+        return False
+    done = RunConcluded if kind == "run" else Concluded
+    return any(isinstance(e, done) for e in events)
+
+
+def view_now(events: Sequence[Event], wall: float) -> float:
+    """The time to view a log at, on its own clock: its last event's time when it is
+    concluded, else the later of `wall` (the reader's clock) and its last event's time."""
+    if not events:
+        return wall
+    last = max(e.at for e in events)
+    return last if concluded(events) else max(wall, last)
+
+
+def job_view(events: Sequence[Event], wall: float) -> WatchView:
+    """The live view of a job log (`watch_view`) at `view_now(events, wall)`."""
+    return watch_view(events, view_now(events, wall))
 
 
 # --- runs ---------------------------------------------------------------------------------
@@ -102,16 +138,17 @@ class RunView:
 
 
 def run_view(
-    stream: str, events: Sequence[Event], load: Callable[[str], Sequence[Event]], now: float
+    stream: str, events: Sequence[Event], load: Callable[[str], Sequence[Event]], wall: float
 ) -> RunView:
-    """The live view of a run's stream at `now`; its last job stream comes from `load`."""
+    """The live view of a run's stream with the wall clock at `wall` (see `view_now`: a
+    finished run is viewed at its last event); its last job stream comes from `load`."""
     run = replay_run(events)
     job_stream = last_job_stream(run)
     job = None
     if job_stream is not None:
         job_events = load(job_stream)
         if job_events:
-            job = watch_view(job_events, now)
+            job = job_view(job_events, view_now(events, wall))
     return RunView(stream, run, run_label(run), job_stream, job)
 
 
@@ -192,9 +229,10 @@ class SweeperView:
         )
 
 
-def sweeper_view(events: Sequence[Event], now: float | None = None) -> SweeperView:
-    """A sweeper's stream, event by event and idle run by idle run (`now`: the last event's
-    time when not given). Raises `CorruptLogError` for a log the sweeper fold refuses."""
+def sweeper_view(events: Sequence[Event], wall: float | None = None) -> SweeperView:
+    """A sweeper's stream, event by event and idle run by idle run, viewed with the wall
+    clock at `wall` (`view_now`: never before its last event; the last event's time when
+    not given). Raises `CorruptLogError` for a log the sweeper fold refuses."""
     state = SweeperState()
     names: dict[str, str] = {}
     periods: list[IdlePeriod] = []
@@ -261,7 +299,7 @@ def sweeper_view(events: Sequence[Event], now: float | None = None) -> SweeperVi
         events=len(events),
         start=start,
         last_at=last_at,
-        now=last_at if now is None else now,
+        now=last_at if wall is None else max(wall, last_at),
         rows=tuple(rows),
         periods=tuple(periods),
     )

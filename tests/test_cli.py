@@ -15,6 +15,7 @@ from flashfsm.adapters.stores import copy_streams, open_store
 from flashfsm.cli import EXIT_CODES, EXIT_DISAGREES, EXIT_NO_VERDICT, app
 from flashfsm.demo import DEMO_JOBS, watch_scenarios
 from flashfsm.fsm.diagram import mermaid
+from flashfsm.fsm.diagram import svg as diagram_svg
 from tests.test_render import build_run_log
 
 runner = CliRunner()
@@ -38,20 +39,20 @@ def test_the_demo_runs_the_fleet_through_supervise_run_to_the_expected_results(
     tmp_path, monkeypatch
 ):
     from flashfsm import replay
-    from flashfsm.demo import DEMO_RUNS
+    from flashfsm.demo import DEMO_RUNS, demo_run_name, demo_store_url
     from flashfsm.events.models import AttemptEnded, AttemptStarted, RunConcluded
 
     monkeypatch.setenv("FLASHFSM_STORE", f"sqlite:///{tmp_path}/events.db")
     result = runner.invoke(app, ["demo"])
     assert result.exit_code == 0, result.output
-    store = open_store(f"sqlite:///{tmp_path}/events.db")
+    store = open_store(demo_store_url())  # the demo's own store, beside the default one
     try:
         runs = [s for s in store.streams() if s.startswith("run-")]
         assert len(runs) == len(DEMO_RUNS)
         outcomes = {}
         for stream in runs:
             events = store.read(stream)
-            name = stream.rsplit("-", 1)[-1]
+            name = demo_run_name(stream)
             concluded = events[-1]
             assert isinstance(concluded, RunConcluded)
             attempts = [e for e in events if isinstance(e, AttemptStarted)]
@@ -139,17 +140,24 @@ def test_replay_verify_names_the_seq_of_a_doctored_log(demo_store, tmp_path):
 
 
 def test_replay_of_a_missing_stream_is_a_usage_error(tmp_path):
+    open_store(f"sqlite:///{tmp_path}/e.db").close()
     result = runner.invoke(app, ["replay", "nope", "--store", f"sqlite:///{tmp_path}/e.db"])
     assert result.exit_code == 1
     assert "empty or missing" in result.output
+    result = runner.invoke(app, ["replay", "nope", "--store", f"sqlite:///{tmp_path}/typo.db"])
+    assert result.exit_code == 1
+    assert result.output == f"error: no SQLite store at {tmp_path}/typo.db\n"
+    assert not (tmp_path / "typo.db").exists()
 
 
-def test_diagram_prints_the_table_as_mermaid_and_dot():
+def test_diagram_prints_the_table_as_mermaid_and_svg():
     result = runner.invoke(app, ["diagram"])
     assert result.exit_code == 0 and result.stdout.strip() == mermaid().strip()
-    dot = runner.invoke(app, ["diagram", "--format", "dot"])
-    assert dot.exit_code == 0 and dot.stdout.startswith("digraph job {")
-    assert '"SETUP" -> "TRAINING" [label="training_started"]' in dot.stdout
+    picture = runner.invoke(app, ["diagram", "--format", "svg"])
+    assert picture.exit_code == 0 and picture.stdout.strip() == diagram_svg().strip()
+    assert 'data-trigger="training_started" data-from="SETUP" data-to="TRAINING"' in picture.stdout
+    dot = runner.invoke(app, ["diagram", "--format", "dot"])  # dropped: unreadable
+    assert dot.exit_code == 1 and "unknown format 'dot' (mermaid, svg)" in dot.output
 
 
 # --- explain, why-not, whatif ------------------------------------------------------------

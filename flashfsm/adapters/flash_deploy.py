@@ -583,6 +583,31 @@ def _forget_resources(sdk: SimpleNamespace) -> None:
     manager._resources_initialized = False
 
 
+#: What to install for deploys: the extra that brings runpod-flash (and runpod with it).
+DEPLOY_EXTRA_HINT = "pip install 'flashfsm[deploy]'"
+
+
+def _missing_sdk(exc: ImportError) -> str:
+    return f"deploying needs runpod-flash: {DEPLOY_EXTRA_HINT} ({exc})"
+
+
+def require_sdk() -> None:
+    """Raise `ImportError` naming the extra to install when runpod-flash is missing.
+
+    Cheap (no import): callers check before anything is provisioned or recorded.
+    """
+    import importlib.util
+
+    for module in ("runpod_flash", "runpod"):
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing = ImportError(f"No module named {module!r}", name=module)
+            raise ImportError(_missing_sdk(missing), name=module)
+
+
 def load_sdk() -> SimpleNamespace:
     """Import runpod-flash now (from a temporary directory) and return its pieces.
 
@@ -622,6 +647,8 @@ def _load_sdk() -> SimpleNamespace:
         from runpod_flash.core.resources.network_volume import NetworkVolume
         from runpod_flash.core.resources.resource_manager import ResourceManager
         from runpod_flash.endpoint import Endpoint
+    except ImportError as exc:
+        raise ImportError(_missing_sdk(exc), name=exc.name) from exc
     finally:
         for handler in list(root.handlers):
             if handler not in saved_handlers:

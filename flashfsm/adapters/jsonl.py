@@ -23,6 +23,10 @@ that is not JSON. That torn line is cut (the file truncated at its start) with a
 `TornLineWarning`: it was never acknowledged to its writer, so nothing that was is lost.
 Anything wrong before the last line is a `CorruptLogError` naming the file and line.
 
+A store opened `read_only=True` (what the CLI's read commands use) creates and changes
+nothing: a missing directory is `StoreNotFound` (it is not made), and a torn last line is
+ignored with a `TornLineWarning`, not cut.
+
 A batch is atomic against other writers and against errors. Against a crash, a batch is
 all-or-nothing up to lines: a crash mid-write may keep a prefix of the batch's complete
 lines (each a whole event, seqs still contiguous) and cut the rest.
@@ -57,6 +61,7 @@ from flashfsm.adapters._files import (
     make_private_dirs,
 )
 from flashfsm.adapters.urls import path_url
+from flashfsm.errors import StoreNotFound
 from flashfsm.events.codec import CHUNK, decode_prefix, encode
 from flashfsm.events.errors import CorruptLogError, DuplicateEventError, StoreError
 from flashfsm.events.models import Event
@@ -141,7 +146,9 @@ def _decode_lines(
             )
     if error is not None:
         seq = first_seq + len(events)
-        raise CorruptLogError(where, stream, str(error), line=seq + 1) from error
+        if stream is None:  # not one event decoded: name the stream its file name says
+            stream = _stream_of_name(Path(where).name) if where.endswith(SUFFIX) else None
+        raise CorruptLogError(where, stream or "?", str(error), line=seq + 1) from error
     return events
 
 
@@ -244,18 +251,27 @@ class _FileState:
 class JsonlStore:
     """An event store of JSONL files in one directory, shared safely by threads and processes."""
 
-    def __init__(self, directory: str | os.PathLike[str], *, fsync: bool = True):
+    def __init__(
+        self, directory: str | os.PathLike[str], *, fsync: bool = True, read_only: bool = False
+    ):
         if fcntl is None:  # pragma: no cover - Windows
             raise StoreError("the JSONL store needs POSIX file locks (fcntl)")
         self.directory = Path(directory).expanduser().absolute()
         self.fsync = fsync
+        self.read_only = read_only
         self._mutex = threading.Lock()
         self._files: dict[str, _FileState] = {}
         self._ids: dict[str, str] = {}  # event id -> file name
-        make_private_dirs(self.directory)
+        if not read_only:
+            make_private_dirs(self.directory)
+        elif not self.directory.exists():
+            raise StoreNotFound(str(self.directory), "JSONL store")
+        elif not self.directory.is_dir():
+            raise StoreError(f"{self.directory} is not a directory: a JSONL store is one")
 
     def __repr__(self) -> str:
-        return f"JsonlStore({str(self.directory)!r}, fsync={self.fsync})"
+        mode = ", read_only=True" if self.read_only else ""
+        return f"JsonlStore({str(self.directory)!r}, fsync={self.fsync}{mode})"
 
     @property
     def url(self) -> str:
@@ -339,6 +355,8 @@ class JsonlStore:
 
     def append(self, stream: str, events: Sequence[Event], expected_seq: int) -> None:
         """Append a batch with one write, under the writer locks (see `EventStore.append`)."""
+        if self.read_only:
+            raise StoreError(f"{self!r} was opened read-only")
         if not events:
             return
         data = b"".join(encode(event) + b"\n" for event in events)
@@ -396,9 +414,13 @@ class JsonlStore:
                 os.ftruncate(fd, offset)
             raise
 
-    def _repair(self, stream: str) -> None:
-        """Cut a torn last line of `stream`'s file (under the writer locks)."""
+    def _repair(self, stream: str, line: int, dropped: int) -> None:
+        """Cut a torn last line of `stream`'s file (under the writer locks); read-only, say
+        it is ignored (line `line`, `dropped` bytes) and leave the file alone."""
         path = self.path_for(stream)
+        if self.read_only:
+            _warn_torn(path, line, dropped, cut=False)
+            return
         try:
             with self._writer_lock():
                 fd = os.open(path, os.O_RDWR)
@@ -434,7 +456,7 @@ class JsonlStore:
         start = 0 if after is None else max(0, after + 1)
         events = _decode_lines(good[start:], start, str(path), stream)
         if cut is not None:
-            self._repair(stream)
+            self._repair(stream, len(good) + 1, len(loaded[0]) - cut)
         return events
 
     def iter_read(self, stream: str, after: int | None = None) -> Iterator[Event]:
@@ -460,7 +482,7 @@ class JsonlStore:
         if start == 0:
             self._prime(path.name, stream, st, good, ids)
         if cut is not None:
-            self._repair(stream)
+            self._repair(stream, len(good) + 1, st.st_size - cut)
 
     def _prime(
         self, name: str, stream: str, st: os.stat_result, good: list[bytes], ids: list[str]

@@ -20,6 +20,11 @@ only every `fallback_s` (default 5 s) in case a notification was lost, and polls
 server's `synchronous_commit` makes them (on by default: fsynced WAL).
 
 One store object per process: a connection pool does not survive a fork.
+
+Read-only (`read_only=True`, what the CLI's read commands use): the table is not created; a
+missing table is `StoreNotFound`, and `append` refuses. A server that cannot be reached
+within `connect_timeout_s` is a `StoreError` naming the host and database (never the
+password).
 """
 
 from __future__ import annotations
@@ -34,10 +39,17 @@ from collections.abc import Iterator, Sequence
 
 import psycopg
 from psycopg import sql
-from psycopg_pool import ConnectionPool
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import ConnectionPool, PoolTimeout
 
+from flashfsm.errors import StoreNotFound
 from flashfsm.events.codec import decode_many, encode
-from flashfsm.events.errors import ConcurrencyError, CorruptLogError, DuplicateEventError
+from flashfsm.events.errors import (
+    ConcurrencyError,
+    CorruptLogError,
+    DuplicateEventError,
+    StoreError,
+)
 from flashfsm.events.models import Event
 from flashfsm.events.store import check_batch
 
@@ -58,6 +70,7 @@ class PostgresStore:
         pool_size: int = 4,
         fallback_s: float = 5.0,
         connect_timeout_s: float = 30.0,
+        read_only: bool = False,
     ):
         if not _TABLE_NAME.match(table):
             raise ValueError(
@@ -68,9 +81,12 @@ class PostgresStore:
         self.table = table
         self.channel = f"{table}_appended"
         self.fallback_s = fallback_s
+        self.read_only = read_only
         self._t = sql.Identifier(table)
         self._followers: weakref.WeakSet[psycopg.Connection] = weakref.WeakSet()
         self._followers_lock = threading.Lock()
+        if read_only:
+            self._probe(connect_timeout_s)
         self._pool = ConnectionPool(
             dsn,
             min_size=1,
@@ -80,8 +96,16 @@ class PostgresStore:
             name=f"flashfsm-{table}",
         )
         try:
-            self._pool.wait(timeout=connect_timeout_s)
-            self._create_table()
+            try:
+                self._pool.wait(timeout=connect_timeout_s)
+            except PoolTimeout:
+                raise StoreError(
+                    f"cannot connect to {self.where} within {connect_timeout_s:g} s"
+                ) from None
+            if read_only:
+                self._check_table()
+            else:
+                self._create_table()
         except BaseException:
             self._pool.close()
             raise
@@ -94,6 +118,34 @@ class PostgresStore:
         """The DSN the store was opened with (with its table as a `table=` parameter)."""
         sep = "&" if "?" in self.dsn else "?"
         return self.dsn if self.table == DEFAULT_TABLE else f"{self.dsn}{sep}table={self.table}"
+
+    @property
+    def where(self) -> str:
+        """The server, database and table, as errors name them (no user, no password)."""
+        try:
+            info = conninfo_to_dict(self.dsn)
+        except psycopg.Error:
+            info = {}
+        host = info.get("host") or "localhost"
+        port = f":{info['port']}" if info.get("port") else ""
+        return f"postgres {host}{port}/{info.get('dbname') or ''} table {self.table}"
+
+    def _probe(self, timeout_s: float) -> None:
+        """Fail fast, in one line, when the server cannot be reached (a reader does not wait
+        for the pool's retries)."""
+        try:
+            psycopg.connect(self.dsn, connect_timeout=max(1, round(timeout_s))).close()
+        except psycopg.Error as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise StoreError(f"cannot connect to {self.where}: {reason}") from None
+
+    def _check_table(self) -> None:
+        """A read-only store's table exists (it is never created here)."""
+        with self._pool.connection() as conn:
+            quoted = f'"{self.table}"'  # created quoted (case kept); the name is checked
+            (found,) = conn.execute("SELECT to_regclass(%s)", (quoted,)).fetchone()  # type: ignore[misc]
+        if found is None:
+            raise StoreNotFound(self.where, "flashfsm store")
 
     def _create_table(self) -> None:
         ddl = sql.SQL(
@@ -121,6 +173,8 @@ class PostgresStore:
 
     def append(self, stream: str, events: Sequence[Event], expected_seq: int) -> None:
         """Append a batch in one transaction under the stream's advisory lock."""
+        if self.read_only:
+            raise StoreError(f"{self!r} was opened read-only")
         if not events:
             return
         columns = (

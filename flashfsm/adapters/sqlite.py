@@ -26,6 +26,15 @@ keeps a small pool; a thread borrows one connection per operation and returns it
 process that forks gets a fresh pool (connections never cross a fork). The database file
 is created 0600, missing parent directories 0700; SQLite gives its `-wal` and `-shm`
 files the database file's mode.
+
+Read-only (`read_only=True`, what the CLI's read commands use): nothing is created or
+changed. A missing file is `StoreNotFound`; a file that is not a flashfsm store is a
+`StoreError` naming it. A WAL reader, even one opened `mode=ro`, creates the `-wal` and
+`-shm` files when they are missing and leaves them behind, so each read-only query opens
+its own connection: when neither a `-wal` nor a `-journal` file exists (no connection is
+open, every commit is in the main file) it reads `immutable=1`, which opens nothing else,
+then checks that the file did not change meanwhile (else it reads again); when one exists,
+a writer is about and a plain `mode=ro` connection joins it without creating a file.
 """
 
 from __future__ import annotations
@@ -35,11 +44,14 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TypeVar
+from urllib.parse import quote
 
 from flashfsm.adapters._files import create_private_file, make_private_dirs
 from flashfsm.adapters.urls import path_url
+from flashfsm.errors import StoreNotFound
 from flashfsm.events.codec import CHUNK, decode_prefix, encode, gc_paused
 from flashfsm.events.errors import (
     ConcurrencyError,
@@ -66,6 +78,8 @@ CREATE TABLE IF NOT EXISTS events (
 
 _INSERT = "INSERT INTO events (stream, seq, id, at, kind, body) VALUES (?, ?, ?, ?, ?, ?)"
 
+_T = TypeVar("_T")
+
 # Connections inherited across a fork are kept referenced and never closed by the child:
 # closing them could disturb the parent's locks.
 _inherited: list[sqlite3.Connection] = []
@@ -75,22 +89,36 @@ class SqliteStore:
     """An event store in one SQLite file, shared safely by threads and processes."""
 
     def __init__(
-        self, path: str | os.PathLike[str], *, durable: bool = True, busy_timeout_s: float = 30.0
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durable: bool = True,
+        busy_timeout_s: float = 30.0,
+        read_only: bool = False,
     ):
         self.path = Path(path).expanduser().absolute()
         self.durable = durable
         self.busy_timeout_s = busy_timeout_s
+        self.read_only = read_only
         self._lock = threading.Lock()
         self._idle: list[sqlite3.Connection] = []
         self._all: list[sqlite3.Connection] = []
         self._pid = os.getpid()
         self._closed = False
+        if read_only:
+            self._check_readable()
+            return
         make_private_dirs(self.path.parent)
         create_private_file(self.path)
-        self._setup()
+        try:
+            self._setup()
+        except sqlite3.DatabaseError as exc:  # not a database, a malformed one
+            self.close()
+            raise StoreError(f"{self.path}: {exc}") from None
 
     def __repr__(self) -> str:
-        return f"SqliteStore({str(self.path)!r}, durable={self.durable})"
+        mode = ", read_only=True" if self.read_only else ""
+        return f"SqliteStore({str(self.path)!r}, durable={self.durable}{mode})"
 
     @property
     def url(self) -> str:
@@ -167,10 +195,87 @@ class SqliteStore:
                     conn.execute("ROLLBACK")
                     raise
 
+    # -- read-only ---------------------------------------------------------------------
+
+    def _check_readable(self) -> None:
+        """A read-only store's file: it exists, is an SQLite file, and is a flashfsm store."""
+        if not self.path.exists():
+            raise StoreNotFound(str(self.path), "SQLite store")
+        if not self.path.is_file():
+            raise StoreError(f"{self.path} is not a file: an SQLite store is one file")
+        tables, version = self._query(
+            lambda conn: (
+                {row[0] for row in conn.execute("SELECT name FROM sqlite_master")},
+                conn.execute("PRAGMA user_version").fetchone()[0],
+            )
+        )
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path}: schema version {version} is newer than this library's "
+                f"({SCHEMA_VERSION}); upgrade flashfsm"
+            )
+        if tables and "events" not in tables:
+            raise StoreError(f"{self.path} is an SQLite database, but not a flashfsm store")
+
+    def _quiet(self) -> tuple[int, int, int] | None:
+        """The file's identity when no connection has anything outside it (no `-wal` and no
+        `-journal` file), else None."""
+        for suffix in ("-wal", "-journal"):
+            if os.path.exists(f"{self.path}{suffix}"):
+                return None
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            raise StoreNotFound(str(self.path), "SQLite store") from None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def _query(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run `work` on a connection that creates and changes nothing (see the module notes).
+
+        An SQLite error (not a database, a malformed image) is a `StoreError` naming the file.
+        """
+        for tries in range(4):
+            before = self._quiet() if tries < 3 else None
+            uri = f"file:{quote(str(self.path))}?mode=ro" + ("&immutable=1" if before else "")
+            try:
+                conn = sqlite3.connect(uri, uri=True, timeout=self.busy_timeout_s)
+                try:
+                    conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
+                    result = work(conn)
+                finally:
+                    conn.close()
+            except sqlite3.DatabaseError as exc:
+                if before is not None and self._quiet() != before:
+                    continue  # it changed under the immutable read: read again
+                raise StoreError(f"{self.path}: {exc}") from None
+            if before is None or self._quiet() == before:
+                return result
+        raise AssertionError("unreachable: the last try is a plain read-only connection")
+
+    def _read_only_rows(self, stream: str, after: int | None) -> list[tuple[int, bytes]]:
+        def rows(conn: sqlite3.Connection) -> list[tuple[int, bytes]]:
+            try:
+                with gc_paused():
+                    return conn.execute(
+                        "SELECT seq, body FROM events WHERE stream = ? AND seq > ? ORDER BY seq",
+                        (stream, -1 if after is None else after),
+                    ).fetchall()
+            except sqlite3.OperationalError as exc:
+                if "no such table" in str(exc):  # an empty SQLite file: no stream yet
+                    return []
+                raise
+
+        return self._query(rows)
+
+    def _refuse_write(self) -> None:
+        if self.read_only:
+            raise StoreError(f"{self!r} was opened read-only")
+
     # -- the protocol ------------------------------------------------------------------
 
     def append(self, stream: str, events: Sequence[Event], expected_seq: int) -> None:
         """Append a batch atomically in one IMMEDIATE transaction (see `EventStore.append`)."""
+        self._refuse_write()
         if not events:
             return
         rows = [(stream, e.seq, e.id, e.at, e.kind, encode(e)) for e in events]
@@ -199,6 +304,7 @@ class SqliteStore:
         Each batch keeps `append`'s all-or-nothing contract through its own savepoint, so
         one stale batch fails alone; returns, per batch, None or the error it raised.
         """
+        self._refuse_write()
         outcomes: list[StoreError | ValueError | None] = []
         if not batches:
             return outcomes
@@ -305,6 +411,8 @@ class SqliteStore:
         return ConcurrencyError(stream, expected_seq, 0 if last is None else last + 1)
 
     def _rows(self, stream: str, after: int | None) -> list[tuple[int, bytes]]:
+        if self.read_only:
+            return self._read_only_rows(stream, after)
         with gc_paused(), self._connection() as conn:  # fresh row tuples hold no cycles
             return conn.execute(
                 "SELECT seq, body FROM events WHERE stream = ? AND seq > ? ORDER BY seq",
@@ -338,8 +446,11 @@ class SqliteStore:
 
         One statement reads the whole stream, so the events come from one consistent
         snapshot, as `read`'s do; the connection it holds goes back to the pool when the
-        iterator is exhausted or closed.
+        iterator is exhausted or closed. (Read-only, it is `read`: one short query.)
         """
+        if self.read_only:
+            yield from self.read(stream, after)
+            return
         with self._connection() as conn:
             cursor = conn.execute(
                 "SELECT seq, body FROM events WHERE stream = ? AND seq > ? ORDER BY seq",
@@ -357,6 +468,17 @@ class SqliteStore:
 
     def streams(self) -> list[str]:
         """Every stream name with at least one event, sorted."""
+        if self.read_only:
+
+            def names(conn: sqlite3.Connection) -> list[tuple[str]]:
+                try:
+                    return conn.execute("SELECT DISTINCT stream FROM events").fetchall()
+                except sqlite3.OperationalError as exc:
+                    if "no such table" in str(exc):  # an empty SQLite file
+                        return []
+                    raise
+
+            return sorted(row[0] for row in self._query(names))
         with self._connection() as conn:
             rows = conn.execute("SELECT DISTINCT stream FROM events").fetchall()
         return sorted(row[0] for row in rows)

@@ -15,11 +15,15 @@ Store URLs (`open_store`):
   `postgres` extra). Query parameters `table=` and `pool_size=` are the store's own; every
   other one goes to libpq (`sslmode=require`, `connect_timeout=5`, …).
 
+`open_store(url, read_only=True)` opens a store only to read it: nothing is created or
+changed, and a store that does not exist is `StoreNotFound` (a mistyped path is an error,
+not a new empty store). `memory://` is always a new empty store.
+
 Characters that are special in URLs are percent-encoded in paths (`%20` for a space).
 `default_store_url()` is `$FLASHFSM_STORE` when set, else a SQLite file in the user's data
 directory. `copy_streams(src, dst)` copies streams between any two stores keeping stream
-names, seqs and event ids; copying one stream into a `jsonl:` store is how a log is
-exported to one portable file.
+names, seqs and event ids (a source given as a URL is opened read-only); copying one
+stream into a `jsonl:` store is how a log is exported to one portable file.
 """
 
 from __future__ import annotations
@@ -59,32 +63,32 @@ def _no_more(url: str, params: dict[str, str]) -> None:
         raise ValueError(f"{url!r}: unknown parameter(s) {', '.join(sorted(params))}")
 
 
-def _memory(url: str) -> EventStore:
+def _memory(url: str, read_only: bool) -> EventStore:
     from flashfsm.adapters.memory import MemoryStore
 
     return MemoryStore()
 
 
-def _sqlite(url: str) -> EventStore:
+def _sqlite(url: str, read_only: bool) -> EventStore:
     from flashfsm.adapters.sqlite import SqliteStore
 
     params = _query(url)
     durable = _flag(url, params, "durable", True)
     busy = float(params.pop("busy_timeout_s", 30.0))
     _no_more(url, params)
-    return SqliteStore(url_path(url), durable=durable, busy_timeout_s=busy)
+    return SqliteStore(url_path(url), durable=durable, busy_timeout_s=busy, read_only=read_only)
 
 
-def _jsonl(url: str) -> EventStore:
+def _jsonl(url: str, read_only: bool) -> EventStore:
     from flashfsm.adapters.jsonl import JsonlStore
 
     params = _query(url)
     fsync = _flag(url, params, "fsync", True)
     _no_more(url, params)
-    return JsonlStore(url_path(url), fsync=fsync)
+    return JsonlStore(url_path(url), fsync=fsync, read_only=read_only)
 
 
-def _postgres(url: str) -> EventStore:
+def _postgres(url: str, read_only: bool) -> EventStore:
     try:
         from flashfsm.adapters.postgres import PostgresStore
     except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -97,7 +101,7 @@ def _postgres(url: str) -> EventStore:
     own = {k: v for k, v in params if k in {"table", "pool_size"}}
     rest = [(k, v) for k, v in params if k not in own]
     dsn = urlunsplit(parts._replace(query=urlencode(rest)))
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {"read_only": read_only}
     if "table" in own:
         kwargs["table"] = own["table"]
     if "pool_size" in own:
@@ -105,8 +109,8 @@ def _postgres(url: str) -> EventStore:
     return PostgresStore(dsn, **kwargs)
 
 
-#: URL scheme -> factory taking the whole URL.
-SCHEMES: dict[str, Callable[[str], EventStore]] = {
+#: URL scheme -> factory taking the whole URL and whether to open it read-only.
+SCHEMES: dict[str, Callable[[str, bool], EventStore]] = {
     "memory": _memory,
     "sqlite": _sqlite,
     "jsonl": _jsonl,
@@ -115,14 +119,22 @@ SCHEMES: dict[str, Callable[[str], EventStore]] = {
 }
 
 
-def open_store(url: str) -> EventStore:
-    """The store a URL names (see the module docstring); an unknown scheme is a `ValueError`."""
+def open_store(url: str, *, read_only: bool = False) -> EventStore:
+    """The store a URL names (see the module docstring); an unknown scheme is a `ValueError`.
+
+    `read_only=True` creates and changes nothing: a missing store is `StoreNotFound`.
+    """
     scheme = urlsplit(url).scheme
     factory = SCHEMES.get(scheme)
     if factory is None:
         known = ", ".join(f"{s}://" for s in sorted(SCHEMES))
+        if not scheme:  # a bare path
+            raise ValueError(
+                f"{url!r} is not a store URL: a file is sqlite:///path/events.db, a directory "
+                f"of JSONL files jsonl:///path (known: {known})"
+            )
         raise ValueError(f"unknown store URL scheme {scheme!r} (known: {known})")
-    return factory(url)
+    return factory(url, read_only)
 
 
 def default_store_url() -> str:
@@ -149,8 +161,13 @@ def copy_streams(
     `ValueError`. An id `dst` holds in another stream raises `DuplicateEventError`.
     Returns how many events were copied per stream. URLs are opened and closed here.
     """
-    source = open_store(src) if isinstance(src, str) else src
-    target = open_store(dst) if isinstance(dst, str) else dst
+    source = open_store(src, read_only=True) if isinstance(src, str) else src
+    try:
+        target = open_store(dst) if isinstance(dst, str) else dst
+    except BaseException:
+        if isinstance(src, str):
+            source.close()
+        raise
     copied: dict[str, int] = {}
     try:
         for stream in sorted(source.streams()) if streams is None else streams:

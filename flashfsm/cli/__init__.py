@@ -5,10 +5,12 @@ user's SQLite file) and prints with rich; `--json` prints machine-readable outpu
 SOURCE is a stream of the store or a `.jsonl` file, of any kind the library writes (a job's,
 a run's or a sweeper's: `flashfsm.views.stream_kind`); a run's stream stands for the job
 stream of its last attempt where a command reads one job (`explain`, `why-not`, `whatif`).
-Exit codes: 0 for success (and for a successful verdict), 1 for a usage or input error,
-and one code per failure kind so a script can route on it (`EXIT_CODES`): the commands
-that report a verdict (`replay`, `explain`, `watch`) exit with its code. Credentials (the
-RunPod key for `sweep`) come only from the environment.
+A command that reads creates and changes nothing: a missing store, file or stream is a
+one-line error. Exit codes (`EXIT_CODE_TABLE`, printed at the end of `flashfsm --help`):
+0 for success (and for a successful verdict), 1 for an input error, and one code per
+failure kind so a script can route on it (`EXIT_CODES`): the commands that report a
+verdict (`replay`, `explain`, `watch`) exit with its code. Credentials (the RunPod key for
+`sweep`) come only from the environment.
 
 The commands live by group: `logs` (replay, explain, why-not, whatif, timeline, watch),
 `store` (ls, export, import, sweep) and `tools` (demo, simulator, diagram); what they
@@ -17,31 +19,73 @@ share is in `common`. This module builds the one `app` from them.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from flashfsm.cli import logs, store, tools
 from flashfsm.cli.common import (
+    EXIT_CODE_TABLE,
     EXIT_CODES,
     EXIT_DISAGREES,
     EXIT_NO_VERDICT,
+    EXIT_PARSER,
     EXIT_SWEEP_ERRORS,
     EXIT_USAGE,
+    ExitCode,
+    PlainCommand,
     Source,
     console,
+    exit_codes_text,
+    install_notices,
     job_source,
     load_events,
     open_source,
     print_timeline,
     print_verdict,
+    version_text,
 )
 from flashfsm.cli.logs import parse_settings
 
+#: The app's help: what it is, then every exit code (`\b` keeps the table's lines as they are).
+APP_HELP = (
+    "An event-sourced state machine for GPU training jobs on RunPod serverless.\n\n"
+    "SOURCE is a stream of the store (--store URL) or a .jsonl file. Commands that read "
+    "create and change nothing.\n\n"
+    "\b\nExit codes:\n" + exit_codes_text()
+)
+
 app = typer.Typer(
     name="flashfsm",
-    help="An event-sourced state machine for GPU training jobs on RunPod serverless.",
+    help=APP_HELP,
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode=None,  # help is plain text: never markup (a `[postgres]` stays)
+    pretty_exceptions_show_locals=False,  # a local may hold a key
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        console.print(version_text())
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _app(
+    ctx: typer.Context,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print flashfsm's version and exit.",
+            is_eager=True,
+            callback=_print_version,
+        ),
+    ] = False,
+) -> None:
+    install_notices(ctx)
+
 
 #: Every command, by name, in the order `--help` lists them.
 COMMANDS = (
@@ -60,7 +104,7 @@ COMMANDS = (
     ("sweep", store.sweep_command),
 )
 for _name, _command in COMMANDS:
-    app.command(_name)(_command)
+    app.command(_name, cls=PlainCommand)(_command)
 
 
 def main() -> None:
@@ -69,15 +113,20 @@ def main() -> None:
 
 
 __all__ = [
+    "APP_HELP",
     "COMMANDS",
     "EXIT_CODES",
+    "EXIT_CODE_TABLE",
     "EXIT_DISAGREES",
     "EXIT_NO_VERDICT",
+    "EXIT_PARSER",
     "EXIT_SWEEP_ERRORS",
     "EXIT_USAGE",
+    "ExitCode",
     "Source",
     "app",
     "console",
+    "exit_codes_text",
     "job_source",
     "load_events",
     "main",

@@ -3,22 +3,37 @@
 A SOURCE is a stream of the store or a `.jsonl` file (its directory holds the streams next
 to it, such as a run's job streams). What kind of stream it is (job, run or sweeper) is
 `flashfsm.views.stream_kind`'s answer, never a check of its own here.
+
+Manners. A command that reads opens its store read-only (`open_store(url, read_only=True)`):
+it creates and changes nothing, and a store, file or stream that is not there is one line
+on stderr naming it, exit 1 (`fail`). Every error is one line; the library's warnings
+(a torn last line, say) are one `warning:` line each on stderr, once (`Notices`). Lines are
+wrapped at the terminal's width (or `$COLUMNS`), continuation lines hanging under their
+label (`say`); piped without `$COLUMNS`, nothing is wrapped (`PlainConsole`). Help is plain
+text, never markup (`PlainCommand`), and ends with the exit codes (`EXIT_CODE_TABLE`,
+rendered by `exit_codes_text`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import re
 import sys
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
+from rich.cells import cell_len
+from rich.console import Console, ConsoleDimensions
 from rich.table import Table
 from rich.text import Text
+from typer.core import TyperArgument, TyperCommand
 
 from flashfsm.adapters.jsonl import read_jsonl_file, stream_file_name
 from flashfsm.adapters.stores import default_store_url, open_store
@@ -42,10 +57,34 @@ from flashfsm.views import (
     stream_kind,
 )
 
+#: How wide a line may be when the output is piped and `$COLUMNS` is unset: unbounded.
+PIPED_WIDTH = 10_000
+
+
+class PlainConsole(Console):
+    """A console at the terminal's width, or `$COLUMNS`; piped without `$COLUMNS` (into a
+    file, `grep`), lines are as long as they are. A width set on it wins."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        """The console's width and height (see the class notes)."""
+        dims = Console.size.fget(self)  # type: ignore[attr-defined]
+        columns = self._environ.get("COLUMNS", "")
+        if self._width is None and not columns.isdigit() and not self.is_terminal:
+            return ConsoleDimensions(PIPED_WIDTH, dims.height)
+        return dims
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)  # type: ignore[attr-defined]
+
+
 #: Everything printed is literal: logs carry outside text (worker output, error bodies), and
 #: rich markup in it would be interpreted — a `[i]` could rejoin the pieces of a masked
 #: secret, a `[/]` raise. The few styled words are `styled` parts.
-console = Console(highlight=False, soft_wrap=True, markup=False)
+console = PlainConsole(highlight=False, markup=False)
+#: Errors, warnings and notes about a command's run (never its output) go to stderr.
+err_console = PlainConsole(highlight=False, markup=False, stderr=True)
 
 
 def styled(*parts: str | tuple[str, str]) -> Text:
@@ -53,7 +92,53 @@ def styled(*parts: str | tuple[str, str]) -> Text:
     return Text.assemble(*parts)
 
 
-#: Exit code of a command that reports a verdict, by failure kind.
+def say(*parts: str | tuple[str, str], err: bool = False) -> None:
+    """Print one line of plain and (text, style) parts, wrapped at the console's width:
+    continuation lines hang under the text after the line's label ("  detail: "), or two
+    columns in from where the line starts when it has none."""
+    target = err_console if err else console
+    text = styled(*parts)
+    plain = text.plain
+    width = target.width
+    if cell_len(plain) <= width or "\n" in plain:
+        target.print(text)
+        return
+    indent = len(plain) - len(plain.lstrip(" "))
+    label = plain.find(": ", indent)
+    hang = label + 2 if label >= 0 and label + 2 <= width // 2 else indent + 2
+    if hang > width // 2:
+        target.print(text)
+        return
+    head, rest = text.divide([hang])
+    lines = rest.wrap(target, width - hang, overflow="fold")
+    for n, line in enumerate(lines):
+        line.rstrip()
+        target.print(Text.assemble(head if n == 0 else " " * hang, line))
+
+
+def one_line(message: str) -> str:
+    """A message on one line: its lines joined, each run of white space one space."""
+    return " ".join(message.split())
+
+
+# --- exit codes ---------------------------------------------------------------------------
+
+
+class ExitCode(NamedTuple):
+    """One exit code of the `flashfsm` command: its number, its name and what it means."""
+
+    code: int
+    name: str
+    meaning: str
+
+
+EXIT_USAGE = 1  # an input error: a missing or unreadable store, file or stream; a bad value
+EXIT_PARSER = 2  # the command line's own usage error (the parser's)
+EXIT_DISAGREES = 3  # `replay --verify` found a disagreement
+EXIT_SWEEP_ERRORS = 4  # `sweep` ran, but a listing, a health read or a delete failed
+EXIT_NO_VERDICT = 5  # the log holds no verdict yet
+
+#: Exit code of a command that reports a verdict, by failure kind (None: success).
 EXIT_CODES: dict[str | None, int] = {
     None: 0,
     FailureKind.JOB_FAILED: 10,
@@ -62,25 +147,209 @@ EXIT_CODES: dict[str | None, int] = {
     FailureKind.STALLED: 13,
     FailureKind.POLL_ERROR: 14,
     FailureKind.LOST: 15,
+    FailureKind.CANCELLED: 16,
+    FailureKind.NO_CANDIDATES: 17,
 }
-EXIT_USAGE = 1
-EXIT_NO_VERDICT = 5  # the log holds no verdict yet (2 is the parser's usage error)
-EXIT_DISAGREES = 3  # `replay --verify` found a disagreement
-EXIT_SWEEP_ERRORS = 4  # `sweep` ran, but a listing, a health read or a delete failed
+
+_FAILURE_MEANINGS: dict[str, str] = {
+    FailureKind.JOB_FAILED: "the job's own code failed (not retried)",
+    FailureKind.JOB_PREEMPTED: "the platform or the worker's infrastructure ended it",
+    FailureKind.NO_CAPACITY: "never scheduled: no capacity for the GPU class",
+    FailureKind.STALLED: "no progress, a crash-looping worker, or the deadline",
+    FailureKind.POLL_ERROR: "the status route kept failing, or a deploy or submit failed",
+    FailureKind.LOST: "the job no longer exists on RunPod",
+    FailureKind.CANCELLED: "the run was cancelled",
+    FailureKind.NO_CANDIDATES: "the run had no GPU candidate to try",
+}
+
+#: Every exit code the command uses, in order: its help ends with this table (rendered by
+#: `exit_codes_text`), and the docs copy it.
+EXIT_CODE_TABLE: tuple[ExitCode, ...] = (
+    ExitCode(0, "ok", "success (replay, explain, watch: a successful verdict)"),
+    ExitCode(EXIT_USAGE, "input", "a missing or unreadable store, file or stream; a bad value"),
+    ExitCode(EXIT_PARSER, "usage", "a command line the parser rejects"),
+    ExitCode(EXIT_DISAGREES, "disagrees", "replay --verify: today's rules decide otherwise"),
+    ExitCode(EXIT_SWEEP_ERRORS, "sweep_errors", "sweep ran, but a list, read or delete failed"),
+    ExitCode(EXIT_NO_VERDICT, "no_verdict", "no verdict yet: the log is still open"),
+    *(
+        ExitCode(code, str(kind), _FAILURE_MEANINGS[kind])
+        for kind, code in EXIT_CODES.items()
+        if kind is not None
+    ),
+)
+
+
+def exit_codes_text() -> str:
+    """The exit-code table as the help prints it: one line per code."""
+    width = max(len(e.name) for e in EXIT_CODE_TABLE)
+    return "\n".join(f"{e.code:>2}  {e.name:<{width}}  {e.meaning}" for e in EXIT_CODE_TABLE)
+
+
+def exit_for(verdict: Concluded | None) -> int:
+    """A job verdict's exit code (no verdict yet: 5)."""
+    if verdict is None:
+        return EXIT_NO_VERDICT
+    return EXIT_CODES.get(verdict.failure, EXIT_USAGE)
+
+
+def run_exit(result: RunConcluded | None) -> int:
+    """A run result's exit code (no result yet: 5)."""
+    if result is None:
+        return EXIT_NO_VERDICT
+    return 0 if result.ok else EXIT_CODES.get(result.failure, EXIT_USAGE)
+
+
+# --- help ---------------------------------------------------------------------------------
+
+
+def _argument_name(param: TyperArgument) -> str:
+    name = (param.metavar or param.name or "").upper()
+    return f"{name}..." if param.nargs != 1 else name
+
+
+class PlainCommand(TyperCommand):
+    """A command whose help reads plainly: arguments by their upper-case names (`SOURCE`,
+    `[STREAMS]...`), options by their metavar (else their upper-case name), flags alone —
+    no `<bool>`, no `<str>`, no `{source}`."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        """`[OPTIONS]`, then each argument (an optional one in brackets)."""
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if isinstance(param, TyperArgument):
+                name = _argument_name(param)
+                pieces.append(name if param.required else f"[{name}]")
+        return pieces
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        """The Arguments and Options sections, each argument by its name alone."""
+        args: list[tuple[str, str]] = []
+        opts: list[tuple[str, str]] = []
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            if isinstance(param, TyperArgument):
+                args.append((_argument_name(param), record[1]))
+            elif param.metavar is None and param.name:  # `--port <int>` reads `--port PORT`
+                name = re.sub(r" <[^>]*>(\.\.\.)?", f" {param.name.upper()}", record[0])
+                opts.append((name, record[1]))
+            else:
+                opts.append(record)
+        for title, rows in (("Arguments", args), ("Options", opts)):
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
+
+def version_text() -> str:
+    """`flashfsm <version>`, from the installed distribution's metadata."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"flashfsm {version('flashfsm')}"
+    except PackageNotFoundError:  # pragma: no cover - a source tree that is not installed
+        return "flashfsm (version unknown: not installed)"
+
+
+# --- the library's warnings ---------------------------------------------------------------
+
+
+class Notices(logging.Handler):
+    """The library's warnings (its `logging` records and `warnings.warn`) as the CLI shows
+    them: one `warning: …` line each on stderr, the same text once. `hold()` keeps them for
+    the caller to fold into an error instead."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.seen: set[str] = set()
+        self.held: list[str] | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Show one log record (WARNING and above)."""
+        self.notice(record.getMessage())
+
+    def showwarning(self, message: Any, category: Any, *rest: Any, **kwargs: Any) -> None:
+        """Show one Python warning: its text, never the source line that raised it."""
+        self.notice(str(message))
+
+    def notice(self, message: str) -> None:
+        """Show `message` as one `warning:` line, unless it was shown (or held) already."""
+        text = one_line(message)
+        if text in self.seen:
+            return
+        self.seen.add(text)
+        if self.held is not None:
+            self.held.append(text)
+        else:
+            say(("warning:", "yellow"), f" {text}", err=True)
+
+    @contextmanager
+    def hold(self) -> Iterator[list[str]]:
+        """Keep the warnings raised inside for the caller (they are not shown)."""
+        saved, self.held = self.held, []
+        try:
+            yield self.held
+        finally:
+            self.held = saved
+
+
+_notices: list[Notices] = []  # the running command's (a stack: a test may nest commands)
+
+
+def install_notices(ctx: typer.Context) -> None:
+    """Route the library's warnings through a `Notices` for as long as `ctx` lives."""
+    notices = Notices()
+    logger = logging.getLogger("flashfsm")
+    logger.addHandler(notices)
+    catcher = warnings.catch_warnings()  # the filters as they are (entering it resets
+    catcher.__enter__()  # which warnings were shown already); only the showing changes
+    warnings.showwarning = notices.showwarning
+    _notices.append(notices)
+
+    def uninstall() -> None:
+        _notices.remove(notices)
+        catcher.__exit__(None, None, None)
+        logger.removeHandler(notices)
+
+    ctx.call_on_close(uninstall)
+
+
+@contextmanager
+def held_warnings() -> Iterator[list[str]]:
+    """The warnings raised inside, kept from the screen for the caller (`Notices.hold`)."""
+    if _notices:
+        with _notices[-1].hold() as kept:
+            yield kept
+        return
+    held: list[str] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield held
+    for w in caught:
+        if one_line(str(w.message)) not in held:
+            held.append(one_line(str(w.message)))
+
+
+# --- options and errors -------------------------------------------------------------------
 
 StoreOption = Annotated[
     str | None,
     typer.Option(
-        "--store", help="Store URL (default: $FLASHFSM_STORE, else the user's SQLite file)."
+        "--store",
+        metavar="URL",
+        help="Store URL (default: $FLASHFSM_STORE, else the user's SQLite file).",
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
-SourceArgument = Annotated[str, typer.Argument(help="A stream of the store, or a .jsonl file.")]
+SourceArgument = Annotated[
+    str, typer.Argument(metavar="SOURCE", help="A stream of the store, or a .jsonl file.")
+]
 
 
 def fail(message: str) -> typer.Exit:
-    """Print `message` as an error; the exit (code 1) for the caller to raise."""
-    console.print(styled(("error:", "red"), f" {message}"), soft_wrap=True)
+    """Print `message` as a one-line error on stderr; the exit (code 1) for the caller to raise."""
+    say(("error:", "red"), f" {one_line(message)}", err=True)
     return typer.Exit(EXIT_USAGE)
 
 
@@ -91,7 +360,7 @@ class UsageErrors:
         return None
 
     def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> bool:
-        if isinstance(exc, (FlashFsmError, ValueError)):
+        if isinstance(exc, (FlashFsmError, ValueError, OSError)):
             raise fail(message(exc)) from None
         return False
 
@@ -104,7 +373,9 @@ def message(exc: BaseException) -> str:
             where = ".".join(str(x) for x in err.get("loc", ())) or "value"
             parts.append(f"{where}: {err.get('msg')}")
         return "; ".join(parts)
-    return str(exc)
+    if isinstance(exc, OSError) and exc.strerror and exc.filename:
+        return f"{exc.filename}: {exc.strerror}"
+    return one_line(str(exc))
 
 
 # --- sources ------------------------------------------------------------------------------
@@ -126,16 +397,27 @@ def store_url(store: str | None) -> str:
 
 
 def open_store_or_fail(url: str) -> Any:
-    """The store at `url`, or exit 1 naming what is wrong with the URL."""
+    """The store at `url` to write to (created when missing); exit 1, one line, when it cannot
+    be opened or the URL is wrong. A command that only reads uses `open_reader`."""
     try:
         return open_store(url)
-    except (ValueError, ImportError) as exc:
-        raise fail(str(exc)) from None
+    except (ValueError, ImportError, FlashFsmError, OSError) as exc:
+        raise fail(message(exc)) from None
+
+
+def open_reader(url: str) -> Any:
+    """The store at `url`, read-only: nothing is created or changed; exit 1, one line, when
+    it is missing or unreadable or the URL is wrong."""
+    try:
+        return open_store(url, read_only=True)
+    except (ValueError, ImportError, FlashFsmError, OSError) as exc:
+        raise fail(message(exc)) from None
 
 
 def read_stream(url: str, stream: str) -> list[Event]:
-    """One stream of the store at `url` (exit 1 when the store or the stream is unreadable)."""
-    opened = open_store_or_fail(url)
+    """One stream of the store at `url`, read-only (exit 1 when the store or the stream is
+    unreadable)."""
+    opened = open_reader(url)
     try:
         with UsageErrors():
             return opened.read(stream)
@@ -144,20 +426,34 @@ def read_stream(url: str, stream: str) -> list[Event]:
 
 
 def read_events_file(path: Path) -> list[Event]:
-    """The events of one `.jsonl` file (exit 1, one line, when it is unreadable or empty)."""
-    try:
-        events = read_jsonl_file(path)
-    except FlashFsmError as exc:
-        raise fail(str(exc)) from None
+    """The events of one `.jsonl` file (exit 1, one line, when it is missing, unreadable or
+    empty; a file whose only line is torn says so on that line)."""
+    if not path.exists():
+        raise fail(f"no such file: {path}")
+    if path.is_dir():
+        raise fail(f"{path} is a directory, not a .jsonl file")
+    with held_warnings() as held:
+        try:
+            events = read_jsonl_file(path)
+        except (FlashFsmError, OSError) as exc:
+            raise fail(message(exc)) from None
     if not events:
-        raise fail(f"{path} holds no events")
+        why = "; ".join(h.removeprefix(f"{path}: ") for h in held)
+        raise fail(f"{path} holds no events" + (f" ({why})" if why else ""))
+    for text in held:
+        say(("warning:", "yellow"), f" {text}", err=True)
     return events
+
+
+def is_file_source(source: str) -> bool:
+    """Whether SOURCE names a `.jsonl` file (by its suffix) rather than a stream."""
+    return Path(source).suffix.lower() == ".jsonl"
 
 
 def open_source(source: str, store: str | None) -> Source:
     """SOURCE as a `Source`: a `.jsonl` file (its directory holds its siblings) or a stream."""
     path = Path(source)
-    if path.suffix == ".jsonl" and path.is_file():
+    if is_file_source(source):
 
         def load_file(stream: str) -> list[Event]:
             sibling = path.parent / stream_file_name(stream)
@@ -170,7 +466,11 @@ def open_source(source: str, store: str | None) -> Source:
     url = store_url(store)
     events = read_stream(url, source)
     if not events:
-        raise fail(f"stream {source!r} is empty or missing in {url}")
+        hint = ""
+        if path.exists():
+            what = "directory" if path.is_dir() else "file"
+            hint = f" ({source} is a {what} here: a SOURCE file ends in .jsonl, a store is --store)"
+        raise fail(f"stream {source!r} is empty or missing in {url}{hint}")
     return Source(source, events, lambda stream: read_stream(url, stream), url)
 
 
@@ -199,25 +499,8 @@ def job_source(src: Source, *, quiet: bool = False) -> tuple[str, list[Event]]:
     if not events:
         raise fail(f"run {src.name!r}: job stream {stream!r} is empty or missing")
     if not quiet:
-        console.print(f"run {src.name}: its last attempt's job stream is {stream}")
+        say(f"run {src.name}: its last attempt's job stream is {stream}")
     return stream, events
-
-
-# --- exit codes ---------------------------------------------------------------------------
-
-
-def exit_for(verdict: Concluded | None) -> int:
-    """A job verdict's exit code (no verdict yet: 5)."""
-    if verdict is None:
-        return EXIT_NO_VERDICT
-    return EXIT_CODES.get(verdict.failure, EXIT_USAGE)
-
-
-def run_exit(result: RunConcluded | None) -> int:
-    """A run result's exit code (no result yet: 5)."""
-    if result is None:
-        return EXIT_NO_VERDICT
-    return 0 if result.ok else EXIT_CODES.get(result.failure, EXIT_USAGE)
 
 
 # --- JSON ---------------------------------------------------------------------------------
@@ -414,10 +697,11 @@ def print_timeline(stream: str, events: list[Event], *, full: bool = False) -> N
     """The post-mortem view of one job log: its timeline and its verdict."""
     rows = timeline(events)
     shown = rows if full else [r for r in rows if _notable(r)]
-    table = Table(title=f"{stream}: {len(rows)} events", title_justify="left", expand=False)
-    table.add_column("t+s", justify="right")
-    table.add_column("seq", justify="right")
-    table.add_column("event")
+    say(f"{stream}: {len(rows)} events")
+    table = Table(expand=False)
+    table.add_column("t+s", justify="right", no_wrap=True)
+    table.add_column("seq", justify="right", no_wrap=True)
+    table.add_column("event", overflow="fold")
     table.add_column("state")
     table.add_column("timers")
     for row in shown:
@@ -426,57 +710,43 @@ def print_timeline(stream: str, events: list[Event], *, full: bool = False) -> N
         table.add_row(f"{row.offset:.0f}", str(row.seq), row.summary, state, timers)
     console.print(table)
     if len(shown) < len(rows):
-        console.print(
-            f"  ({len(rows) - len(shown)} routine observations not shown; --full shows all)"
-        )
+        say(f"  ({len(rows) - len(shown)} routine observations not shown; --full shows all)")
     print_verdict(replay(events).verdict)
 
 
 def print_verdict(verdict: Concluded | None) -> None:
     """One verdict, its rule and its evidence."""
     if verdict is None:
-        console.print(styled("  ", ("no verdict yet", "yellow")))
+        say("  ", ("no verdict yet", "yellow"))
         return
     colour = "green" if verdict.ok else "red"
     kind = "success" if verdict.ok else verdict.failure
-    console.print(
-        styled(
-            "  ",
-            (verdict.state, f"bold {colour}"),
-            f" ({kind}) by rule ",
-            (verdict.rule, "bold"),
-        )
-    )
-    console.print(f"  evidence: seqs {list(verdict.evidence)}")
+    say("  ", (verdict.state, f"bold {colour}"), f" ({kind}) by rule ", (verdict.rule, "bold"))
+    say(f"  evidence: seqs {list(verdict.evidence)}")
     first = verdict.detail.splitlines()[0] if verdict.detail else ""
-    console.print(f"  detail: {first}")
+    say(f"  detail: {first}")
 
 
 def print_view(view: ex.WatchView, *, prefix: str = "") -> None:
-    """A job's live view: its state, time in state, last status and next timer."""
+    """A job's live view: its state, time in state, last status and next timer (its times
+    are the view's: see `flashfsm.views.view_now`)."""
     name = view.stream or "?"
     if view.verdict is not None:
         v = view.verdict
         colour = "green" if v.ok else "red"
-        console.print(
-            styled(f"{prefix}{name}: ", (v.state, f"bold {colour}"), f" by {v.rule}"),
-            soft_wrap=True,
-        )
+        say(f"{prefix}{name}: ", (v.state, f"bold {colour}"), f" by {v.rule}")
         return
     quiet = "" if view.last_at is None else f", last event {ex.secs(view.now - view.last_at)} s ago"
-    console.print(
-        styled(
-            f"{prefix}{name}: ",
-            (view.state, "bold"),
-            f" for {duration_text(view.in_state_s)} (status {view.status or '-'}{quiet})",
-        ),
-        soft_wrap=True,
+    say(
+        f"{prefix}{name}: ",
+        (view.state, "bold"),
+        f" for {duration_text(view.in_state_s)} (status {view.status or '-'}{quiet})",
     )
     nxt = view.next_timer
     if nxt is not None:
-        console.print(f"{prefix}  next timer: {nxt.text}", soft_wrap=True)
+        say(f"{prefix}  next timer: {nxt.text}")
     if view.poll_errors:
-        console.print(f"{prefix}  {view.poll_errors} consecutive status errors")
+        say(f"{prefix}  {view.poll_errors} consecutive status errors")
 
 
 def print_run_header(stream: str, run: RunState) -> None:
@@ -485,10 +755,7 @@ def print_run_header(stream: str, run: RunState) -> None:
     colour = "bold"
     if result is not None:
         colour = "green" if result.ok else "red"
-    console.print(
-        styled(f"run {stream}: ", (run_label(run), colour), f", {len(run.attempts)} attempt(s)"),
-        soft_wrap=True,
-    )
+    say(f"run {stream}: ", (run_label(run), colour), f", {len(run.attempts)} attempt(s)")
 
 
 def attempt_line(a: Attempt, run: RunState) -> str:
@@ -502,17 +769,17 @@ def print_run(stream: str, run: RunState) -> None:
     """A run: its state, each attempt's outcome and job stream, and its result."""
     print_run_header(stream, run)
     for a in run.attempts:
-        console.print(f"  {attempt_line(a, run)}", soft_wrap=True)
+        say(f"  {attempt_line(a, run)}")
         if a.job_stream:
-            console.print(f"    job stream: {a.job_stream}", soft_wrap=True)
+            say(f"    job stream: {a.job_stream}")
         if a.ended is not None and not a.ended.ok and a.ended.detail:
-            console.print(f"    detail: {first_line(a.ended.detail, 160)}", soft_wrap=True)
+            say(f"    detail: {first_line(a.ended.detail, 160)}")
     if run.cancel_requested:
-        console.print(f"  cancel requested {run.cancel_reason}".rstrip(), soft_wrap=True)
+        say(f"  cancel requested {run.cancel_reason}".rstrip())
     if run.result is None:
-        console.print(styled("  ", ("no result yet", "yellow")))
+        say("  ", ("no result yet", "yellow"))
     elif run.result.detail:
-        console.print(f"  result: {first_line(run.result.detail, 160)}", soft_wrap=True)
+        say(f"  result: {first_line(run.result.detail, 160)}")
 
 
 def print_run_view(rv: RunView) -> None:

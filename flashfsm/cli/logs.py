@@ -27,6 +27,7 @@ from rich.table import Table
 from flashfsm import render
 from flashfsm.cli.common import (
     EXIT_DISAGREES,
+    EXIT_NO_VERDICT,
     JsonOption,
     Source,
     SourceArgument,
@@ -37,10 +38,11 @@ from flashfsm.cli.common import (
     emit_json,
     exit_for,
     fail,
+    is_file_source,
     job_source,
     measure_json,
+    open_reader,
     open_source,
-    open_store_or_fail,
     period_json,
     period_text,
     print_run,
@@ -51,8 +53,8 @@ from flashfsm.cli.common import (
     row_json,
     run_exit,
     run_view_json,
+    say,
     store_url,
-    styled,
     sweeper_row_json,
     sweeper_row_text,
     sweeper_state,
@@ -71,6 +73,7 @@ from flashfsm.render import duration_text
 from flashfsm.views import (
     RunView,
     SweeperView,
+    job_view,
     last_job_stream,
     run_label,
     run_view,
@@ -122,7 +125,7 @@ def replay_command(
         print_timeline(stream, events, full=full)
         if report is not None:
             colour = "green" if report.ok else "red"
-            console.print(styled("  verify: ", (str(report), colour)))
+            say("  verify: ", (str(report), colour))
     if report is not None and not report.ok:
         raise typer.Exit(EXIT_DISAGREES)
     raise typer.Exit(exit_for(state.verdict))
@@ -180,15 +183,15 @@ def _replay_run(src: Source, *, verify_: bool, full: bool, as_json: bool) -> int
     else:
         print_run(src.name, run)
         if job_stream is not None and job_events:
-            console.print(f"run {src.name}: its last attempt's job stream is {job_stream}")
+            say(f"run {src.name}: its last attempt's job stream is {job_stream}")
             print_timeline(job_stream, job_events, full=full)
         elif job_stream is not None:
-            console.print(f"  (job stream {job_stream} is empty or missing in {src.where})")
+            say(f"  (job stream {job_stream} is empty or missing in {src.where})")
         for n, stream, report in reports:
             colour = "green" if report.ok else "red"
-            console.print(styled(f"  verify attempt {n} ({stream}): ", (str(report), colour)))
+            say(f"  verify attempt {n} ({stream}): ", (str(report), colour))
         if verify_ and not reports:
-            console.print("  verify: no attempt has a job log to re-decide")
+            say("  verify: no attempt has a job log to re-decide")
     if any(not r.ok for _, _, r in reports):
         return EXIT_DISAGREES
     return run_exit(run.result)
@@ -230,15 +233,15 @@ def _replay_sweeper(src: Source, *, verify_: bool, as_json: bool) -> int:
     console.print(table)
     _print_timers(view)
     if verify_:
-        console.print(styled("  verify: ", (SWEEPER_VERIFY, "green")))
+        say("  verify: ", (SWEEPER_VERIFY, "green"))
     return 0
 
 
 def _print_timers(view: SweeperView, prefix: str = "  ") -> None:
     if not view.timers:
-        console.print(f"{prefix}no idle timer running")
+        say(f"{prefix}no idle timer running")
     for p in view.timers:
-        console.print(f"{prefix}{period_text(p, view)}", soft_wrap=True)
+        say(f"{prefix}{period_text(p, view)}")
 
 
 # --- explain, why-not, whatif -------------------------------------------------------------
@@ -291,33 +294,27 @@ def explain_command(
         )
         raise typer.Exit(exit_for(e.verdict))
     if e.verdict is None:
-        console.print(styled(f"{stream}: ", (e.facts[0], "yellow")))
+        say(f"{stream}: ", (e.facts[0], "yellow"))
         for t in e.timers:
-            console.print(f"  timer {t.text}")
+            say(f"  timer {t.text}")
         raise typer.Exit(exit_for(None))
     v = e.verdict
     colour = "green" if v.ok else "red"
     kind_ = "success" if v.ok else v.failure
-    console.print(
-        styled(
-            f"{stream}: ",
-            (v.state, f"bold {colour}"),
-            f" ({kind_}) at t+{ex.secs(e.offset)} s by rule ",
-            (e.rule or "?", "bold"),
-            f" (step {e.step or '?'})",
-        ),
-        soft_wrap=True,
+    say(
+        f"{stream}: ",
+        (v.state, f"bold {colour}"),
+        f" ({kind_}) at t+{ex.secs(e.offset)} s by rule ",
+        (e.rule or "?", "bold"),
+        f" (step {e.step or '?'})",
     )
-    console.print(f"  why: {e.why}", soft_wrap=True)
+    say(f"  why: {e.why}")
     for line in [*e.numbers, *e.facts]:
-        console.print(f"  because: {line}", soft_wrap=True)
+        say(f"  because: {line}")
     for item in e.evidence:
-        console.print(
-            f"  evidence: seq {item.seq} at t+{ex.secs(item.offset)} s: {item.summary}",
-            soft_wrap=True,
-        )
+        say(f"  evidence: seq {item.seq} at t+{ex.secs(item.offset)} s: {item.summary}")
     first = v.detail.splitlines()[0] if v.detail else ""
-    console.print(f"  detail: {first}", soft_wrap=True)
+    say(f"  detail: {first}")
     raise typer.Exit(exit_for(v))
 
 
@@ -336,7 +333,7 @@ def _explain_run_without_job(src: Source, run: RunState, *, as_json: bool) -> in
         )
     else:
         print_run(src.name, run)
-        console.print("  no attempt queued a job: there is no job verdict to explain")
+        say("  no attempt queued a job: there is no job verdict to explain")
     return run_exit(run.result)
 
 
@@ -360,19 +357,19 @@ def _explain_sweeper(src: Source, *, as_json: bool) -> int:
         )
         return 0
     last = f"t+{ex.secs(view.last_at - view.start)} s"
-    console.print(f"{src.name}: sweeper: {view.summary} (last sweep at {last})", soft_wrap=True)
+    say(f"{src.name}: sweeper: {view.summary} (last sweep at {last})")
     for p in view.reaped:
-        console.print(f"  {period_text(p, view)}", soft_wrap=True)
+        say(f"  {period_text(p, view)}")
     for p in view.cleared:
-        console.print(f"  {period_text(p, view)}", soft_wrap=True)
+        say(f"  {period_text(p, view)}")
     for p in view.timers:
-        console.print(f"  {period_text(p, view)}", soft_wrap=True)
+        say(f"  {period_text(p, view)}")
     return 0
 
 
 def why_not_command(
     source: SourceArgument,
-    rule: Annotated[str, typer.Argument(help=f"One of: {', '.join(RULE_NAMES)}.")],
+    rule: Annotated[str, typer.Argument(metavar="RULE", help=f"One of: {', '.join(RULE_NAMES)}.")],
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -399,7 +396,7 @@ def why_not_command(
             }
         )
         return
-    console.print(f"{stream}: {w.text}", soft_wrap=True)
+    say(f"{stream}: {w.text}")
 
 
 def parse_settings(settings: list[str]) -> dict[str, Any]:
@@ -422,7 +419,9 @@ def whatif_command(
     source: SourceArgument,
     settings: Annotated[
         list[str] | None,
-        typer.Option("--set", help="A policy override NAME=VALUE (repeatable)."),
+        typer.Option(
+            "--set", metavar="NAME=VALUE", help="A policy override NAME=VALUE (repeatable)."
+        ),
     ] = None,
     store: StoreOption = None,
     as_json: JsonOption = False,
@@ -465,18 +464,23 @@ def whatif_command(
         )
         return
     colour = {"earlier": "yellow", "different": "yellow", "same": "green"}.get(w.outcome, "cyan")
-    console.print(styled(f"{stream}: ", (w.outcome, colour)), soft_wrap=True)
-    console.print(f"  {w.text}", soft_wrap=True)
+    say(f"{stream}: ", (w.outcome, colour))
+    say(f"  {w.text}")
 
 
 # --- the picture --------------------------------------------------------------------------
 
 
 def timeline_command(
-    source: Annotated[str, typer.Argument(help="A job, run or sweeper stream, or a .jsonl file.")],
-    out: Annotated[Path, typer.Option("--out", help="FILE.svg or FILE.html to write.")],
+    source: Annotated[
+        str,
+        typer.Argument(metavar="SOURCE", help="A job, run or sweeper stream, or a .jsonl file."),
+    ],
+    out: Annotated[
+        Path, typer.Option("--out", metavar="FILE", help="FILE.svg or FILE.html to write.")
+    ],
     store: StoreOption = None,
-    title: Annotated[str | None, typer.Option(help="The picture's title.")] = None,
+    title: Annotated[str | None, typer.Option(metavar="TEXT", help="The picture's title.")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Draw a run (attempts as lanes), a job log, or a sweeper's idle timers (endpoints as
@@ -526,17 +530,24 @@ def timeline_command(
         )
         return
     verdict = summary or pic.verdict or "no verdict yet"
-    console.print(f"wrote {out}: {len(pic.lanes)} lane(s), {verdict}")
+    say(f"wrote {out}: {len(pic.lanes)} lane(s), {verdict}")
 
 
 # --- the live view ------------------------------------------------------------------------
 
 
 def watch_command(
-    stream: Annotated[str, typer.Argument(help="A job, run or sweeper stream of the store.")],
+    stream: Annotated[
+        str, typer.Argument(metavar="STREAM", help="A job, run or sweeper stream of the store.")
+    ],
     store: StoreOption = None,
     follow: Annotated[
-        bool, typer.Option("--follow", help="Keep printing as events land, until a verdict.")
+        bool,
+        typer.Option(
+            "--follow",
+            help="Keep printing as events land, until a verdict; wait for a stream that is "
+            "not there yet.",
+        ),
     ] = False,
     read_only: Annotated[
         bool,
@@ -547,20 +558,41 @@ def watch_command(
     ] = False,
     as_json: JsonOption = False,
     now: Annotated[
-        float | None, typer.Option(help="The time to view the log at (default: now).")
+        float | None,
+        typer.Option(
+            metavar="EPOCH_S",
+            help="The wall-clock time to view an open log at (default: now); a finished log "
+            "is viewed at its last event.",
+        ),
     ] = None,
-    poll_s: Annotated[float, typer.Option(help="How often --follow looks for events.")] = 0.5,
+    poll_s: Annotated[
+        float,
+        typer.Option(metavar="SECONDS", min=0.001, help="How often --follow looks for events."),
+    ] = 0.5,
 ) -> None:
     """A live view of a job or run (state, time in state, time left on the next timer), or
     of a sweeper (its idle timers running)."""
     url = store_url(store)
     clock: Callable[[], float] = (lambda: now) if now is not None else time.time  # type: ignore[assignment]
-    opened = open_store_or_fail(url)
+    opened = open_reader(url)  # a missing store is an error, even to --follow
     try:
         with UsageErrors():
             events = opened.read(stream)
+        if not events and not follow:
+            hint = " (watch reads a stream of a store: --store jsonl:///DIR)"
+            raise fail(
+                f"stream {stream!r} is empty or missing in {url}"
+                + (hint if is_file_source(stream) else "")
+            )
         if not events:
-            raise fail(f"stream {stream!r} is empty or missing in {url}")
+            say(f"waiting for stream {stream} to appear in {url} (Ctrl-C stops)", err=True)
+            try:
+                while not events:
+                    time.sleep(poll_s)
+                    with UsageErrors():
+                        events = opened.read(stream)
+            except KeyboardInterrupt:
+                raise typer.Exit(EXIT_NO_VERDICT) from None
         watch = {"run": _watch_run, "sweeper": _watch_sweeper}.get(stream_kind(events), _watch_job)
         code = watch(opened, stream, events, clock, follow, as_json, poll_s)
     finally:
@@ -578,7 +610,7 @@ def _watch_job(
     poll_s: float,
 ) -> int:
     with UsageErrors():
-        view = ex.watch_view(events, clock())
+        view = job_view(events, clock())
     if as_json:
         sys.stdout.write(json.dumps(view_json(view)) + "\n")
     else:
@@ -589,16 +621,13 @@ def _watch_job(
         for event in opened.follow(stream, after=events[-1].seq, poll_s=poll_s):
             events.append(event)
             with UsageErrors():
-                view = ex.watch_view(events, max(clock(), event.at))
+                view = job_view(events, clock())
             if as_json:
                 sys.stdout.write(json.dumps(view_json(view)) + "\n")
                 sys.stdout.flush()
             else:
                 rows = timeline(events)
-                console.print(
-                    f"t+{ex.secs(rows[-1].offset)} s seq {event.seq} {rows[-1].summary}",
-                    soft_wrap=True,
-                )
+                say(f"t+{ex.secs(rows[-1].offset)} s seq {event.seq} {rows[-1].summary}")
                 print_view(view, prefix="  ")
             if view.verdict is not None:
                 break
@@ -667,13 +696,12 @@ def _watch_sweeper(
             sys.stdout.flush()
             return
         quiet = f", last event {ex.secs(view.now - view.last_at)} s ago"
-        console.print(
+        say(
             f"sweeper {stream}: {len(view.timers)} idle timer(s) running, "
-            f"{len(view.reaped)} reaped, {len(view.cleared)} cleared{quiet}",
-            soft_wrap=True,
+            f"{len(view.reaped)} reaped, {len(view.cleared)} cleared{quiet}"
         )
         for p in view.timers:
-            console.print(f"  {period_text(p, view)}", soft_wrap=True)
+            say(f"  {period_text(p, view)}")
 
     with UsageErrors():
         view = sweeper_view(events, clock())
@@ -684,13 +712,10 @@ def _watch_sweeper(
         for event in opened.follow(stream, after=events[-1].seq, poll_s=poll_s):
             events.append(event)
             with UsageErrors():
-                view = sweeper_view(events, max(clock(), event.at))
+                view = sweeper_view(events, clock())
             if not as_json:
                 row = view.rows[-1]
-                console.print(
-                    f"t+{ex.secs(row.offset)} s seq {row.seq} {sweeper_row_text(row)}",
-                    soft_wrap=True,
-                )
+                say(f"t+{ex.secs(row.offset)} s seq {row.seq} {sweeper_row_text(row)}")
             show(view)
     except KeyboardInterrupt:
         return 0

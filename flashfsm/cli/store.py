@@ -1,26 +1,42 @@
-"""The commands that work on the store: ls, export, import, sweep."""
+"""The commands that work on the store: ls, export, import, sweep.
+
+`ls` and the sources of `export` and `import` only read: a missing store is an error and
+nothing is created. The stores they write to (`export --to`, `import`'s and `sweep`'s
+`--store`) are created when missing, but only inside a directory that exists (a missing
+directory is a mistyped path: `open_writer`); the default store's directory is made.
+"""
 
 from __future__ import annotations
 
-import time
+import os
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 import typer
+from rich.box import SIMPLE_HEAD
+from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
-from flashfsm.adapters.stores import copy_streams
+from flashfsm.adapters.stores import ENV_VAR, copy_streams
+from flashfsm.adapters.urls import url_path
 from flashfsm.cli.common import (
     EXIT_SWEEP_ERRORS,
+    PIPED_WIDTH,
     JsonOption,
     StoreOption,
     UsageErrors,
     console,
     emit_json,
     fail,
+    is_file_source,
+    message,
+    open_reader,
     open_store_or_fail,
     read_events_file,
     read_stream,
+    say,
     store_url,
     styled,
     sweeper_state,
@@ -29,17 +45,22 @@ from flashfsm.events.errors import FlashFsmError
 from flashfsm.events.models import Event
 from flashfsm.fsm.job import replay
 from flashfsm.fsm.run import replay_run
+from flashfsm.render import duration_text
 from flashfsm.views import run_label, stream_kind, sweeper_view
 
 
 def stream_row(stream: str, events: list[Event]) -> dict[str, Any]:
-    """One stream as `ls` lists it: its kind, its state and its verdict or result."""
+    """One stream as `ls` lists it: its kind, its state and its verdict or result, and the
+    time its events span on its own clock (`span_s`, first to last: a listing never reads
+    the wall clock, so a simulator's log or one from years ago lists as it ran)."""
     kind = stream_kind(events)
     row: dict[str, Any] = {
         "stream": stream,
         "kind": kind,
         "events": len(events),
+        "first_at": events[0].at if events else None,
         "last_at": events[-1].at if events else None,
+        "span_s": None,
         "state": None,
         "ok": None,
         "failure": None,
@@ -47,6 +68,7 @@ def stream_row(stream: str, events: list[Event]) -> dict[str, Any]:
     }
     if not events:
         return row
+    row["span_s"] = max(0.0, max(e.at for e in events) - events[0].at)
     try:
         if kind == "run":
             run = replay_run(events)
@@ -67,10 +89,84 @@ def stream_row(stream: str, events: list[Event]) -> dict[str, Any]:
     return row
 
 
+#: `ls`'s columns in the order shown: (header, right-aligned).
+LS_COLUMNS = (
+    ("stream", False),
+    ("kind", False),
+    ("state", False),
+    ("verdict", False),
+    ("span", True),
+    ("events", True),
+)
+#: How `ls` fits a narrow console, one step at a time until the table fits: drop a column,
+#: or shorten the verdict to what the state does not say already (a job's rule, a run's
+#: failure kind). The stream and its state always stay.
+LS_NARROWING = ("events", "kind", "short verdict", "span", "verdict")
+
+
+def _verdict_cell(row: dict[str, Any], *, short: bool = False) -> Text:
+    if row["ok"] is None:
+        return Text("")
+    if row["ok"]:
+        return styled(("success", "green"))
+    if short:
+        return styled((str(row["rule"] or row["failure"]), "red"))
+    rule = f" by {row['rule']}" if row["rule"] else ""
+    return styled((str(row["failure"]), "red"), rule)
+
+
+def ls_table(rows: list[dict[str, Any]], width: int) -> Table:
+    """`ls`'s table, fitted to `width` columns: each stream on one line, narrowed step by
+    step while it is too wide (`LS_NARROWING`); a stream name longer than the whole line is
+    folded as a last resort."""
+
+    def cells(row: dict[str, Any], short: bool) -> dict[str, Text]:
+        span = "" if row["span_s"] is None else duration_text(row["span_s"])
+        return {
+            "stream": Text(row["stream"]),
+            "kind": Text(row["kind"]),
+            "state": Text(row["state"] or ""),
+            "verdict": _verdict_cell(row, short=short),
+            "span": Text(span),
+            "events": Text(str(row["events"])),
+        }
+
+    def build(shown: list[str], short: bool, fold: bool = False) -> Table:
+        table = Table(
+            box=SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), expand=False
+        )
+        for name, right in LS_COLUMNS:
+            if name in shown:
+                folded = fold and name == "stream"
+                table.add_column(
+                    name,
+                    justify="right" if right else "left",
+                    no_wrap=not folded,
+                    overflow="fold" if folded else "ellipsis",
+                )
+        for row in rows:
+            cell = cells(row, short)
+            table.add_row(*(cell[name] for name, _ in LS_COLUMNS if name in shown))
+        return table
+
+    shown = [name for name, _ in LS_COLUMNS]
+    short = False
+    unbounded = console.options.update_width(PIPED_WIDTH)  # the table's natural width
+    for step in (None, *LS_NARROWING):
+        if step == "short verdict":
+            short = True
+        elif step is not None:
+            shown.remove(step)
+        table = build(shown, short)
+        if Measurement.get(console, unbounded, table).maximum <= width:
+            return table
+    return build(shown, short, fold=True)
+
+
 def ls_command(store: StoreOption = None, as_json: JsonOption = False) -> None:
-    """The store's streams: job, run or sweeper, with their state and verdict."""
+    """The store's streams: job, run or sweeper, with their state, verdict and time span."""
     url = store_url(store)
-    opened = open_store_or_fail(url)
+    opened = open_reader(url)
     try:
         with UsageErrors():
             rows = [stream_row(name, opened.read(name)) for name in opened.streams()]
@@ -79,40 +175,48 @@ def ls_command(store: StoreOption = None, as_json: JsonOption = False) -> None:
     if as_json:
         emit_json({"store": url, "streams": rows})
         return
-    table = Table(title=f"{url}: {len(rows)} stream(s)", title_justify="left")
-    table.add_column("stream", overflow="fold")
-    table.add_column("kind")
-    table.add_column("events", justify="right")
-    table.add_column("state")
-    table.add_column("verdict", overflow="fold")
-    table.add_column("last event", no_wrap=True)
-    for row in rows:
-        if row["ok"] is None:
-            verdict = ""
-        elif row["ok"]:
-            verdict = styled(("success", "green"))
-        else:
-            rule = f" by {row['rule']}" if row["rule"] else ""
-            verdict = styled((str(row["failure"]), "red"), rule)
-        when = (
-            time.strftime("%m-%d %H:%M", time.localtime(row["last_at"])) if row["last_at"] else ""
-        )
-        table.add_row(
-            row["stream"], row["kind"], str(row["events"]), row["state"] or "", verdict, when
-        )
-    console.print(table)
+    if not rows:
+        say(f"{url}: no streams")
+        return
+    say(f"{url}: {len(rows)} stream(s)")
+    console.print(ls_table(rows, console.width))
+
+
+# --- copies ---------------------------------------------------------------------------------
+
+
+def open_writer(url: str, *, default: bool = False) -> None:
+    """Check that the store at `url` may be written: a file store (`sqlite:`, `jsonl:`) is
+    created when missing, but only in a directory that exists — unless it is the default
+    store (`default`), whose directory is made. Exit 1, one line, otherwise."""
+    scheme = urlsplit(url).scheme
+    if default or scheme not in ("sqlite", "jsonl"):
+        return
+    try:
+        path = url_path(url).expanduser().absolute()
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    if not path.parent.is_dir():
+        raise fail(f"no directory {path.parent} to hold the store {url} (nothing was created)")
 
 
 def _copy(src: Any, dst: str, streams: list[str] | None) -> dict[str, int]:
     try:
         return copy_streams(src, dst, streams)
     except (FlashFsmError, ValueError, ImportError, OSError) as exc:
-        raise fail(str(exc)) from None
+        raise fail(message(exc)) from None
+
+
+def _is_default(store: str | None) -> bool:
+    return store is None and not os.environ.get(ENV_VAR, "").strip()
 
 
 def export_command(
-    streams: Annotated[list[str], typer.Argument(help="Streams to copy.")],
-    to: Annotated[str, typer.Option("--to", help="Destination store URL (jsonl:///dir, …).")],
+    streams: Annotated[list[str], typer.Argument(metavar="STREAMS", help="Streams to copy.")],
+    to: Annotated[
+        str,
+        typer.Option("--to", metavar="URL", help="Destination store URL (jsonl:///dir, …)."),
+    ],
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -121,27 +225,42 @@ def export_command(
     missing = [name for name in streams if not read_stream(url, name)]
     if missing:
         raise fail(f"no such stream(s) in {url}: {', '.join(missing)}")
+    open_writer(to)
     _report_copy(_copy(url, to, streams), url, to, "to", as_json)
 
 
 def import_command(
-    source: Annotated[str, typer.Argument(help="A store URL, or a .jsonl file.")],
+    source: Annotated[str, typer.Argument(metavar="SOURCE", help="A store URL, or a .jsonl file.")],
     streams: Annotated[
-        list[str] | None, typer.Argument(help="Streams to copy (default: all).")
+        list[str] | None,
+        typer.Argument(metavar="STREAMS", help="Streams to copy (default: all)."),
     ] = None,
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Copy streams from another store (or one .jsonl file) into this one; resumable."""
     url = store_url(store)
-    path = Path(source)
     src: Any = source
-    if path.suffix == ".jsonl" and path.is_file():
+    if is_file_source(source):
         from flashfsm.adapters.memory import MemoryStore
 
-        events = read_events_file(path)
+        events = read_events_file(Path(source))
         src = MemoryStore()
         src.append(events[0].stream, events, 0)
+        if streams and events[0].stream not in streams:
+            raise fail(f"{source} holds stream {events[0].stream!r}, not {', '.join(streams)}")
+    else:
+        opened = open_reader(source)  # the source must exist; it is only read
+        try:
+            with UsageErrors():
+                have = set(opened.streams())
+        finally:
+            opened.close()
+        missing = [name for name in streams or () if name not in have]
+        if missing or not have:
+            what = ", ".join(missing) if missing else "any stream"
+            raise fail(f"{source} holds no {what}: nothing to import")
+    open_writer(url, default=_is_default(store))
     _report_copy(_copy(src, url, streams or None), source, url, "into", as_json)
 
 
@@ -153,7 +272,7 @@ def _report_copy(
         emit_json({"from": source, "to": target, "copied": copied})
         return
     for name, count in copied.items():
-        console.print(f"{name}: {count} event(s) copied {preposition} {target}")
+        say(f"{name}: {count} event(s) copied {preposition} {target}")
 
 
 def sweep_command(
@@ -163,15 +282,20 @@ def sweep_command(
     ] = False,
     protect: Annotated[
         list[str] | None,
-        typer.Option("--protect", help="An endpoint name never to delete (repeatable)."),
+        typer.Option(
+            "--protect", metavar="NAME", help="An endpoint name never to delete (repeatable)."
+        ),
     ] = None,
     min_idle_s: Annotated[
-        float, typer.Option(help="Delete only endpoints idle at least this long.")
+        float,
+        typer.Option(metavar="SECONDS", help="Delete only endpoints idle at least this long."),
     ] = 0.0,
     keep_warm: Annotated[
         bool, typer.Option("--keep-warm", help="Count a warm idle worker as busy.")
     ] = False,
-    stream: Annotated[str, typer.Option(help="The sweeper's stream.")] = "sweeper",
+    stream: Annotated[
+        str, typer.Option(metavar="STREAM", help="The sweeper's stream.")
+    ] = "sweeper",
     as_json: JsonOption = False,
 ) -> None:
     """Delete flash endpoints that stayed idle (RUNPOD_API_KEY from the environment)."""
@@ -179,6 +303,11 @@ def sweep_command(
     from flashfsm.sweeper import IdleSweeper
 
     url = store_url(store)
+    # The store first, and only read: a store that is mistyped, not a store, or unreadable
+    # stops the sweep before RunPod is called or anything is created.
+    open_writer(url, default=_is_default(store))
+    if _exists(url):
+        read_stream(url, stream)
     try:
         client = RunpodClient.from_env()
     except (ValueError, FlashFsmError, KeyError) as exc:
@@ -214,10 +343,20 @@ def sweep_command(
     else:
         gone = report.would_delete if report.dry_run else report.deleted
         verb = "would delete" if report.dry_run else "deleted"
-        console.print(f"{verb} {len(gone)} endpoint(s): {', '.join(gone) or '-'}")
-        console.print(f"idle: {', '.join(report.seen_idle) or '-'}")
+        say(f"{verb} {len(gone)} endpoint(s): {', '.join(gone) or '-'}")
+        say(f"idle: {', '.join(report.seen_idle) or '-'}")
         if report.cleared:
-            console.print(f"timers cleared: {', '.join(report.cleared)}")
+            say(f"timers cleared: {', '.join(report.cleared)}")
         for error in report.errors:
-            console.print(styled(("error:", "red"), f" {error}"), soft_wrap=True)
+            say(("error:", "red"), f" {error}")
     raise typer.Exit(0 if report.ok else EXIT_SWEEP_ERRORS)
+
+
+def _exists(url: str) -> bool:
+    """Whether a file store's file or directory exists (other stores: assumed to)."""
+    if urlsplit(url).scheme not in ("sqlite", "jsonl"):
+        return True
+    try:
+        return url_path(url).expanduser().exists()
+    except ValueError:
+        return True

@@ -61,9 +61,10 @@ class CorruptLogError(StoreError):
         line: int | None = None,
         seq: int | None = None,
     ):
-        position = f" line {line}" if line is not None else ""
+        position = f" stream {stream!r}" if stream is not None else ""
+        position += f" line {line}" if line is not None else ""
         position += f" seq {seq}" if seq is not None else ""
-        super().__init__(f"{where}: stream {stream!r}{position}: {message}")
+        super().__init__(f"{where}:{position}: {message}" if position else f"{where}: {message}")
         self.where = where
         self.stream = stream
         self.line = line
