@@ -7,10 +7,10 @@
 Each benchmark is its own module under `bench/` (runnable alone) and measures its baseline
 in the same run. RESULTS.md gets the machine's description, a summary table (each figure,
 its goal, its baseline and the ratio, and whether the goal is met) and every module's
-details. Only a full run of every benchmark writes RESULTS.md and refreshes the README's
-performance table (between the `bench:summary` markers), which is that summary; a quick or
-partial run writes `bench/out/RESULTS-quick.md` or `bench/out/RESULTS-partial.md` (not
-tracked), so a smoke test never overwrites the committed figures.
+details (docs/performance.md points at that summary). Only a full run of every benchmark
+writes RESULTS.md; a quick or partial run writes `bench/out/RESULTS-quick.md` or
+`bench/out/RESULTS-partial.md` (not tracked), so a smoke test never overwrites the committed
+figures.
 """
 
 from __future__ import annotations
@@ -38,8 +38,6 @@ BENCHMARKS = {
     "commit": commit.run,
     "fleet": fleet.run,
 }
-README = HERE.parent / "README.md"
-START, END = "<!-- bench:summary:start -->", "<!-- bench:summary:end -->"
 
 
 def summary_table(sections: list[Section]) -> str:
@@ -97,27 +95,11 @@ def results_markdown(
     return "\n".join(out)
 
 
-def update_readme(table: str, facts: dict[str, str]) -> bool:
-    """Replace the README's summary table; False when the markers are missing."""
-    text = README.read_text()
-    if START not in text or END not in text:
-        return False
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    where = f"{facts['CPU']}, {facts['cores']} cores, {facts['RAM']}, Python {facts['Python']}"
-    block = f"{START}\nMeasured on {where} (`bench/RESULTS.md` has every figure):\n\n{table}\n{END}"
-    README.write_text(head + block + tail)
-    return True
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a smoke test)")
     parser.add_argument("--only", help=f"comma-separated subset of {','.join(BENCHMARKS)}")
     parser.add_argument("--out", type=Path, help="where to write (default: see the module's notes)")
-    parser.add_argument(
-        "--no-readme", action="store_true", help="leave the README alone after a full run"
-    )
     args = parser.parse_args()
     names = list(BENCHMARKS) if not args.only else args.only.split(",")
     unknown = [name for name in names if name not in BENCHMARKS]
@@ -139,8 +121,6 @@ def main() -> int:
         args.out.parent.mkdir(exist_ok=True)
     args.out.write_text(results_markdown(sections, args.quick, facts, seconds))
     print(f"wrote {args.out} ({seconds / 60:.1f} minutes)")
-    if full and not args.no_readme and update_readme(summary_table(sections), facts):
-        print(f"updated the performance table in {README}")
     unmet = [row.metric for s in sections for row in s.rows if row.met is False]
     if unmet:
         print(f"{len(unmet)} goal(s) not met: see {args.out}")

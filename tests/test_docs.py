@@ -1,30 +1,149 @@
-"""The docs are executed: every `python` block of docs/*.md runs, in order, in one namespace
-per document (a later block may use what an earlier one defined)."""
+"""The docs are executed: every code block of README.md and docs/*.md is checked.
+
+Each fenced block's language says what is done with it; a block of any other language (or
+none) fails here, so nothing is skipped silently:
+
+- `python`: run as written, in order, in one namespace per page (a later block may use what
+  an earlier one defined), with the repository's root as the working directory — nothing
+  else is set up, so every example is self-contained;
+- `python-signature`: a function's or class's signature as `name(parameters) -> result`,
+  checked against `inspect.signature` of the real object (`flashfsm.<name>`): the same
+  parameters, kinds and defaults, and the same result annotation when one is shown;
+- `console`: a transcript of `flashfsm` commands, run by tests/test_docs_transcripts.py;
+- `mermaid`: the state diagram, checked by tests/test_docs_generated.py;
+- `bash`: only the README's Quickstart, checked by tests/test_readme.py (not executed: it
+  installs the package);
+- `text`: a sketch that is neither run nor checked (architecture.md's pseudo-code of the
+  shell loop).
+"""
 
 from __future__ import annotations
 
+import ast
+import asyncio
+import inspect
 import re
+import time
 from pathlib import Path
 
 import pytest
 
-DOCS = sorted((Path(__file__).resolve().parents[1] / "docs").glob("*.md"))
-BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+import flashfsm
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+PAGES = [ROOT / "README.md", *DOCS]
+FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```", re.S | re.M)
+LANGUAGES = {"python", "python-signature", "console", "mermaid", "bash", "text"}
 
 
-def blocks(path: Path) -> list[str]:
-    """The `python` code blocks of a Markdown file, in order."""
-    return BLOCK.findall(path.read_text(encoding="utf-8"))
+def blocks(path: Path, language: str = "python") -> list[str]:
+    """The code blocks of one language of a Markdown file, in order."""
+    return [
+        body for lang, body in FENCE.findall(path.read_text(encoding="utf-8")) if lang == language
+    ]
 
 
-def test_the_architecture_document_has_runnable_examples():
-    assert any(path.name == "architecture.md" for path in DOCS)
-    assert len(blocks(next(p for p in DOCS if p.name == "architecture.md"))) >= 4
+# --- every fence is of a known kind ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
-def test_every_python_block_of_the_docs_runs(path: Path):
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: p.name)
+def test_every_code_block_says_what_it_is(path: Path):
+    languages = [lang for lang, _ in FENCE.findall(path.read_text(encoding="utf-8"))]
+    unknown = [lang or "(none)" for lang in languages if lang not in LANGUAGES]
+    assert not unknown, f"{path.name}: fences of no checked kind: {unknown}"
+    if path.name != "README.md":
+        assert "bash" not in languages, f"{path.name}: a bash block is never run; use console"
+
+
+def test_the_docs_have_runnable_examples():
+    assert len(blocks(ROOT / "docs" / "architecture.md")) >= 4
+    readme = "\n".join(blocks(ROOT / "README.md"))
+    for call in ("poll_job(", "supervise_run(", "Supervisor("):
+        assert call in readme, f"the README has no runnable example of {call}...)"
+
+
+# --- python blocks run ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", [p for p in PAGES if blocks(p)], ids=lambda p: p.name)
+def test_every_python_block_runs(path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(ROOT)
     namespace: dict[str, object] = {"__name__": f"docs_{path.stem}"}
     for number, source in enumerate(blocks(path), start=1):
         code = compile(source, f"{path.name} (python block {number})", "exec")
         exec(code, namespace)  # the docs' own examples, run as written
+
+
+# --- signature blocks match the code --------------------------------------------------------------
+
+#: What a default in a signature block may name.
+DEFAULTS_NAMESPACE = {"time": time, "asyncio": asyncio, **vars(flashfsm)}
+
+
+def documented(signature: str) -> tuple[str, ast.FunctionDef]:
+    """(the name, its parsed parameters and result) of a `name(...) -> result` block."""
+    name, _, rest = signature.strip().partition("(")
+    tree = ast.parse(f"def _({rest}: ...")
+    function = tree.body[0]
+    assert isinstance(function, ast.FunctionDef)
+    return name.strip(), function
+
+
+def real_object(name: str) -> object:
+    target: object = flashfsm
+    for part in name.split("."):
+        target = getattr(target, part)
+    return target
+
+
+def _same_default(shown: str, real: object) -> bool:
+    value = eval(shown, dict(DEFAULTS_NAMESPACE))  # a default as the docs spell it
+    return value is real or value == real
+
+
+SIGNATURES = [(path, body) for path in PAGES for body in blocks(path, "python-signature")]
+
+
+@pytest.mark.parametrize(
+    ("path", "block"), SIGNATURES, ids=[f"{p.name}:{b.split('(')[0]}" for p, b in SIGNATURES]
+)
+def test_every_signature_block_is_the_real_signature(path: Path, block: str):
+    name, shown = documented(block)
+    real = inspect.signature(real_object(name))
+    args = shown.args
+    kinds = [
+        *[(a, inspect.Parameter.POSITIONAL_OR_KEYWORD) for a in args.args],
+        *([(args.vararg, inspect.Parameter.VAR_POSITIONAL)] if args.vararg else []),
+        *[(a, inspect.Parameter.KEYWORD_ONLY) for a in args.kwonlyargs],
+        *([(args.kwarg, inspect.Parameter.VAR_KEYWORD)] if args.kwarg else []),
+    ]
+    assert [(a.arg, kind) for a, kind in kinds] == [
+        (p.name, p.kind) for p in real.parameters.values()
+    ]
+    positional_defaults = [None] * (len(args.args) - len(args.defaults)) + list(args.defaults)
+    defaults = [*positional_defaults, *args.kw_defaults]
+    plain = [
+        a
+        for a, kind in kinds
+        if kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    ]
+    for arg, default in zip(plain, defaults, strict=True):
+        parameter = real.parameters[arg.arg]
+        if default is None:
+            assert parameter.default is inspect.Parameter.empty, f"{name}: {arg.arg} has a default"
+        else:
+            shown_default = ast.unparse(default)
+            assert parameter.default is not inspect.Parameter.empty, f"{name}: {arg.arg} has none"
+            assert _same_default(shown_default, parameter.default), (
+                f"{name}: {arg.arg}={shown_default}, the code says {parameter.default!r}"
+            )
+    if shown.returns is not None:
+        assert ast.unparse(shown.returns) == str(real.return_annotation).strip("'"), name
+
+
+def test_a_wrong_signature_block_fails():
+    name, shown = documented("poll_job(handle, log=None, interval_s=5.0) -> PollResult")
+    real = inspect.signature(real_object(name))
+    assert [a.arg for a in shown.args.args] != list(real.parameters)
+    assert not _same_default("5.0", real.parameters["interval_s"].default)

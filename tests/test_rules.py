@@ -1,4 +1,4 @@
-"""The job rules (steps 1–10 of the README's rule table) and the divergences D1–D4, end to
+"""The job rules (steps 1–10 of the rule table in docs/rules.md) and the divergences D1–D4, end to
 end.
 
 Every test runs `poll_job` on a virtual clock against a scripted RunPod client and checks
