@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 import pytest
 
-from flashfsm.adapters.http11 import AsyncH11Transport
+from flashfsm.adapters.http11 import AsyncH11Transport, ResponseTooLarge
 from flashfsm.adapters.runpod import AsyncRunpodClient, RetryPolicy
 from flashfsm.adapters.simulator import Simulator
 from flashfsm.errors import RunpodApiError
@@ -264,7 +264,7 @@ def test_oversized_body_is_refused() -> None:
         async with serving(keep_alive(lambda req: _reply(big))) as server:
             transport = AsyncH11Transport(max_response_bytes=1000)
             async with httpx.AsyncClient(transport=transport) as client:
-                with pytest.raises(httpx.RemoteProtocolError, match="over 1000 bytes"):
+                with pytest.raises(ResponseTooLarge, match="over 1000 bytes"):
                     await client.get(server.url)
 
     run(main())

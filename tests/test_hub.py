@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import stat
+import tracemalloc
 
 import pytest
 
 from flashfsm.adapters.hub import (
+    HubFileTooLarge,
     heartbeat_prefix,
     make_hf_failure_detail_reader,
     make_hf_heartbeat_reader,
@@ -139,3 +142,42 @@ def test_the_token_is_sent_but_never_returned_or_logged(sim, tmp_path, monkeypat
     text = make_hf_text_reader(REPO, "a.txt", endpoint=sim.url, cache_dir=tmp_path)
     assert text(force=True) is None
     assert "hf_planted_secret_token_123" not in caplog.text
+
+
+def test_a_50_mb_heartbeat_is_refused_without_being_downloaded(sim, tmp_path):
+    sim.hub.put(REPO, f"{PREFIX}/heartbeat.json", b'{"stage": "boot", "pad": "' + b"x" * 50_000_000)
+    read = make_hf_heartbeat_reader(REPO, PREFIX, endpoint=sim.url, cache_dir=tmp_path / "c")
+    tracemalloc.start()
+    try:
+        with pytest.raises(HubFileTooLarge):
+            read(force=True)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 1024 * 1024, peak  # the 50 MB body never entered this process
+    text = make_hf_text_reader(
+        REPO, f"{PREFIX}/heartbeat.json", endpoint=sim.url, cache_dir=tmp_path
+    )
+    assert text(force=True) is None  # a text reader reads an oversized file as nothing
+
+
+def test_a_read_leaves_no_file_behind_and_its_cache_dir_is_private(sim, tmp_path):
+    cache = tmp_path / "cache"
+    sim.hub.put(REPO, f"{PREFIX}/heartbeat.json", json.dumps({"stage": "boot", "step": 1}))
+    sim.hub.put(REPO, f"{PREFIX}/console_sft.txt", "worker log with a secret in it")
+    read = make_hf_heartbeat_reader(REPO, PREFIX, endpoint=sim.url, cache_dir=cache)
+    assert read(force=True) == {"stage": "boot", "step": 1}
+    logs = make_hf_failure_detail_reader(REPO, PREFIX, "sft", endpoint=sim.url, cache_dir=cache)
+    assert "secret" in (logs(force=True) or "")
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o700
+    assert [p for p in cache.rglob("*")] == []  # nothing of the worker's is left
+
+
+def test_a_file_over_a_readers_cap_reads_as_nothing(sim, tmp_path):
+    sim.hub.put(REPO, "big.txt", "y" * 5000)
+    read = make_hf_text_reader(
+        REPO, "big.txt", endpoint=sim.url, cache_dir=tmp_path, max_bytes=4999
+    )
+    assert read(force=True) is None
+    ok = make_hf_text_reader(REPO, "big.txt", endpoint=sim.url, cache_dir=tmp_path, max_bytes=5000)
+    assert ok(force=True) == "y" * 5000

@@ -20,8 +20,11 @@ keeps what matters and drops the rest:
 
 It never retries: a request that fails is the caller's to classify (the RunPod client's
 retry policy decides). Request bodies must be in memory (as the RunPod client's always
-are); response bodies are read whole, up to `max_response_bytes` (before decoding any
-Content-Encoding, which reading the `httpx.Response` applies).
+are). Response bodies are read whole and decoded here (gzip, deflate, identity) by
+`BoundedDecoder`, which counts the bytes AFTER decoding and stops at `max_response_bytes`
+(`ResponseTooLarge`, an `httpx.DecodingError`) without ever inflating more than that: a few
+MiB of gzip can expand to gigabytes. The `httpx.Response` it returns carries the decoded body
+and no `Content-Encoding` header.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import contextlib
 import socket
 import ssl
 import time
+import zlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -39,10 +43,93 @@ import httpx
 
 #: Read size per socket read.
 READ_CHUNK = 64 * 1024
-#: The largest response body read (RunPod status answers are a few KiB).
-MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+#: The largest response body accepted, counted AFTER Content-Encoding decoding. RunPod
+#: status answers are a few KiB, but a COMPLETED one carries the job's output, and the
+#: largest output flashfsm reads (a `MAX_PICKLE_BYTES` pickle, base64 in its Flash envelope:
+#: about 21.4 MiB) must fit, so that an output over that cap is judged as an output (an
+#: `output_error`) rather than refused as an answer.
+MAX_RESPONSE_BYTES = 32 * 1024 * 1024
+#: The encodings `BoundedDecoder` undoes (what the RunPod clients advertise).
+ACCEPT_ENCODING = "gzip, deflate"
 
 _Origin = tuple[bytes, bytes, int]
+
+
+class ResponseTooLarge(httpx.DecodingError):
+    """A response body larger than the cap once decoded (or one that cannot be decoded)."""
+
+
+class BoundedDecoder:
+    """Undo a response's Content-Encoding chunk by chunk, never producing over `limit` bytes.
+
+    `feed(raw)` returns the decoded bytes of one raw chunk; `finish()` the rest. Both raise
+    `ResponseTooLarge` as soon as the decoded total would pass `limit`: each zlib step is
+    asked for at most the bytes still allowed (plus one, to notice the overflow), so memory
+    stays bounded whatever the compression ratio. Encodings other than identity, gzip and
+    deflate (the ones `ACCEPT_ENCODING` offers) are refused.
+    """
+
+    def __init__(self, content_encoding: str | None, limit: int = MAX_RESPONSE_BYTES):
+        self.limit = limit
+        self.size = 0
+        names = [
+            name.strip().lower() for name in (content_encoding or "").split(",") if name.strip()
+        ]
+        self._stages: list[Any] = []
+        for name in reversed(names):  # the last encoding applied is undone first
+            if name == "identity":
+                continue
+            if name in ("gzip", "x-gzip"):
+                self._stages.append(zlib.decompressobj(16 + zlib.MAX_WBITS))
+            elif name == "deflate":
+                self._stages.append(None)  # zlib-wrapped or raw: decided by the first bytes
+            else:
+                raise ResponseTooLarge(f"unsupported content-encoding {name!r}")
+
+    def _room(self) -> int:
+        return self.limit - self.size
+
+    def feed(self, raw: bytes) -> bytes:
+        """The decoded bytes of `raw`; raises `ResponseTooLarge` past the limit."""
+        data = raw
+        try:
+            for index, stage in enumerate(self._stages):
+                if not data:
+                    return b""
+                if stage is None:
+                    stage = self._stages[index] = self._deflate(data)
+                data = stage.decompress(data, self._room() + 1)
+        except zlib.error as exc:
+            raise ResponseTooLarge(f"undecodable response body: {exc}") from None
+        return self._count(data)
+
+    def finish(self) -> bytes:
+        """Whatever the decoders still hold at the end of the body."""
+        out = b""
+        try:
+            for stage in self._stages:
+                if stage is not None:
+                    if out:
+                        out = stage.decompress(out, self._room() + 1)
+                    out += stage.flush()  # small: a step that hit its cap raised already
+        except zlib.error as exc:
+            raise ResponseTooLarge(f"undecodable response body: {exc}") from None
+        return self._count(out)
+
+    @staticmethod
+    def _deflate(first: bytes) -> Any:
+        probe = zlib.decompressobj()
+        try:
+            probe.decompress(first[:2])
+        except zlib.error:
+            return zlib.decompressobj(-zlib.MAX_WBITS)  # a raw deflate stream
+        return zlib.decompressobj()
+
+    def _count(self, data: bytes) -> bytes:
+        self.size += len(data)
+        if self.size > self.limit:
+            raise ResponseTooLarge(f"response body over {self.limit} bytes once decoded")
+        return data
 
 
 class _Connection:
@@ -116,8 +203,7 @@ class AsyncH11Transport(httpx.AsyncBaseTransport):
             conn.close()
             raise
         self._checkin(origin, conn)
-        # The body as a stream, not `content=`: reading it then applies the response's
-        # Content-Encoding (httpx asks for gzip by default), as with httpx's own transport.
+        # Already decoded (and bounded) by `_receive`, which dropped Content-Encoding.
         return httpx.Response(
             status,
             headers=headers,
@@ -213,18 +299,31 @@ class AsyncH11Transport(httpx.AsyncBaseTransport):
         status = 0
         headers: list[tuple[bytes, bytes]] = []
         parts: list[bytes] = []
-        size = 0
+        decoder: BoundedDecoder | None = None
         async for event in self._events(conn, request):
             if isinstance(event, h11.Response):
-                status, headers = event.status_code, list(event.headers)
-            elif isinstance(event, h11.Data):
-                size += len(event.data)
-                if size > self.max_response_bytes:
-                    raise httpx.RemoteProtocolError(
-                        f"response body over {self.max_response_bytes} bytes", request=request
-                    )
-                parts.append(bytes(event.data))
-            elif isinstance(event, h11.EndOfMessage):
+                status = event.status_code
+                encoding = b",".join(v for k, v in event.headers if k == b"content-encoding")
+                # The body is handed on decoded: drop what described the encoded one.
+                headers = [
+                    (k, v)
+                    for k, v in event.headers
+                    if k not in (b"content-encoding", b"content-length")
+                ]
+                try:
+                    decoder = BoundedDecoder(encoding.decode("latin-1"), self.max_response_bytes)
+                except ResponseTooLarge as exc:
+                    raise ResponseTooLarge(str(exc), request=request) from None
+            elif isinstance(event, h11.Data) and decoder is not None:
+                try:
+                    parts.append(decoder.feed(bytes(event.data)))
+                except ResponseTooLarge as exc:
+                    raise ResponseTooLarge(str(exc), request=request) from None
+            elif isinstance(event, h11.EndOfMessage) and decoder is not None:
+                try:
+                    parts.append(decoder.finish())
+                except ResponseTooLarge as exc:
+                    raise ResponseTooLarge(str(exc), request=request) from None
                 return status, headers, b"".join(parts)
         raise httpx.RemoteProtocolError("the server closed the connection", request=request)
 

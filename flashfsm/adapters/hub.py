@@ -16,6 +16,15 @@ dropped connection — reads as None too, except from the heartbeat reader, whic
 whether the job is retried, and a watch reads it again rather than judge on a Hub hiccup.
 The token comes from `HF_TOKEN` at
 call time and never appears in anything a reader returns, raises or logs.
+
+Bounds. Every read is capped (`max_bytes`: `MAX_HEARTBEAT_BYTES` for the heartbeat,
+`MAX_ARTIFACT_BYTES` for failure artifacts and logs): the file's size is asked of the Hub
+first (a metadata-only `dry_run`) and an oversized file is not downloaded at all, and the
+downloaded file is read at most `max_bytes + 1` bytes whatever the metadata said. A file over
+the cap reads as None from a text reader; the heartbeat reader raises `HubFileTooLarge`
+(which a watch takes as no data). Each download goes to a fresh private directory (0700,
+files 0600) under `cache_dir` (or the system's temporary directory) that is removed as
+soon as the bytes are read: worker logs are not redacted, so none is left on disk.
 """
 
 from __future__ import annotations
@@ -23,10 +32,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 from flashfsm.errors import TransientReadError
@@ -35,6 +45,17 @@ logger = logging.getLogger("flashfsm.hub")
 
 TextReader = Callable[..., str | None]
 ARTIFACT_TAIL = 4000  # characters kept from each failure artifact
+#: The largest heartbeat file read (a heartbeat is a few hundred bytes of JSON).
+MAX_HEARTBEAT_BYTES = 256 * 1024
+#: The largest failure artifact or log read (only its last `ARTIFACT_TAIL` characters are kept).
+MAX_ARTIFACT_BYTES = 4 * 1024 * 1024
+
+
+class HubFileTooLarge(ValueError):
+    """A Hub file larger than the reader's cap; it was not read (nor, if the Hub said so,
+    downloaded)."""
+
+
 #: HTTP answers a retry may fix (with every 5xx): timeout, too early, too many requests.
 TRANSIENT_HTTP = frozenset({408, 425, 429})
 #: Exception classes (by name, anywhere in an error's class hierarchy) of a transport
@@ -88,12 +109,16 @@ def make_hf_text_reader(
     cache_dir: str | os.PathLike[str] | None = None,
     endpoint: str | None = None,
     raise_transient: bool = False,
+    max_bytes: int = MAX_ARTIFACT_BYTES,
+    raise_too_large: bool = False,
 ) -> TextReader:
     """A reader `read(force=False) -> str | None` of one text file of a dataset repo.
 
     `endpoint` is the Hub's URL; by default `HF_ENDPOINT` as it is when the read happens
     (huggingface_hub itself reads it once, at import). With `raise_transient`, a failure a
-    retry may fix raises `TransientReadError` instead of reading as None.
+    retry may fix raises `TransientReadError` instead of reading as None. A file over
+    `max_bytes` reads as None (with `raise_too_large`, raises `HubFileTooLarge`). Downloads
+    go to a private directory under `cache_dir` that is removed once read.
     """
     lock = threading.Lock()
     last: list[float | None] = [None]
@@ -107,18 +132,12 @@ def make_hf_text_reader(
                 return None
             last[0] = now
         try:
-            from huggingface_hub import hf_hub_download
-
-            local = hf_hub_download(
-                hf_repo,
-                path_in_repo,
-                repo_type="dataset",
-                token=os.environ.get("HF_TOKEN") or None,
-                force_download=True,
-                cache_dir=cache_dir,
-                endpoint=endpoint or os.environ.get("HF_ENDPOINT") or None,
-            )
-            return Path(local).read_text(encoding="utf-8", errors="replace")
+            return _download_text(hf_repo, path_in_repo, cache_dir, endpoint, max_bytes)
+        except HubFileTooLarge as exc:
+            logger.warning("hub read of %s/%s refused: %s", hf_repo, path_in_repo, exc)
+            if raise_too_large:
+                raise
+            return None
         except Exception as exc:  # the contract: a failure reads as nothing, or is transient
             transient, code = transient_failure(exc)
             logger.debug(
@@ -137,6 +156,42 @@ def make_hf_text_reader(
     return read
 
 
+def _download_text(
+    hf_repo: str,
+    path_in_repo: str,
+    cache_dir: str | os.PathLike[str] | None,
+    endpoint: str | None,
+    max_bytes: int,
+) -> str:
+    """Download one file into a private directory, read at most `max_bytes`, remove it all."""
+    from huggingface_hub import hf_hub_download
+
+    if cache_dir is not None:
+        os.makedirs(cache_dir, mode=0o700, exist_ok=True)
+    private = tempfile.mkdtemp(prefix="flashfsm-hub-", dir=cache_dir)  # mode 0700
+    options: dict[str, Any] = {
+        "repo_type": "dataset",
+        "token": os.environ.get("HF_TOKEN") or None,
+        "force_download": True,
+        "cache_dir": private,
+        "endpoint": endpoint or os.environ.get("HF_ENDPOINT") or None,
+    }
+    try:
+        info = hf_hub_download(hf_repo, path_in_repo, dry_run=True, **options)
+        size = getattr(info, "file_size", None)
+        if isinstance(size, int) and size > max_bytes:
+            raise HubFileTooLarge(f"{path_in_repo} is {size} bytes, over the {max_bytes} cap")
+        local = hf_hub_download(hf_repo, path_in_repo, **options)
+        with open(local, "rb") as handle:
+            os.fchmod(handle.fileno(), 0o600)
+            data = handle.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            raise HubFileTooLarge(f"{path_in_repo} is over the {max_bytes} byte cap")
+        return data.decode("utf-8", errors="replace")
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
 def _cause_name(exc: BaseException) -> str:
     """The innermost cause's class name (what failed, without the wrappers' messages)."""
     *_, innermost = _causes(exc)
@@ -149,7 +204,8 @@ def make_hf_heartbeat_reader(
     """A reader of `{prefix}/heartbeat.json`: the parsed dict, or None.
 
     A failure a retry may fix (a 5xx or 429 answer, a timeout, a dropped connection) raises
-    `TransientReadError`, so a watch can tell it from a heartbeat that is not there.
+    `TransientReadError`, so a watch can tell it from a heartbeat that is not there. A file
+    over `MAX_HEARTBEAT_BYTES` (or `max_bytes=`) raises `HubFileTooLarge` unread.
 
     Every call downloads by default: the job core asks for a regular read only every
     `GracePolicy.heartbeat_every_s`, a pace it keeps in the log, so a reattached watcher reads
@@ -159,6 +215,8 @@ def make_hf_heartbeat_reader(
     polls, so progress is seen, and verdicts reached, at other times than without the crash.
     """
     options.setdefault("raise_transient", True)
+    options.setdefault("max_bytes", MAX_HEARTBEAT_BYTES)
+    options.setdefault("raise_too_large", True)
     text_reader = make_hf_text_reader(
         hf_repo, f"{prefix}/heartbeat.json", min_interval_s, **options
     )

@@ -25,6 +25,17 @@ Rules the table and the two functions encode:
 
 Messages name the route, the ids and the HTTP status; they never hold the API key (it
 lives only in the Authorization header) and pass through `redact` besides.
+
+Bounds. Every call, its retries and back-off sleeps included, ends within the client's
+`deadline_s` (`CALL_DEADLINE_S` by default) whatever the server does: a retry whose pause
+would cross the deadline is not made, and each attempt gets only the time left. The sync
+client enforces it in its network layer (every socket connect, read and write waits at most
+the time left, so a server trickling headers or body a byte at a time cannot stretch a
+call); the async client runs each attempt under `asyncio.timeout`. A call that runs out of
+time raises `RunpodApiError` ("... call deadline ..."). Response bodies are capped at
+`max_response_bytes` (`MAX_RESPONSE_BYTES`, 32 MiB) counted after gzip/deflate decoding and
+decoded in bounded steps (`flashfsm.adapters.http11.BoundedDecoder`); a bigger body is a
+`RunpodApiError` too, and is not retried.
 """
 
 from __future__ import annotations
@@ -37,15 +48,22 @@ import math
 import os
 import random
 import ssl
+import threading
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import quote
 
+import httpcore
 import httpx
 
-from flashfsm.adapters.http11 import AsyncH11Transport
+from flashfsm.adapters.http11 import (
+    ACCEPT_ENCODING,
+    MAX_RESPONSE_BYTES,
+    AsyncH11Transport,
+    BoundedDecoder,
+)
 from flashfsm.errors import RunpodApiError
 from flashfsm.redact import redact, redact_then_cap, register_secrets
 
@@ -60,6 +78,8 @@ DEFAULT_API_BASE_URL = "https://api.runpod.io"
 
 MAX_TTL_S = 7 * 24 * 3600  # RunPod's ceiling for a job's policy.ttl
 DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=10.0)
+#: The most one client call may take, all its attempts and back-off sleeps included.
+CALL_DEADLINE_S = 60.0
 _DETAIL_CAP = 300
 
 Plane = Literal["data", "management"]
@@ -198,6 +218,13 @@ class Pause:
     seconds: float
 
 
+class _Expired:
+    """Sent back for a `Pause` that the call's deadline leaves no time for."""
+
+
+EXPIRED = _Expired()
+
+
 @dataclass(frozen=True)
 class Answer:
     """What came back: status, headers and the raw body."""
@@ -299,7 +326,8 @@ def exchange(
     """One call with its retries, as a generator the sync and async drivers run.
 
     Yields `Send` (send back the `Answer` or the transport exception) and `Pause` (send
-    back None after sleeping); returns the parsed value or raises `RunpodApiError`.
+    back None after sleeping, or `EXPIRED` when the call's deadline leaves no time for
+    it); returns the parsed value or raises `RunpodApiError`.
     """
     request = build_request(route, bases, params, body)
     attempt = 0
@@ -312,9 +340,9 @@ def exchange(
             raise transport_failure(route, params, got or RuntimeError("no answer"))
         except _Failure as error:
             delay = retry_delay(route, error, attempt, policy, rng)
-            if delay is None:
-                raise _public(error) from (got if isinstance(got, BaseException) else None)
-            yield Pause(delay)
+            if delay is not None and (yield Pause(delay)) is not EXPIRED:
+                continue
+            raise _public(error) from (got if isinstance(got, BaseException) else None)
 
 
 def _parse_success(route: Route, what: str, answer: Answer) -> Any:
@@ -383,6 +411,130 @@ def _clean(message: str) -> str:
     return redact(message) or message
 
 
+# --------------------------------------------------------------------------- bounds
+
+
+class _CallClock(threading.local):
+    """The running call's deadline (a `time.monotonic()` instant), per thread."""
+
+    at: float | None = None
+    budget: float = CALL_DEADLINE_S
+
+    def left(self, timeout: float | None) -> float | None:
+        """The smaller of `timeout` and the time left; raises once none is left."""
+        if self.at is None:
+            return timeout
+        left = self.at - time.monotonic()
+        if left <= 0:
+            raise httpcore.ReadTimeout(self.message())
+        return left if timeout is None else min(timeout, left)
+
+    def message(self) -> str:
+        return f"no complete answer within the {self.budget:g} s call deadline"
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    """A network stream whose every wait is cut at the running call's deadline."""
+
+    def __init__(self, inner: httpcore.NetworkStream, clock: _CallClock):
+        self._inner = inner
+        self._clock = clock
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, self._clock.left(timeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        try:
+            wait = self._clock.left(timeout)
+        except httpcore.ReadTimeout as exc:
+            raise httpcore.WriteTimeout(str(exc)) from None
+        self._inner.write(buffer, wait)
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        try:
+            wait = self._clock.left(timeout)
+        except httpcore.ReadTimeout as exc:
+            raise httpcore.ConnectTimeout(str(exc)) from None
+        return _DeadlineStream(
+            self._inner.start_tls(ssl_context, server_hostname, wait), self._clock
+        )
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class _DeadlineBackend(httpcore.NetworkBackend):
+    """httpcore's network backend with every connect, read and write cut at the deadline."""
+
+    def __init__(self, inner: httpcore.NetworkBackend, clock: _CallClock):
+        self._inner = inner
+        self._clock = clock
+
+    def _wait(self, timeout: float | None) -> float | None:
+        try:
+            return self._clock.left(timeout)
+        except httpcore.ReadTimeout as exc:
+            raise httpcore.ConnectTimeout(str(exc)) from None
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> httpcore.NetworkStream:
+        stream = self._inner.connect_tcp(
+            host, port, self._wait(timeout), local_address, socket_options
+        )
+        return _DeadlineStream(stream, self._clock)
+
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Any = None
+    ) -> httpcore.NetworkStream:
+        stream = self._inner.connect_unix_socket(path, self._wait(timeout), socket_options)
+        return _DeadlineStream(stream, self._clock)
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+def _bounded_transport(verify: ssl.SSLContext | bool, clock: _CallClock) -> httpx.HTTPTransport:
+    """httpx's default sync transport, its network backend wrapped by `_DeadlineBackend`.
+
+    httpx offers no public hook for the backend: the pool's `_network_backend` is set in
+    place (a test proves the deadline holds against a server trickling its headers, so a
+    change in httpx shows up there, not in production).
+    """
+    transport = httpx.HTTPTransport(verify=verify)
+    pool = getattr(transport, "_pool", None)
+    inner = getattr(pool, "_network_backend", None)
+    if inner is None:
+        raise RuntimeError("httpx's transport has no network backend to bound")
+    pool._network_backend = _DeadlineBackend(inner, clock)  # type: ignore[union-attr]
+    return transport
+
+
+def _too_big(limit: int) -> int:
+    if not (isinstance(limit, int) and limit > 0):
+        raise ValueError(f"max_response_bytes must be a positive int, got {limit!r}")
+    return limit
+
+
+def _positive(deadline_s: float) -> float:
+    if not (isinstance(deadline_s, (int, float)) and math.isfinite(deadline_s) and deadline_s > 0):
+        raise ValueError(f"deadline_s must be a positive number of seconds, got {deadline_s!r}")
+    return float(deadline_s)
+
+
 # --------------------------------------------------------------------------- clients
 
 
@@ -416,6 +568,7 @@ class _Base:
         self._headers = {
             "Authorization": f"Bearer {api_key.strip()}",
             "Accept": "application/json",
+            "Accept-Encoding": ACCEPT_ENCODING,
             "User-Agent": "flashfsm",
         }
         self.retry = retry or RetryPolicy()
@@ -506,6 +659,11 @@ class RunpodClient(_Base):
     `sleep` and `rng` are injectable for tests; `transport` or `http_client` replace the
     network layer (a passed `http_client` is not closed by `close()`). TLS verification
     uses one shared default context unless `verify` names another.
+
+    Each call ends within `deadline_s` seconds, retries included, and refuses a body over
+    `max_response_bytes` once decoded (see the module notes). The deadline cuts every
+    socket wait of the client's own transport; with a `transport`, `http_client` or proxy
+    of the caller's it is checked between body chunks and before each retry only.
     """
 
     def __init__(
@@ -521,6 +679,8 @@ class RunpodClient(_Base):
         transport: httpx.BaseTransport | None = None,
         http_client: httpx.Client | None = None,
         verify: ssl.SSLContext | bool | None = None,
+        deadline_s: float = CALL_DEADLINE_S,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
     ):
         super().__init__(
             api_key,
@@ -529,8 +689,14 @@ class RunpodClient(_Base):
             retry=retry,
             rng=rng,
         )
+        self.deadline_s = _positive(deadline_s)
+        self.max_response_bytes = _too_big(max_response_bytes)
+        self._clock = _CallClock()
+        self._clock.budget = self.deadline_s
         self._sleep = sleep
         self._owns_http = http_client is None
+        if http_client is None and transport is None and not _proxied():
+            transport = _bounded_transport(_verify(verify), self._clock)
         self._http = http_client or httpx.Client(
             timeout=timeout, transport=transport, verify=_verify(verify)
         )
@@ -541,23 +707,53 @@ class RunpodClient(_Base):
         return cls(**cls._env_kwargs(kwargs))
 
     def _drive(self, steps: Generator[Send | Pause, Any, Any]) -> Any:
+        end = time.monotonic() + self.deadline_s
         step = next(steps)
         while True:
             try:
                 if isinstance(step, Pause):
+                    if time.monotonic() + step.seconds >= end:
+                        step = steps.send(EXPIRED)
+                        continue
                     self._sleep(step.seconds)
                     step = steps.send(None)
                     continue
                 try:
-                    response = self._http.request(
-                        step.method, step.url, json=step.json, headers=self._headers
-                    )
-                    got: Any = Answer(response.status_code, response.headers, response.content)
+                    got: Any = self._attempt(step, end)
                 except httpx.HTTPError as exc:
                     got = exc
                 step = steps.send(got)
             except StopIteration as done:
                 return done.value
+
+    def _attempt(self, step: Send, end: float) -> Answer:
+        """One request, its body read raw and decoded within the cap, before `end`."""
+        clock = self._clock
+        clock.at = end
+        try:
+            request = self._http.build_request(
+                step.method, step.url, json=step.json, headers=self._headers
+            )
+            response = self._http.send(request, stream=True)
+            try:
+                decoder = BoundedDecoder(
+                    response.headers.get("content-encoding"), self.max_response_bytes
+                )
+                parts = []
+                for raw in response.iter_raw():
+                    parts.append(decoder.feed(raw))
+                    if time.monotonic() >= end:
+                        raise httpx.ReadTimeout(clock.message(), request=request)
+                parts.append(decoder.finish())
+            finally:
+                response.close()
+            return Answer(response.status_code, response.headers, b"".join(parts))
+        except httpx.TimeoutException as exc:
+            if time.monotonic() < end - 0.05:
+                raise  # one of httpx's own timeouts, well before the deadline
+            raise httpx.ReadTimeout(clock.message(), request=exc.request) from None
+        finally:
+            clock.at = None
 
     def run(
         self,
@@ -624,7 +820,9 @@ class AsyncRunpodClient(_Base):
     `sleep` may be a coroutine function (the default, `asyncio.sleep`) or a plain one.
     Unless `transport` or `http_client` is passed, or the environment names a proxy, the
     requests go through `AsyncH11Transport` (h11 over asyncio streams), which costs about a
-    third of httpx's default transport in CPU per request.
+    third of httpx's default transport in CPU per request. Each call ends within
+    `deadline_s` seconds, retries included (every attempt runs under `asyncio.timeout`),
+    and refuses a body over `max_response_bytes` once decoded.
     """
 
     def __init__(
@@ -640,6 +838,8 @@ class AsyncRunpodClient(_Base):
         transport: httpx.AsyncBaseTransport | None = None,
         http_client: httpx.AsyncClient | None = None,
         verify: ssl.SSLContext | bool | None = None,
+        deadline_s: float = CALL_DEADLINE_S,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
     ):
         super().__init__(
             api_key,
@@ -648,6 +848,8 @@ class AsyncRunpodClient(_Base):
             retry=retry,
             rng=rng,
         )
+        self.deadline_s = _positive(deadline_s)
+        self.max_response_bytes = _too_big(max_response_bytes)
         self._sleep = sleep
         self._owns_http = http_client is None
         # With no transport, client or proxy given, requests go straight to the lean
@@ -655,17 +857,29 @@ class AsyncRunpodClient(_Base):
         # client layer (URL merging, cookies, auth and redirect hooks) this API never uses.
         self._lean: AsyncH11Transport | None = None
         if http_client is None and transport is None and not _proxied():
-            transport = self._lean = AsyncH11Transport(verify=_verify(verify))
+            transport = self._lean = AsyncH11Transport(
+                verify=_verify(verify), max_response_bytes=self.max_response_bytes
+            )
         self._http = http_client or httpx.AsyncClient(
             timeout=timeout, transport=transport, verify=_verify(verify)
         )
         self._extensions = {"timeout": httpx.Timeout(timeout).as_dict()}
 
-    async def _send(self, step: Send) -> httpx.Response:
+    async def _send(self, step: Send) -> Answer:
         if self._lean is None:
-            return await self._http.request(
+            request = self._http.build_request(
                 step.method, step.url, json=step.json, headers=self._headers
             )
+            response = await self._http.send(request, stream=True)
+            try:
+                decoder = BoundedDecoder(
+                    response.headers.get("content-encoding"), self.max_response_bytes
+                )
+                parts = [decoder.feed(raw) async for raw in response.aiter_raw()]
+                parts.append(decoder.finish())
+            finally:
+                await response.aclose()
+            return Answer(response.status_code, response.headers, b"".join(parts))
         request = httpx.Request(
             step.method,
             step.url,
@@ -673,9 +887,17 @@ class AsyncRunpodClient(_Base):
             headers=self._headers,
             extensions=self._extensions,
         )
-        response = await self._lean.handle_async_request(request)
-        await response.aread()
-        return response
+        response = await self._lean.handle_async_request(request)  # decoded and bounded
+        return Answer(response.status_code, response.headers, await response.aread())
+
+    async def _attempt(self, step: Send, end: float) -> Answer:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout_at(loop.time() + (end - time.monotonic())):
+                return await self._send(step)
+        except TimeoutError:
+            message = f"no complete answer within the {self.deadline_s:g} s call deadline"
+            raise httpx.ReadTimeout(message) from None
 
     @classmethod
     def from_env(cls, **kwargs: Any) -> AsyncRunpodClient:
@@ -683,18 +905,21 @@ class AsyncRunpodClient(_Base):
         return cls(**cls._env_kwargs(kwargs))
 
     async def _drive(self, steps: Generator[Send | Pause, Any, Any]) -> Any:
+        end = time.monotonic() + self.deadline_s
         step = next(steps)
         while True:
             try:
                 if isinstance(step, Pause):
+                    if time.monotonic() + step.seconds >= end:
+                        step = steps.send(EXPIRED)
+                        continue
                     slept = self._sleep(step.seconds)
                     if inspect.isawaitable(slept):
                         await slept
                     step = steps.send(None)
                     continue
                 try:
-                    response = await self._send(step)
-                    got: Any = Answer(response.status_code, response.headers, response.content)
+                    got: Any = await self._attempt(step, end)
                 except httpx.HTTPError as exc:
                     got = exc
                 step = steps.send(got)
