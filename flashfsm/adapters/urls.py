@@ -4,6 +4,13 @@
 mean an absolute path (`sqlite:///abs/events.db`, and the SQLAlchemy spelling
 `sqlite:////abs/events.db`), no slash a relative one (`sqlite:events.db`, `jsonl:~/logs`).
 `path_url` writes a path as such a URL. Special characters are percent-encoded.
+
+A store URL may hold a secret: a Postgres password (`postgresql://user:pw@host/db`), a
+`password=` (or `sslpassword=`, or any parameter named like a secret) in its query or in a
+libpq keyword DSN (`host=db password=pw`). Whatever prints a store URL or puts one in an
+error prints `display_url(url)`, which masks each of them as `***`; `hide_url_secrets` masks
+them in a message that may quote them another way (a driver's error), and `scrub_urls` masks
+a password in any URL found in a line of text (the CLI's last line of defence).
 """
 
 from __future__ import annotations
@@ -11,7 +18,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote, unquote, unquote_plus, urlsplit
 
 
 def url_path(url: str) -> Path:
@@ -38,3 +45,107 @@ def path_url(scheme: str, path: str | os.PathLike[str]) -> str:
     if not posix.startswith("/"):  # pragma: no cover - Windows: C:/…
         posix = "/" + posix
     return f"{scheme}://{quote(posix, safe='/:~')}"
+
+
+#: What a masked part of a URL reads as.
+HIDDEN = "***"
+#: A query or DSN parameter whose value is a secret, by its name.
+_SECRET_NAME = re.compile(r"(?i)pass|secret|token|api_?key|credential")
+#: `name=value` in a libpq keyword DSN, the value bare or single-quoted.
+_KEYWORD = re.compile(r"""(?i)\b([a-z_]+)(\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s']\S*)""")
+#: The userinfo of a URL in running text: `scheme://user:password@`.
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s/@:]*:)([^\s/]*)(@)")
+
+
+def _hide_keywords(dsn: str) -> str:
+    """A libpq keyword DSN with every secret parameter's value masked."""
+
+    def hide(m: re.Match[str]) -> str:
+        if _SECRET_NAME.search(m.group(1)):
+            return f"{m.group(1)}{m.group(2)}{HIDDEN}"
+        return m.group(0)
+
+    return _KEYWORD.sub(hide, dsn)
+
+
+def _hide_query(query: str) -> str:
+    """A URL query with every secret parameter's value masked (the rest kept as written)."""
+    kept = []
+    for pair in query.split("&"):
+        name, eq, _ = pair.partition("=")
+        kept.append(f"{name}={HIDDEN}" if eq and _SECRET_NAME.search(unquote_plus(name)) else pair)
+    return "&".join(kept)
+
+
+def display_url(url: str) -> str:
+    """`url` as it may be printed: a password in it (`user:***@host`), every secret query
+    parameter (`?password=***`) and a keyword DSN's `password=***` masked; the rest as
+    written."""
+    if "://" not in url:
+        return _hide_keywords(url) if "=" in url else url
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:  # not a URL urllib can split: mask what looks like a password
+        return _hide_keywords(_USERINFO.sub(rf"\1{HIDDEN}\3", url))
+    netloc, query = parts.netloc, parts.query
+    if password is not None:
+        user, _, host = netloc.rpartition("@")
+        netloc = f"{user.split(':', 1)[0]}:{HIDDEN}@{host}"
+    if query:
+        query = _hide_query(query)
+    if (netloc, query) == (parts.netloc, parts.query):
+        return url
+    return parts._replace(netloc=netloc, query=query).geturl()
+
+
+def url_secrets(url: str) -> list[str]:
+    """The secret values `url` holds (see `display_url`), as written and percent-decoded,
+    longest first."""
+    found: set[str] = set()
+    if "://" in url:
+        try:
+            parts = urlsplit(url)
+            password = parts.password
+        except ValueError:
+            password, parts = None, None
+            found.update(m.group(2) for m in _USERINFO.finditer(url))
+        if password:
+            found.update({password, unquote(password)})
+        if parts is not None:
+            for pair in parts.query.split("&"):
+                name, eq, value = pair.partition("=")
+                if eq and value and _SECRET_NAME.search(unquote_plus(name)):
+                    found.update({value, unquote_plus(value)})
+    else:
+        for m in _KEYWORD.finditer(url):
+            if _SECRET_NAME.search(m.group(1)):
+                value = m.group(3)
+                found.update({value, value.strip("'")})
+    return sorted((v for v in found if v), key=len, reverse=True)
+
+
+def hide_url_secrets(text: str, url: str) -> str:
+    """`text` (an error message about the store at `url`) with `url` shown as
+    `display_url(url)` and any of its secret values masked wherever else it appears (a
+    short one only as a whole word)."""
+    if url and url in text:
+        text = text.replace(url, display_url(url))
+    for value in url_secrets(url):
+        if len(value) >= 6:
+            text = text.replace(value, HIDDEN)
+        else:
+            text = re.sub(rf"(?<![A-Za-z0-9]){re.escape(value)}(?![A-Za-z0-9])", HIDDEN, text)
+    return text
+
+
+#: A URL in running text: a scheme, `://`, and everything up to white space or a quote.
+_URL_IN_TEXT = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s'\"<>]+")
+
+
+def scrub_urls(text: str) -> str:
+    """`text` with every URL in it shown as `display_url` shows it (a password in its
+    userinfo or in a secret query parameter masked)."""
+    if "://" not in text:
+        return text
+    return _URL_IN_TEXT.sub(lambda m: display_url(m.group(0)), text)

@@ -8,13 +8,31 @@ order, so no call site can get them wrong:
 
 1. make the text valid UTF-8 (a lone surrogate from the wire is replaced);
 2. mask every known secret (`mask`): each whole secret, any bearer token, and then any
-   `FRAGMENT`-character piece of a secret that is left (a secret the outside world had
-   already cut in two still loses both halves);
+   `FRAGMENT`-character piece of a secret or of one of its encoded forms that is left (a
+   secret the outside world had already cut in two still loses both halves);
 3. cap the result at `limit` characters (its head, or its tail).
 
 Masking before cutting is the point: a cut through a secret would leave a piece that no
 longer matches the whole. A very long text is first cut to a generous bound (`limit`
 twice over plus a margin) so that masking costs what the event keeps, not what arrived.
+
+Encoded forms (`encoded_forms`). A secret also travels encoded: in base64 (an HTTP Basic
+header, a Kubernetes secret, a blob of JSON) and percent-encoded (a URL, a form body). Each
+secret's forms are derived once, when the set of secrets changes, and masked like the plain
+secret (any `FRAGMENT`-character piece): its standard and URL-safe base64 with padding
+(without padding is a prefix of it), and the *stable core* of its base64 at the two other
+alignments a longer blob can give it (the secret starting 1 or 2 bytes into a 3-byte group:
+the characters that depend on the secret's bytes alone, so whatever surrounds it); and its
+percent-encodings (`quote(s, safe="")`, `quote(s)`, `quote_plus(s)`, with upper- or
+lower-case hex). A core shorter than `FRAGMENT` (a secret of 6 or 7 bytes) is masked whole.
+Limits: a form split by a line break or other inserted characters keeps its pieces shorter
+than `FRAGMENT` (at most 5 bytes of the secret each); other encodings (hex, base32,
+double encodings, base64 of a percent-encoding) are not derived.
+
+Finding the pieces costs what the text is long, not how many pieces there are: every
+`FRAGMENT`-character window holds one of the text's `_BLOCK`-aligned `_BLOCK`-character
+blocks whole, so only the blocks are looked up (one set lookup per `_BLOCK` characters) and
+the few windows around a block of a secret are checked.
 
 Decoding a stored event (`validate_json`) does not run the mask again: the event was
 masked when it was made, and replay stays at decode cost. The field's `max_length` still
@@ -28,11 +46,13 @@ environment); it reads nothing itself.
 
 from __future__ import annotations
 
+import base64
 import operator
 import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
+from urllib.parse import quote, quote_plus
 
 from pydantic import Field, GetCoreSchemaHandler
 from pydantic_core import core_schema
@@ -42,6 +62,8 @@ MASK = "[REDACTED]"
 MIN_SECRET_LEN = 6
 #: A piece of a secret this long is masked on its own.
 FRAGMENT = 8
+#: The blocks the piece search looks up: every `FRAGMENT` window holds an aligned one whole.
+_BLOCK = FRAGMENT // 2
 #: Extra characters kept before masking a long text, beyond twice the field's limit.
 PRECUT_MARGIN = 1024
 
@@ -52,9 +74,25 @@ _registered: set[str] = set()
 _sources: list[SecretSource] = []
 _BEARER = re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{8,}")
 _BEARER_MIN = len("bearer ") + 8
+
+
+class SecretIndex(NamedTuple):
+    """What masking needs of a set of secrets, derived once per set (`index_secrets`)."""
+
+    #: Replaced whole, longest first: the secrets, and their encoded forms too short to
+    #: hold a `FRAGMENT`-character piece.
+    wholes: tuple[str, ...]
+    #: Every `FRAGMENT`-character piece of every secret and of every encoded form.
+    pieces: frozenset[str]
+    #: Every `_BLOCK`-character piece of those pieces (what the search looks up).
+    blocks: frozenset[str]
+
+
+_NO_INDEX = SecretIndex((), frozenset(), frozenset())
 #: What the secrets were when `_known` was computed, and what was computed from them:
-#: (key, secrets longest first, their pieces, masked short texts).
-_known: tuple[Any, tuple[str, ...], frozenset[str], dict[str, str]] = (None, (), frozenset(), {})
+#: (key, secrets longest first, their index, masked short texts).
+_known: tuple[Any, tuple[str, ...], SecretIndex, dict[str, str]] = (None, (), _NO_INDEX, {})
+_PERCENT_HEX = re.compile(r"%[0-9A-F]{2}")
 _SHORT = 64  # texts this short (statuses, stages, class names) are masked once per secret set
 _SHORT_CACHE_MAX = 4096
 
@@ -77,8 +115,55 @@ def add_secret_source(source: SecretSource) -> None:
             _sources.append(source)
 
 
-def _current() -> tuple[Any, tuple[str, ...], frozenset[str], dict[str, str]]:
-    """What is known of the secrets now: (key, the secrets longest first, their pieces, the
+def _base64_forms(raw: bytes) -> list[str]:
+    """`raw` in standard and URL-safe base64: whole and padded, and the stable core of each
+    other alignment (the characters that depend on `raw`'s bytes alone when it starts 1 or 2
+    bytes into a 3-byte group of a longer blob)."""
+    forms = []
+    for encode in (base64.b64encode, base64.urlsafe_b64encode):
+        forms.append(encode(raw).decode("ascii"))
+        for lead in (1, 2):
+            encoded = encode(bytes(lead) + raw).decode("ascii")
+            # A base64 character holds 6 bits: the first one after the lead's 8 * lead
+            # bits, up to the last one that ends within the secret's bytes.
+            forms.append(encoded[-(-8 * lead // 6) : 8 * (lead + len(raw)) // 6])
+    return forms
+
+
+def _percent_forms(secret: str) -> list[str]:
+    """`secret` percent-encoded as URLs and form bodies carry it (upper- and lower-case hex)."""
+    forms = {quote(secret, safe=""), quote(secret), quote_plus(secret)}
+    forms |= {_PERCENT_HEX.sub(lambda m: m.group(0).lower(), form) for form in forms}
+    return sorted(forms)
+
+
+def encoded_forms(secret: str) -> tuple[str, ...]:
+    """The encoded forms of `secret` that are masked like the secret itself (see the module
+    notes): base64 (standard and URL-safe, at every alignment) and percent-encodings. The
+    secret itself is not among them."""
+    forms = dict.fromkeys(_base64_forms(secret.encode("utf-8", "replace")))
+    forms.update(dict.fromkeys(_percent_forms(secret)))
+    forms.pop(secret, None)
+    return tuple(forms)
+
+
+def index_secrets(secrets: Iterable[str]) -> SecretIndex:
+    """What `mask` needs to mask `secrets` and their encoded forms (see `SecretIndex`)."""
+    wholes = {s for s in secrets if len(s) >= MIN_SECRET_LEN}
+    sources = list(wholes)
+    for secret in list(wholes):
+        for form in encoded_forms(secret):
+            if len(form) >= FRAGMENT:
+                sources.append(form)
+            elif len(form) >= MIN_SECRET_LEN:
+                wholes.add(form)
+    pieces = frozenset(v[i : i + FRAGMENT] for v in sources for i in range(len(v) - FRAGMENT + 1))
+    blocks = frozenset(p[i : i + _BLOCK] for p in pieces for i in range(FRAGMENT - _BLOCK + 1))
+    return SecretIndex(tuple(sorted(wholes, key=len, reverse=True)), pieces, blocks)
+
+
+def _current() -> tuple[Any, tuple[str, ...], SecretIndex, dict[str, str]]:
+    """What is known of the secrets now: (key, the secrets longest first, their index, the
     short-text cache). Every outside text asks, so the unchanged case costs one call and
     an identity check."""
     global _known
@@ -102,10 +187,7 @@ def _current() -> tuple[Any, tuple[str, ...], frozenset[str], dict[str, str]]:
         secrets = tuple(
             sorted((v for v in found if len(v) >= MIN_SECRET_LEN), key=len, reverse=True)
         )
-        pieces = frozenset(
-            v[i : i + FRAGMENT] for v in secrets for i in range(len(v) - FRAGMENT + 1)
-        )
-        known = _known = (key, secrets, pieces, {})
+        known = _known = (key, secrets, index_secrets(secrets), {})
     return known
 
 
@@ -114,43 +196,43 @@ def secret_values() -> list[str]:
     return list(_current()[1])
 
 
-def _fragment_spans(text: str, pieces: frozenset[str]) -> list[tuple[int, int]]:
-    """Where a piece of a secret stands in `text`, as merged (start, end) spans."""
-    hits: list[int] = []
-    if len(text) <= 256:
-        hits = [i for i in range(len(text) - FRAGMENT + 1) if text[i : i + FRAGMENT] in pieces]
-    else:  # str.find runs in C: a few hundred searches beat a Python loop over the text
-        for piece in pieces:
-            at = text.find(piece)
-            while at != -1:
-                hits.append(at)
-                at = text.find(piece, at + 1)
-        hits.sort()
+def _fragment_spans(text: str, index: SecretIndex) -> list[tuple[int, int]]:
+    """Where a piece of a secret (or of an encoded form) stands in `text`, as merged
+    (start, end) spans.
+
+    A piece starting at `p` holds the block at the first multiple `b` of `_BLOCK` from `p`
+    whole (`b + _BLOCK <= p + FRAGMENT`), so only the blocks at those offsets are looked up,
+    and a block of a secret's has its `_BLOCK` possible starts `b - _BLOCK + 1 .. b` checked.
+    """
+    pieces, blocks = index.pieces, index.blocks
     spans: list[tuple[int, int]] = []
-    for at in hits:
-        if spans and at <= spans[-1][1]:
-            spans[-1] = (spans[-1][0], max(spans[-1][1], at + FRAGMENT))
-        else:
-            spans.append((at, at + FRAGMENT))
+    last = len(text) - FRAGMENT
+    for b in range(0, len(text) - _BLOCK + 1, _BLOCK):
+        if text[b : b + _BLOCK] in blocks:
+            for at in range(max(0, b - _BLOCK + 1), min(b, last) + 1):
+                if text[at : at + FRAGMENT] in pieces:
+                    if spans and at <= spans[-1][1]:
+                        spans[-1] = (spans[-1][0], at + FRAGMENT)
+                    else:
+                        spans.append((at, at + FRAGMENT))
     return spans
 
 
-def mask(text: str, secrets: Sequence[str], pieces: frozenset[str] | None = None) -> str:
-    """`text` with each secret, any bearer token and any long piece of a secret masked.
+def mask(text: str, secrets: Sequence[str], index: SecretIndex | None = None) -> str:
+    """`text` with each secret, any bearer token and any long piece of a secret or of one of
+    its encoded forms (`encoded_forms`) masked.
 
-    `pieces` are the secrets' `FRAGMENT`-character pieces (computed when not given).
+    `index` is `index_secrets(secrets)` (computed when not given).
     """
-    for value in secrets:
+    if index is None:
+        index = index_secrets(secrets)
+    for value in index.wholes:
         if value in text:
             text = text.replace(value, MASK)
     if len(text) >= _BEARER_MIN:
         text = _BEARER.sub(lambda m: m.group(1) + MASK, text)
-    if secrets and len(text) >= FRAGMENT:
-        if pieces is None:
-            pieces = frozenset(
-                v[i : i + FRAGMENT] for v in secrets for i in range(len(v) - FRAGMENT + 1)
-            )
-        spans = _fragment_spans(text, pieces)
+    if index.pieces and len(text) >= FRAGMENT:
+        spans = _fragment_spans(text, index)
         if spans:
             out, last = [], 0
             for start, end in spans:
@@ -166,16 +248,16 @@ def redact(text: str | None) -> str | None:
     """`text` with every known secret masked (None and "" pass through)."""
     if not text:
         return text
-    _, secrets, pieces, short = _current()
+    _, secrets, index, short = _current()
     if len(text) <= _SHORT:
         done = short.get(text)
         if done is None:
-            done = mask(text, secrets, pieces)
+            done = mask(text, secrets, index)
             if len(short) >= _SHORT_CACHE_MAX:
                 short.clear()
             short[text] = done
         return done
-    return mask(text, secrets, pieces)
+    return mask(text, secrets, index)
 
 
 def valid_utf8(text: str) -> str:
@@ -221,10 +303,10 @@ class _Masked:
         if type(value) is not str:
             return value  # let the str schema say what is wrong with it
         if self.short_ok and len(value) <= _SHORT:  # statuses, stages, class names: memoised
-            _, secrets, pieces, short = _current()
+            _, secrets, index, short = _current()
             done = short.get(value)
             if done is None:
-                done = mask(valid_utf8(value), secrets, pieces)[: self.limit]
+                done = mask(valid_utf8(value), secrets, index)[: self.limit]
                 if len(short) >= _SHORT_CACHE_MAX:
                     short.clear()
                 short[value] = done
