@@ -10,8 +10,9 @@ asyncio `Supervisor` (the async client, several jobs at once). What must hold:
   RunPod route is retried by the client: nothing reaches the log and the job still reaches
   its scenario's verdict;
 - status faults that persist end in `poll_error` after 8 consecutive status errors — or in
-  `lost` on a 404 (divergence D4). 401/403 (the client's `RunpodAuthError`) and unusable
-  answers (not JSON, not an object, no `status`) count as status errors like any other;
+  `lost` on a 404 (divergence D4), or in `unauthorized` on the first 401/403 (the client's
+  `RunpodAuthError`; divergence D6). Unusable answers (not JSON, not an object, no
+  `status`) count as status errors like any other;
 - a health fault changes nothing: a failed probe moves no timer, and a watch whose probes
   all fail reaches the verdict of a watch that has no health data at all;
 - a Hub fault is a heartbeat read that found nothing — except a transient one (429, 5xx, a
@@ -307,6 +308,8 @@ def expect(route: str, fault: str, mode: str) -> Expect:
     if route == "status":
         if fault == "404":
             return Expect(("LOST", "job_lost"), fetch_failures=1)  # D4: the job is gone
+        if fault in ("401", "403"):  # D6: the key was refused, at the first refusal
+            return Expect(("UNAUTHORIZED", "unauthorized"), fetch_failures=1)
         if mode == "always":
             return Expect(("POLL_ERROR", "poll_errors"), fetch_failures=POLICY.max_poll_errors)
         # Retried away, or one status error that the next good answer forgives.
@@ -699,7 +702,8 @@ def allowed_verdicts(scenario: str, requests: list[Any]) -> dict[tuple[str, str]
       fault: a poll fails only when every attempt of it does, and one good answer resets
       the count, so 8 failed polls in a row need at least 8 faulted requests in a row;
     - `lost`, only when the last status request was answered 404 (injected, or the
-      simulator's own TTL and result retention).
+      simulator's own TTL and result retention);
+    - `unauthorized`, only when the last status request was answered 401 or 403.
     """
     allowed = {SOAK[scenario]: "the scenario's verdict"}
     if scenario == "throttled":
@@ -717,6 +721,8 @@ def allowed_verdicts(scenario: str, requests: list[Any]) -> dict[tuple[str, str]
         allowed[("POLL_ERROR", "poll_errors")] = f"the last {failing} status requests were faulted"
     if status and status[-1].status == 404:
         allowed[("LOST", "job_lost")] = "the last status answer was a 404"
+    if status and status[-1].status in (401, 403):
+        allowed[("UNAUTHORIZED", "unauthorized")] = "the last status answer refused the key"
     return allowed
 
 
@@ -764,7 +770,9 @@ def test_soak_random_fault_schedules_raise_nothing_and_reach_no_false_verdict(
     assert got in allowed, f"{scenario}: false verdict {got} ({result.detail}); allowed: {allowed}"
     for route in sorted({r.route for r in requests if r.fault}) or ["no route"]:
         event(f"faults fired on {route}")
-    kind = {"POLL_ERROR": "poll_error", "LOST": "lost"}.get(got[0], "degraded")
+    kind = {"POLL_ERROR": "poll_error", "LOST": "lost", "UNAUTHORIZED": "unauthorized"}.get(
+        got[0], "degraded"
+    )
     event(f"verdict: {'expected' if got == SOAK[scenario] else kind}")
     assert verify(events).ok, verify(events)
     verdict = replay(events).verdict

@@ -369,13 +369,13 @@ def test_heartbeat_stage_is_a_capped_redacted_string(secret: str) -> None:
     ("flag", "expected"),
     [
         (True, True),
-        (1, True),
-        (1.0, True),
-        ("true", True),
-        ("True", True),
-        (" TRUE ", True),
-        ("yes", True),
-        ("1", True),
+        (1, False),  # only JSON `true` counts: anything else is a worker that did not say so
+        (1.0, False),
+        ("true", False),
+        ("True", False),
+        (" TRUE ", False),
+        ("yes", False),
+        ("1", False),
         (False, False),
         (0, False),
         (2, False),
@@ -389,7 +389,7 @@ def test_heartbeat_stage_is_a_capped_redacted_string(secret: str) -> None:
         ({"retriable": True}, False),
     ],
 )
-def test_retriable_flag_parsing(flag: Any, expected: bool) -> None:
+def test_retriable_flag_is_json_true_only(flag: Any, expected: bool) -> None:
     assert heartbeat_fields({"retriable": flag})["retriable"] is expected
 
 

@@ -94,6 +94,11 @@ FIRING: dict[str, tuple[Callable[[int], Any], Any, dict[str, Any]]] = {
         None,
         {},
     ),
+    "unauthorized": (
+        _after(2, RUNNING, RunpodApiError("revoked", status_code=401, route="status")),
+        None,
+        {},
+    ),
     "poll_errors": (
         _after(1, QUEUED, RunpodApiError("down", status_code=503, route="status")),
         {"workers": {"idle": 1}},

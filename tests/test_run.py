@@ -23,6 +23,7 @@ RULE = {
     "job_preempted": "platform_termination",
     "lost": "job_lost",
     "job_failed": "worker_failed",
+    "unauthorized": "unauthorized",
 }
 
 
@@ -324,6 +325,7 @@ OUTCOMES = st.sampled_from(
         "job_preempted",
         "lost",
         "job_failed",
+        "unauthorized",
         "deploy_error",
         "submit_error",
     ]
@@ -347,7 +349,7 @@ CANDIDATES = st.lists(
     max_retries=st.integers(0, 4),
     weight_cache=st.booleans(),
 )
-def test_the_walk_stays_in_the_list_and_within_budget_and_never_retries_job_failed(
+def test_the_walk_stays_in_the_list_and_within_budget_and_never_retries_job_failed_or_unauthorized(
     candidates, outcomes, max_retries, weight_cache
 ):
     _, attempts, _, events, _ = run(
@@ -358,7 +360,11 @@ def test_the_walk_stays_in_the_list_and_within_budget_and_never_retries_job_fail
     assert len(attempts) <= max_retries + 1 + (1 if weight_cache else 0)
     assert sum(a.bonus for a in attempts) <= 1
     for number, _ in enumerate(attempts[:-1]):
-        assert dict(enumerate(outcomes)).get(number, "ok") not in ("job_failed", "ok")
+        assert dict(enumerate(outcomes)).get(number, "ok") not in (
+            "job_failed",
+            "unauthorized",
+            "ok",
+        )
     assert isinstance(events[-1], RunConcluded)
 
 

@@ -26,7 +26,6 @@ from flashfsm.redact import redact, redact_then_cap
 
 METRICS_CAP = 64 * 1024  # bytes of JSON kept for a success's metrics
 _JSON_INT_MAX = 2**53  # larger integers are not exact in every JSON reader
-_TRUE_STRINGS = frozenset({"true", "1", "yes"})
 
 
 class MalformedAnswer(ValueError):
@@ -212,6 +211,9 @@ def _finite(value: Any) -> float | None:
 
 
 def _flag(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in _TRUE_STRINGS
-    return value is True or (isinstance(value, (int, float)) and value == 1)
+    """The worker's `retriable` flag: JSON `true` only.
+
+    A retriable failure is retried on fresh hardware, so a flag that is not plainly `true`
+    ("yes", "true", 1) is a worker that did not say so: the failure stays its own.
+    """
+    return value is True

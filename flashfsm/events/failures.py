@@ -19,5 +19,6 @@ class FailureKind(StrEnum):
     STALLED = "stalled"  # no progress, a crash-looping worker, or the client deadline
     POLL_ERROR = "poll_error"  # the status route kept failing, or a deploy or submit failed
     LOST = "lost"  # the job no longer exists on RunPod (its TTL or retention passed)
+    UNAUTHORIZED = "unauthorized"  # RunPod refused the key (HTTP 401/403): never retried
     CANCELLED = "cancelled"  # a run the user cancelled
     NO_CANDIDATES = "no_candidates"  # a run with no GPU candidate to try

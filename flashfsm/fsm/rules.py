@@ -60,6 +60,11 @@ SETUP_STAGES = frozenset(SETUP_STAGE_ORDER)
 #: Float slack when pacing heartbeat reads: poll times are sums of recorded floats, and a
 #: poll due exactly `heartbeat_every_s` after the last read must not miss it by an ulp.
 HEARTBEAT_PACE_SLACK_S = 1e-3
+#: How far ahead of the moment it was read a heartbeat's `ts` may be and still be this
+#: attempt's own: a worker's clock may run a little ahead of the supervisor's, not more.
+HEARTBEAT_FUTURE_TOLERANCE_S = 60.0
+#: HTTP statuses on the status route that mean RunPod refused the key (D6).
+AUTH_STATUSES = frozenset({401, 403})
 
 
 # --- bookkeeping rules (called by the fold) -------------------------------------------------
@@ -111,6 +116,27 @@ def is_leftover_heartbeat(hb: HeartbeatObserved, submitted_at: float | None) -> 
     it is neither progress nor a `retriable` flag for this job.
     """
     return submitted_at is not None and hb.ts is not None and hb.ts < submitted_at
+
+
+def untrusted_heartbeat_ts(hb: HeartbeatObserved) -> str | None:
+    """D3: why a heartbeat's `ts` cannot date it to this attempt, or None when it can.
+
+    A heartbeat with no `ts` (missing, or not a finite number: the parser drops NaN,
+    infinities and non-numbers, and the event refuses them) or one stamped more than
+    `HEARTBEAT_FUTURE_TOLERANCE_S` after it was read cannot be told from a leftover of an
+    earlier attempt, so its `retriable` flag does not count: a failure stays the job's own
+    unless a fresh heartbeat says otherwise.
+    """
+    ts = hb.ts
+    if ts is None:
+        return "has no usable `ts`"
+    ahead = ts - hb.at
+    if ahead > HEARTBEAT_FUTURE_TOLERANCE_S:
+        return (
+            f"is stamped {ahead:.0f}s after it was read "
+            f"(tolerance {HEARTBEAT_FUTURE_TOLERANCE_S:.0f}s)"
+        )
+    return None
 
 
 def is_training_stage(stage: str | None) -> bool:
@@ -370,6 +396,57 @@ JOB_LOST = Rule(
 )
 
 
+# --- D6: the key was refused ----------------------------------------------------------------
+
+
+def _check_unauthorized(s: JobState, now: float) -> Finding | None:
+    err = s.fetch_error
+    if s.cycle != "error" or err is None or err.http_status not in AUTH_STATUSES:
+        return None
+    return Finding(
+        True,
+        evidence=(err.seq,),
+        state=JobPhase.UNAUTHORIZED,
+        detail=f"RunPod refused the API key (HTTP {err.http_status} on status: "
+        f"{err.message or err.error_class}); revoked or without access to this endpoint, "
+        "so no retry can help",
+    )
+
+
+def _explain_unauthorized(p: Point) -> Finding:
+    if _check_unauthorized(p.state, p.at) is not None:
+        err = p.state.fetch_error
+        assert err is not None
+        return Finding(
+            True,
+            facts=(
+                f"the status fetch at {p.t(err.at)} (seq {err.seq}) answered "
+                f"HTTP {err.http_status}",
+            ),
+        )
+    refused = [
+        e.seq
+        for e, _, _ in p.steps
+        if isinstance(e, StatusFetchFailed) and e.http_status in AUTH_STATUSES
+    ]
+    if not refused:
+        return Finding(False, facts=("no status fetch answered HTTP 401 or 403",))
+    return Finding(
+        False, facts=(f"the last status fetch was not a 401 or 403 (refusals at seqs {refused})",)
+    )
+
+
+UNAUTHORIZED = Rule(
+    name="unauthorized",
+    step="D6",
+    why="the status route refuses the key (401/403): revoked or wrong, so never retried.",
+    fires="the status route answers HTTP 401 or 403, the first time",
+    verdict="UNAUTHORIZED / `unauthorized` (not retried)",
+    check=_check_unauthorized,
+    explain=_explain_unauthorized,
+)
+
+
 # --- 2: too many status errors ---------------------------------------------------------------
 
 
@@ -424,10 +501,13 @@ POLL_ERRORS = Rule(
 
 
 def worker_flagged_retriable(s: JobState) -> bool:
-    """Steps 4 and 6: the forced heartbeat read says `retriable` (and is this attempt's, D3)."""
+    """Steps 4 and 6: the forced heartbeat read says `retriable` (and is this attempt's, D3:
+    stamped with a trustworthy `ts`, not before the submission)."""
     hb = s.forced_heartbeat
     if hb is None or not hb.found or not hb.retriable or hb.read_error is not None:
         return False
+    if untrusted_heartbeat_ts(hb) is not None:
+        return False  # D3: no trustworthy `ts`, so not known to be this attempt's
     return not is_leftover_heartbeat(hb, s.submitted_at)
 
 
@@ -505,6 +585,12 @@ def _retriable_facts(p: Point) -> tuple[str, ...]:
     if is_leftover_heartbeat(hb, s.submitted_at):
         return (
             f"the forced heartbeat predates the submission, a leftover (D3){after}: not retriable",
+        )
+    untrusted = untrusted_heartbeat_ts(hb)
+    if untrusted is not None and hb.retriable:
+        return (
+            f"the worker's heartbeat (seq {hb.seq}) flagged it retriable but {untrusted}, so it "
+            f"cannot be dated to this attempt (D3){after}: not retriable",
         )
     if hb.retriable:
         return (f"the worker's heartbeat (seq {hb.seq}) flagged it retriable{after}",)
@@ -922,6 +1008,7 @@ STALL = Rule(
 RULES: tuple[Rule, ...] = (
     CLIENT_DEADLINE,
     JOB_LOST,
+    UNAUTHORIZED,
     POLL_ERRORS,
     COMPLETED,
     COMPLETED_WITH_ERROR,

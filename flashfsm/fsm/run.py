@@ -13,7 +13,8 @@ The walk (`plan_attempt`), as the reference runner had it. Each attempt prefers,
 order: a provider that has not failed this run, a GPU class not yet tried, the cheapest,
 the smaller card. Once every class has been tried it re-rolls the cheapest, so it never
 runs off the list. Infra-shaped failures are retried while the budget lasts (at most
-`max_retries + 1` attempts); `job_failed` never is. With the weight cache attached, the
+`max_retries + 1` attempts); `job_failed` never is, nor is `unauthorized` (RunPod refused
+the key: every further attempt would be refused too). With the weight cache attached, the
 first `no_capacity` or `poll_error` earns one bonus attempt on the same class without the
 cache (the drop is sticky) that does not count against the budget. A user cancel wins
 everywhere: no attempt starts after it, and a success recorded after it does not count.
@@ -52,6 +53,10 @@ RETRIABLE_FAILURES = frozenset(
         FailureKind.LOST,
     }
 )
+#: Failures whose job may still hold a worker on RunPod: cancelled before the run moves on
+#: or ends. `unauthorized` is never retried (the key was refused: another attempt would be
+#: refused too), but its job may still run and bill, so its cancel is tried all the same.
+STILL_THERE_FAILURES = RETRIABLE_FAILURES | {FailureKind.UNAUTHORIZED}
 #: Failures after which the weight cache is dropped for one bonus attempt.
 CACHE_DROP_FAILURES = frozenset({FailureKind.NO_CAPACITY, FailureKind.POLL_ERROR})
 DEPLOY_RETRY_WAIT_S = 30.0  # the wait after the first deploy or submit error; grows linearly
@@ -478,7 +483,7 @@ def _cleanup(s: RunState, reason: str) -> RunCommand | None:
     a = s.current
     # A job that may still hold a worker: running when the watch stopped, or ended by an
     # infra rule while RunPod still has it (queued, stalled). A success or a job_failed is over.
-    still_there = a is not None and (a.ended is None or a.ended.failure in RETRIABLE_FAILURES)
+    still_there = a is not None and (a.ended is None or a.ended.failure in STILL_THERE_FAILURES)
     if still_there and a.job_id and not a.job_cancelled and a.endpoint_id not in kept:
         return CancelJob(a)
     for endpoint_id in s.endpoints:

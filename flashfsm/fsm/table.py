@@ -35,6 +35,7 @@ class JobPhase(StrEnum):
     STALLED = "STALLED"
     POLL_ERROR = "POLL_ERROR"
     LOST = "LOST"  # the job no longer exists on RunPod (404)
+    UNAUTHORIZED = "UNAUTHORIZED"  # RunPod refused the key (401/403): not retried
 
 
 ACTIVE: tuple[JobPhase, ...] = (
@@ -58,6 +59,7 @@ FAILURE_KIND: dict[JobPhase, FailureKind | None] = {
     JobPhase.STALLED: FailureKind.STALLED,
     JobPhase.POLL_ERROR: FailureKind.POLL_ERROR,
     JobPhase.LOST: FailureKind.LOST,
+    JobPhase.UNAUTHORIZED: FailureKind.UNAUTHORIZED,
 }
 
 #: The trigger a verdict fires, by the terminal state it records (`Concluded.state`).
@@ -69,6 +71,7 @@ VERDICT_TRIGGERS: dict[JobPhase, str] = {
     JobPhase.STALLED: "stall",
     JobPhase.POLL_ERROR: "give_up",
     JobPhase.LOST: "lose",
+    JobPhase.UNAUTHORIZED: "deny",
 }
 
 #: (trigger, sources, destination): what each observation does to the phase.

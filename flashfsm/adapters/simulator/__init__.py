@@ -24,6 +24,7 @@ from flashfsm.adapters.simulator.scenarios import (
     Step,
     builtin_scenarios,
     heartbeat,
+    key_revoked,
     training,
 )
 from flashfsm.adapters.simulator.server import DEFAULT_KEY, RecordedRequest, Simulator
@@ -42,5 +43,6 @@ __all__ = [
     "Step",
     "builtin_scenarios",
     "heartbeat",
+    "key_revoked",
     "training",
 ]

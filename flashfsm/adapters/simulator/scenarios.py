@@ -3,8 +3,10 @@
 A `Scenario` is a timeline of `Step`s in simulated seconds since the job was queued.
 Each step may change the job's status, the workers its endpoint reports on `/health`,
 its output or error, write a heartbeat or other files to the fake Hub, requeue the job
-(a worker died) or delete it (as RunPod does when a TTL passes). Fields left at their
-defaults change nothing, so a step says only what happens at that moment.
+(a worker died), delete it (as RunPod does when a TTL passes) or revoke the API key of
+the account that owns the job's endpoint (every authenticated route then answers 401).
+Fields left at their defaults change nothing, so a step says only what happens at that
+moment.
 
 On top of the script the simulator applies RunPod's own rules to every job: a TTL
 (`policy.ttl`, the scenario's `ttl_s`, else 24 h) deletes a job that has not finished, an
@@ -48,6 +50,7 @@ class Step:
     files: Mapping[str, str] | None = None  # written under the job's Hub prefix
     requeued: bool = False  # a worker died and the job went back to the queue
     gone: bool = False  # the job is deleted: /status answers 404 from now on
+    revoke_key: bool = False  # the account's API key is revoked: every route answers 401
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,26 @@ def training(start: float, stop: float, every: float, *, first_step: int = 0) ->
         steps.append(Step(t, heartbeat=heartbeat("train", n)))
         t, n = t + every, n + 10
     return steps
+
+
+def key_revoked(revoke_at: float = 180.0, name: str = "key_revoked") -> Scenario:
+    """A job whose account's API key is revoked `revoke_at` seconds in, mid-training.
+
+    The job trains on and completes at 600 s, but from the revocation every route the
+    account calls (status, cancel, health, deletes) answers 401. Not a built-in: it revokes
+    the key of every job of that account, so a test registers it where it wants it
+    (`sim.register_scenario(key_revoked())`, then `scenario="key_revoked"`).
+    """
+    return _scenario(
+        name,
+        f"the account's API key is revoked {revoke_at:.0f} s in, mid-training; the job "
+        "trains on, and every route answers 401",
+        _cold_start(),
+        Step(40, heartbeat=heartbeat("rl_train_start", 0)),
+        training(60, 600, 60),
+        Step(revoke_at, revoke_key=True),
+        Step(600, status="COMPLETED", output=METRICS),
+    )
 
 
 def _scenario(name: str, description: str, *steps: Step | Iterable[Step], **kw: Any) -> Scenario:

@@ -54,6 +54,7 @@ from flashfsm.adapters.simulator.world import (
 
 DEFAULT_KEY = "sim-runpod-key-0"
 SECRET_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization", "x-api-key"})
+UNAUTHORIZED_MESSAGE = "Unauthorized: a valid API key is required"
 Reply = tuple[int, dict[str, str], bytes]
 
 
@@ -273,6 +274,12 @@ class Simulator:
         """Known scenarios by name (built-ins plus registered ones)."""
         return self.world.scenarios
 
+    def revoke_key(self, account: int = 0) -> None:
+        """Revoke an account's API key: from now on every RunPod route it calls answers 401
+        (its endpoints and jobs live on). The `key_revoked` scenario does it mid-job."""
+        with self._python_api():
+            self.world.accounts[account].revoked = True
+
     def register_scenario(self, scenario: Scenario) -> None:
         """Make a custom scenario selectable by name."""
         with self._lock:
@@ -428,11 +435,13 @@ class Simulator:
                 self.world.tick()  # writes the heartbeats that are due before they are read
             reply = match.handler(method=method, **match.params)
         elif account is None:
-            reply = self._error(match.plane, 401, "Unauthorized: a valid API key is required")
+            reply = self._error(match.plane, 401, UNAUTHORIZED_MESSAGE)
         else:
             try:
                 with self._lock:
                     self.world.tick()
+                    if self.world.account_for(key) is None:  # a step due by now revoked it
+                        raise ApiError(401, UNAUTHORIZED_MESSAGE)
                     if match.plane == "graphql":
                         reply = match.handler(account, parsed_gql, body)
                     else:

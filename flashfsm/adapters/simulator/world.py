@@ -82,6 +82,7 @@ class Account:
     key: str = field(repr=False)
     worker_quota: int = 5
     user_id: str = ""
+    revoked: bool = False  # the key was revoked: every authenticated route answers 401
 
     def __post_init__(self) -> None:
         self.user_id = self.user_id or f"user_{self.name}"
@@ -388,6 +389,8 @@ class World:
         if step.gone:
             job.gone = True
             self._release(job, at)
+        if step.revoke_key:
+            job.endpoint.account.revoked = True  # the job runs on; nobody can ask about it
 
     def _write(self, job: Job, name: str, text: str) -> None:
         if job.place is not None:
@@ -415,7 +418,9 @@ class World:
     # ------------------------------------------------------------------ accounts
 
     def account_for(self, key: str | None) -> Account | None:
-        return self.by_key.get(key or "")
+        """The account of an API key, or None for an unknown or revoked key."""
+        account = self.by_key.get(key or "")
+        return None if account is None or account.revoked else account
 
     def workers_in_use(self, account: Account, *, besides: str | None = None) -> int:
         return sum(
