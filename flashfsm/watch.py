@@ -432,19 +432,30 @@ def claim_events(writer: StreamWriter[JobState], spec: WatchSpec, at: float) -> 
         )
     elif recorded is not None and recorded.policy != spec.policy:
         logger.info("stream %s: judged by its recorded policy, not the one passed", writer.stream)
+    # A clock behind the log's last event (another host's): record by how much, and start
+    # on the log's clock; the watch stamps everything it writes at its clock plus the skew.
+    last_at = state.last_at
+    skew = {} if last_at is None or at >= last_at else {"skew_s": last_at - at}
     batch.append(
         writer.event(
             WatchStarted,
-            at,
+            last_at if skew and last_at is not None else at,
             len(batch),
             watcher=spec.watcher,
             reattach=state.first_watch is not None,
             interval_s=spec.interval_s,
             has_heartbeat_reader=spec.has_heartbeat_reader,
             has_failure_detail_reader=spec.has_failure_detail_reader,
+            **skew,  # (a skew makes it a v2 event)
         )
     )
     return batch
+
+
+def clock_skew(state: JobState) -> float:
+    """How far this watch's clock is behind the log: the `skew_s` its `WatchStarted`
+    recorded (0 when it recorded none, or when no watch started)."""
+    return 0.0 if state.watch is None else state.watch.skew_s
 
 
 def attach_steps(
@@ -468,8 +479,12 @@ def loop_steps(
 ) -> Generator[Request, Any, Verdict]:
     """Watch an attached job to its verdict (the poll loop)."""
     state, stream = writer.state, writer.stream
+    # The clock skew this watch recorded when it started (see `claim_events`): it judges and
+    # stamps on the log's clock, its own plus the skew; requests keep its own clock.
+    skew = clock_skew(state)
     while True:
-        now = yield CLOCK
+        own = yield CLOCK
+        now = own + skew
         command = decide(state, now)
         match command:
             case Finished(verdict=verdict):
@@ -483,22 +498,23 @@ def loop_steps(
             case FetchStatus():
                 if (yield STOP_ASKED):
                     raise WatchStopped(f"watch of {stream!r} stopped on request")
-                got = yield StatusCall(now, state.next_fetch_at)
+                due = state.next_fetch_at
+                got = yield StatusCall(own, None if due is None else due - skew)
                 built = status_observation(got.value, got.error, allow_pickle=spec.allow_pickle)
-                at = got.at
+                at = got.at + skew
             case ProbeHealth():
-                got = yield HealthCall(now)
-                built, at = health_observation(got.value, got.error), got.at
+                got = yield HealthCall(own)
+                built, at = health_observation(got.value, got.error), got.at + skew
             case ReadHeartbeat(force=force):
-                got = yield ReaderCall(now, "heartbeat", force)
+                got = yield ReaderCall(own, "heartbeat", force)
+                at = got.at + skew
                 built = heartbeat_observation(
-                    state, got.value, force=force, stream=stream, at=got.at, error=got.error
+                    state, got.value, force=force, stream=stream, at=at, error=got.error
                 )
-                at = got.at
             case ReadFailureDetail():
-                got = yield ReaderCall(now, "failure_detail", True)
+                got = yield ReaderCall(own, "failure_detail", True)
                 raw = None if got.error is not None else got.value
-                built, at = failure_detail_observation(raw), got.at
+                built, at = failure_detail_observation(raw), got.at + skew
             case Conclude(verdict=verdict):
                 built, at = conclusion(verdict), now
             case _:
@@ -515,9 +531,17 @@ def loop_steps(
 def _observation_build(writer: StreamWriter[JobState], built: Built, at: float) -> Build[JobState]:
     """How to build an observation's event from the state it is appended to: after a
     conflict the newer events are folded in first, and a log that meanwhile got its verdict
-    takes nothing more."""
+    takes nothing more. The event is never stamped before the log's last event (a clock
+    that stepped back mid-watch): the log's times do not go backwards."""
     cls, fields = built
-    return lambda s: [] if s.done else [writer.event(cls, at, **fields)]  # type: ignore[arg-type]
+
+    def build(s: JobState) -> list[EventBase]:
+        if s.done:
+            return []
+        last = s.last_at
+        return [writer.event(cls, at if last is None or at >= last else last, **fields)]  # type: ignore[arg-type]
+
+    return build
 
 
 def watch_steps(spec: WatchSpec, say: Callable[[str], None]) -> Generator[Request, Any, Verdict]:

@@ -36,7 +36,13 @@ from flashfsm.events.policy import GracePolicy
 from flashfsm.fsm.commands import Conclude, Finished
 from flashfsm.fsm.job import JobState, decide, evolve, replay, skip_read, verify
 from flashfsm.fsm.machine import IllegalTransition, allowed_triggers, fire
-from flashfsm.fsm.rules import RULES_BY_NAME, SETUP_STAGES, TERMINAL_STATUSES, judge
+from flashfsm.fsm.rules import (
+    HEARTBEAT_FUTURE_TOLERANCE_S,
+    RULES_BY_NAME,
+    SETUP_STAGES,
+    TERMINAL_STATUSES,
+    judge,
+)
 from flashfsm.fsm.state import SINCE
 from flashfsm.fsm.table import FAILURE_KIND, TERMINAL, TRANSITIONS, JobPhase
 from flashfsm.shell import Readers, attach, run_watch
@@ -831,22 +837,29 @@ def test_cancelled_and_timed_out_are_always_job_preempted(script: Script) -> Non
     assert len(world.client.status_calls) == len(script.steps)
 
 
-def _flags_retriable(script: Script) -> bool:
-    """The oracle of D3: does the forced heartbeat read make this failure infra-shaped?"""
+def _flags_retriable(script: Script, events: list[Any]) -> bool:
+    """The oracle of D3: does the forced heartbeat read make this failure infra-shaped?
+
+    Only a plain `true` on this attempt's heartbeat: its `ts` a number, not before the
+    submission, and at most the tolerance after the forced read (its event's `at`).
+    """
     hb = script.forced_heartbeat
     if not script.heartbeat_reader or not isinstance(hb, dict) or hb["retriable"] is not True:
         return False
-    submitted = script.submitted_at
-    return submitted is None or hb["ts"] is None or hb["ts"] >= submitted
+    ts, submitted = hb["ts"], script.submitted_at
+    if ts is None or (submitted is not None and ts < submitted):
+        return False
+    read_at = next(e.at for e in events if isinstance(e, HeartbeatObserved) and e.forced)
+    return ts <= read_at + HEARTBEAT_FUTURE_TOLERANCE_S
 
 
 @given(scripts_ending_with(st.one_of(failed, completed_with_error, completed_without_output)))
 def test_failed_and_completed_with_error_are_preempted_iff_this_attempts_heartbeat_flags_retriable(
     script: Script,
 ) -> None:
-    result, _, world = run_poll_job(script, **NO_GRACE_ENDS)
+    result, events, world = run_poll_job(script, **NO_GRACE_ENDS)
     status = script.steps[-1].status["status"]
-    expected = "job_preempted" if _flags_retriable(script) else "job_failed"
+    expected = "job_preempted" if _flags_retriable(script, events) else "job_failed"
     assert result.failure == expected, script.forced_heartbeat
     assert result.rule == ("worker_failed" if status == "FAILED" else "completed_with_error")
     assert world.forced_reads == (1 if script.heartbeat_reader else 0)
@@ -884,9 +897,8 @@ def test_the_retriable_flag_counts_only_from_this_attempts_heartbeat(
         heartbeat_reader=heartbeat_reader,
         forced_heartbeat={"stage": "train", "step": 3, "ts": ts, "retriable": retriable},
     )
-    result, _, _ = run_poll_job(script, **NO_GRACE_ENDS)
-    fresh = submitted_at is None or ts is None or ts >= submitted_at
-    preempted = heartbeat_reader and retriable and fresh
+    result, events, _ = run_poll_job(script, **NO_GRACE_ENDS)
+    preempted = heartbeat_reader and _flags_retriable(script, events)
     assert result.failure == ("job_preempted" if preempted else "job_failed")
 
 

@@ -223,19 +223,27 @@ def test_an_event_removed_without_renumbering_is_reported_at_its_missing_seq(rem
     assert found.reason == "seq missing from the log"
 
 
-def test_an_event_removed_and_the_rest_renumbered_is_reported_at_the_verdict() -> None:
+def test_an_event_removed_and_the_rest_renumbered_is_reported_where_the_conversation_breaks() -> (
+    None
+):
     log = no_capacity_log()
     first_queued = seq_of(log, lambda e: isinstance(e, StatusObserved))
     assert (first_queued, log[first_queued].at - log[0].at) == (2, 0.0)
-    # Without the t=0 observation the queue timer starts at t=10: at t=310 the job has waited
-    # exactly the 300 s grace, which is not more than it, so no verdict follows any more.
+    assert isinstance(log[first_queued + 1], HealthObserved)
+    # Without the t=0 fetch its probe answers nothing the rules asked: they wanted a fetch.
     doctored = renumbered([event for event in log if event.seq != first_queued])
-    concluded_seq = doctored[-1].seq
-    assert concluded_seq == len(log) - 2 == 37
     found = _disagreement(verify(doctored))
-    assert found.seq == concluded_seq
-    assert found.reason == "verdict the rules do not reach"
-    assert found.recorded == "NO_CAPACITY by queue_grace"
+    assert (found.seq, found.reason) == (first_queued, "a health probe the rules did not ask for")
+    assert (found.recorded, found.expected) == ("HealthObserved", "a status fetch")
+
+
+def test_a_fetch_with_no_read_removed_is_a_late_fetch_and_verifies() -> None:
+    """Not every removal is detectable: without the IN_QUEUE at t=10 the log is one whose
+    fetch at 10 came late, at 20 (a slow call), which a real watch can write."""
+    log = no_capacity_log()
+    at_10 = seq_of(log, lambda e: isinstance(e, StatusObserved) and e.at - log[0].at == 10)
+    assert isinstance(log[at_10 + 1], StatusObserved)
+    assert verify(renumbered([event for event in log if event.seq != at_10])).ok
 
 
 def test_a_queued_status_changed_to_in_progress_is_reported_at_the_verdict() -> None:

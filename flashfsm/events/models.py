@@ -16,7 +16,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, TypeAdapter
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    SerializerFunctionWrapHandler,
+    TypeAdapter,
+    model_serializer,
+    model_validator,
+)
 
 from flashfsm.events.failures import FailureKind
 from flashfsm.events.policy import GracePolicy
@@ -39,6 +48,10 @@ Text = Annotated[str, Field(max_length=NAME_CAP)]
 #: to version 2 declares `Annotated[int, Field(strict=True, ge=2, le=2)]`.
 V1 = Annotated[int, Field(strict=True, ge=1, le=1)]
 V2 = Annotated[int, Field(strict=True, ge=2, le=2)]
+#: Version 1 or 2, for a kind whose v2 adds a field a writer sets only when it has a value
+#: (`WatchStarted.skew_s`): it keeps writing v1 otherwise, so a log without that value stays
+#: readable by a library that knows only v1, and one with it is refused there by version.
+V1or2 = Annotated[int, Field(strict=True, ge=1, le=2)]
 
 
 class EventBase(BaseModel):
@@ -77,15 +90,49 @@ class JobSubmitted(EventBase):
 
 
 class WatchStarted(EventBase):
-    """A supervisor began watching the job (`reattach` when an earlier watch exists)."""
+    """A supervisor began watching the job (`reattach` when an earlier watch exists).
+
+    `skew_s` (v2) is how far the watcher's clock was behind the log when it started: its
+    clock read `skew_s` seconds before the log's last event (a reattach from another
+    host). The watch then stamps every event it writes at its own clock plus `skew_s`
+    (and never before the log's last event), so the log's times do not go backwards. A
+    watch with no skew writes v1, without the field, as watches always did; a v1 event
+    means no skew. Built with a skew and no `v`, the event is v2.
+    """
 
     kind: Literal["WatchStarted"] = "WatchStarted"
-    v: V1 = 1
+    v: V1or2 = 1
     watcher: Text
     reattach: bool = False
     interval_s: float = Field(10.0, gt=0)
     has_heartbeat_reader: bool = False
     has_failure_detail_reader: bool = False
+    skew_s: float = Field(
+        0.0,
+        ge=0,
+        description="v2: how far the watcher's clock was behind the log's last event; the "
+        "watch stamps its events at its clock plus this",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _skew_writes_v2(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("skew_s") and "v" not in data:
+            return {**data, "v": 2}  # a skew given, no version: it is a v2 event
+        return data
+
+    @model_validator(mode="after")
+    def _skew_is_v2(self) -> WatchStarted:
+        if self.skew_s and self.v < 2:
+            raise ValueError("skew_s is a WatchStarted v2 field: a skewed watch writes v=2")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _v1_has_no_skew(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if self.v == 1:
+            del data["skew_s"]  # v1 has no such field: written exactly as before it existed
+        return data
 
 
 class StatusObserved(EventBase):
@@ -483,6 +530,10 @@ EVENT_TYPES: dict[str, type[EventBase]] = {
     cls.model_fields["kind"].default: cls for cls in (*JOB_EVENTS, *RUN_EVENTS, *SWEEPER_EVENTS)
 }
 """Every event kind and its model."""
+
+#: The versions of a kind its model validates as they are, without an upcaster, where that
+#: is more than its current one: `WatchStarted` is v1 without a skew and v2 with one.
+VERSIONS_READ_AS_IS: dict[str, frozenset[int]] = {"WatchStarted": frozenset({1, 2})}
 
 #: Decodes any event. Only keys are cached while parsing: ids, times and most values differ
 #: on every line, so caching string values costs a replay more than it saves.

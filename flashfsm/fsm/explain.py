@@ -23,14 +23,13 @@ from typing import Any
 from flashfsm.events.models import (
     Concluded,
     Event,
-    HeartbeatObserved,
     JobSubmitted,
     WatchStarted,
 )
 from flashfsm.events.policy import GracePolicy
-from flashfsm.fsm.commands import Conclude, ReadHeartbeat, Verdict
+from flashfsm.fsm.commands import Conclude, Verdict
 from flashfsm.fsm.findings import Finding, Measure, Point, first_line, secs, summarize
-from flashfsm.fsm.job import decide, evolve, skip_read
+from flashfsm.fsm.job import decide_before, evolve, skip_read
 from flashfsm.fsm.rules import PROGRESS_TIMER, RULE_NAMES, RULES_BY_NAME, TIMER_RULES, TIMERS
 from flashfsm.fsm.state import DEFAULT_POLICY, SEQ, SINCE, JobState
 
@@ -408,21 +407,6 @@ def policy_with(base: GracePolicy, **overrides: Any) -> GracePolicy:
     return GracePolicy.model_validate({**base.model_dump(), **overrides})
 
 
-def _decide_next(s: JobState, nxt: Event | None, now: float) -> Any:
-    """`decide` at `now`, dropping regular heartbeat reads the log did not record."""
-    probe = s.copy()
-    while True:
-        command = decide(probe, now)
-        if (
-            isinstance(command, ReadHeartbeat)
-            and not command.force
-            and not (isinstance(nxt, HeartbeatObserved) and not nxt.forced)
-        ):
-            skip_read(probe)
-            continue
-        return command
-
-
 def what_if(events: Iterable[Event], **overrides: Any) -> WhatIf:
     """Replay the recorded observations under the recorded policy with `overrides` applied.
 
@@ -450,7 +434,7 @@ def what_if(events: Iterable[Event], **overrides: Any) -> WhatIf:
     found: tuple[Verdict, float, int, int] | None = None
     for event in log:
         if state.watch is not None and not isinstance(event, (WatchStarted, JobSubmitted)):
-            command = _decide_next(state, event, event.at)
+            command = decide_before(state, event, event.at)
             if isinstance(command, Conclude):
                 assert prev is not None
                 v = command.verdict
@@ -467,7 +451,7 @@ def what_if(events: Iterable[Event], **overrides: Any) -> WhatIf:
         # judged before a fetch (the client deadline) — when that next fetch was due, which
         # is when the recorded verdict was made.
         at = prev.at if recorded is None else max(prev.at, recorded.at)
-        command = _decide_next(state, None, at)
+        command = decide_before(state, None, at)
         if isinstance(command, Conclude):
             known = RULES_BY_NAME.get(command.verdict.rule)
             at = at if known is not None and known.before_fetch else prev.at

@@ -505,9 +505,24 @@ def _describe(v: Verdict) -> str:
 def verify(events: Iterable[Event]) -> VerifyReport:
     """Re-decide the log with today's rules and report the first seq where they disagree.
 
-    After each event the rules are asked what they would do at the time of the next event:
-    a recorded verdict must be the one they reach (same rule, same state), and no
-    observation may follow a point where they would already have concluded.
+    Verification checks the conversation, not only the verdict. After each event the rules
+    are asked what they would do at the time of the next one (`decide_before`), and the
+    next event must follow from it:
+
+    - times never go backwards (a watch whose clock is behind the log records its skew on
+      its `WatchStarted` and stamps on the log's clock, so a conforming log is monotone);
+    - an observation answers the command the rules issue at its time: a status answer (or
+      failed fetch) a status fetch, a probe answer a health probe, a regular or forced
+      heartbeat read a read of that kind, the failure artifacts their read. A command
+      that is due later (`Wait`) means the observation came before it was due; any other
+      command means nobody asked for it;
+    - a regular heartbeat read is recorded only when it brings news (the watch drops the
+      others), so a recorded one must differ from the last one recorded;
+    - a recorded verdict is the one the rules reach (same rule, same state), and nothing
+      follows a point where they would already have concluded.
+
+    `WatchStarted` (a reattach, D2) may come at any time; a late observation is accepted
+    (slow I/O or a paused host delay a poll without changing what it asks for).
     """
     s = JobState()
     count = 0
@@ -524,10 +539,9 @@ def verify(events: Iterable[Event]) -> VerifyReport:
                 s.verdict,
                 Disagreement(event.seq, "event after the verdict", event.kind),
             )
-        if s.watch is not None and not isinstance(event, (WatchStarted, JobSubmitted)):
-            problem = _check_next(s, event)
-            if problem is not None:
-                return VerifyReport(False, count, None, problem)
+        problem = _check_next(s, event)
+        if problem is not None:
+            return VerifyReport(False, count, None, problem)
         try:
             evolve(s, event)
         except CorruptLogError as exc:
@@ -537,19 +551,75 @@ def verify(events: Iterable[Event]) -> VerifyReport:
     return VerifyReport(True, count, verdict)
 
 
-def _check_next(s: JobState, event: Event) -> Disagreement | None:
-    """Does `event` follow from what the rules decide about `s` at `event.at`?"""
+def decide_before(s: JobState, nxt: Event | None, now: float) -> Command:
+    """`decide` at `now` as the log shows it: the command that `nxt` should answer.
+
+    A regular heartbeat read the log did not record (`nxt` is not one) returned nothing
+    new, which the watch does not record (`skip_read`), so it is dropped and the rules
+    asked again. `s` is left untouched.
+    """
     probe = s.copy()  # a scratch copy keeps `s` untouched by skip_read
     while True:
-        command = decide(probe, event.at)
+        command = decide(probe, now)
         if (
             isinstance(command, ReadHeartbeat)
             and not command.force
-            and not (isinstance(event, HeartbeatObserved) and not event.forced)
+            and not (isinstance(nxt, HeartbeatObserved) and not nxt.forced)
         ):
-            skip_read(probe)  # the regular read returned nothing worth recording
+            skip_read(probe)
             continue
-        break
+        return command
+
+
+#: What each observation answers: the command the rules must have issued for it.
+_STATUS_FETCH, _PROBE_HEALTH = FetchStatus(), ProbeHealth()
+_REGULAR_READ, _FORCED_READ = ReadHeartbeat(force=False), ReadHeartbeat(force=True)
+_ANSWERS: dict[type, Command] = {
+    StatusObserved: _STATUS_FETCH,
+    StatusFetchFailed: _STATUS_FETCH,
+    HealthObserved: _PROBE_HEALTH,
+    HealthProbeFailed: _PROBE_HEALTH,
+    FailureDetailObserved: ReadFailureDetail(),
+}
+_COMMAND_NAMES: dict[Command, str] = {
+    _STATUS_FETCH: "a status fetch",
+    _PROBE_HEALTH: "a health probe",
+    _REGULAR_READ: "a regular heartbeat read",
+    _FORCED_READ: "a forced heartbeat read",
+    ReadFailureDetail(): "a failure-detail read",
+}
+
+
+def _asked_for(event: Event) -> Command | None:
+    """The command `event` answers (None: not an observation)."""
+    if isinstance(event, HeartbeatObserved):
+        return _FORCED_READ if event.forced else _REGULAR_READ
+    return _ANSWERS.get(type(event))
+
+
+def _command_text(command: Command) -> str:
+    match command:
+        case Wait(seconds=seconds):
+            return f"wait {seconds:.3g}s"
+        case Conclude(verdict=verdict) | Finished(verdict=verdict):
+            return _describe(verdict)
+    return _COMMAND_NAMES.get(command, type(command).__name__)
+
+
+def _check_next(s: JobState, event: Event) -> Disagreement | None:
+    """Does `event` follow from what the rules decide about `s` at `event.at`?"""
+    if s.last_at is not None and event.at < s.last_at:
+        return Disagreement(
+            event.seq,
+            f"time goes back {s.last_at - event.at:.3f}s (no watch records a clock skew "
+            "that explains it)",
+            event.kind,
+        )
+    if isinstance(event, (WatchStarted, JobSubmitted)):
+        return None
+    if s.watch is None:
+        return Disagreement(event.seq, "an event before any watch started", event.kind)
+    command = decide_before(s, event, event.at)
     if isinstance(event, Concluded):
         if not isinstance(command, Conclude):
             return Disagreement(
@@ -568,4 +638,18 @@ def _check_next(s: JobState, event: Event) -> Disagreement | None:
         return Disagreement(
             event.seq, "the rules had already concluded", event.kind, _describe(command.verdict)
         )
-    return None
+    asked = _asked_for(event)
+    if asked is None or command == asked:
+        if asked is _REGULAR_READ and not heartbeat_is_news(s, event):  # type: ignore[arg-type]
+            return Disagreement(
+                event.seq,
+                "a regular heartbeat read that brought nothing new (the watch records none)",
+                event.kind,
+            )
+        return None
+    what = _COMMAND_NAMES[asked]
+    if isinstance(command, Wait):
+        reason = f"{what} {command.seconds:.3g}s before it was due"
+    else:
+        reason = f"{what} the rules did not ask for"
+    return Disagreement(event.seq, reason, event.kind, _command_text(command))
