@@ -31,7 +31,7 @@ from common import Row, Section, fill, fmt, median, print_section, times, traini
 
 from flashfsm.adapters.jsonl import JsonlStore
 from flashfsm.adapters.sqlite import SqliteStore
-from flashfsm.events.codec import decode_many
+from flashfsm.events.codec import decode_sealed_prefix
 from flashfsm.events.store import iter_events
 from flashfsm.fsm.job import replay
 from flashfsm.fsm.machine import MACHINE
@@ -146,7 +146,9 @@ def measure(n: int, rounds: int, *, baseline_rounds: int) -> Section:
         lines = data.splitlines()
         sqlite_count = 0
         for first in range(0, len(lines), 10_000):
-            sqlite.append(STREAM, list(decode_many(lines[first : first + 10_000])), first)
+            batch, error = decode_sealed_prefix(lines[first : first + 10_000])
+            assert error is None, error
+            sqlite.append(STREAM, batch, first)
             sqlite_count = first + len(lines[first : first + 10_000])
         assert sqlite_count == len(lines) == n
         del data
@@ -190,7 +192,7 @@ def measure(n: int, rounds: int, *, baseline_rounds: int) -> Section:
         def trigger_fold() -> None:
             model = type("Model", (), {"state": "QUEUED"})()
             flip = MACHINE.events["worker_throttled"], MACHINE.events["workers_recovered"]
-            for i, _event in enumerate(decode_many(raw_read()[:-1])):
+            for i, _event in enumerate(decode_sealed_prefix(raw_read()[:-1])[0]):
                 flip[i % 2].trigger(model)
 
         figures["trigger"] = median(times(trigger_fold, baseline_rounds))

@@ -26,12 +26,14 @@ from flashfsm.errors import (
     UntrustedOutputError,
 )
 from flashfsm.events import (
+    ChecksumError,
     ConcurrencyError,
     CorruptLogError,
     DuplicateEventError,
     EventDecodeError,
     EventStore,
     FlashFsmError,
+    StoreFullError,
     UnknownEventError,
 )
 from flashfsm.events.models import Candidate
@@ -57,6 +59,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AsyncRunpodClient",
     "Candidate",
+    "ChecksumError",
     "ConcurrencyError",
     "CorruptLogError",
     "DeployError",
@@ -83,6 +86,7 @@ __all__ = [
     "RunpodClient",
     "RunpodRunAdapters",
     "SqliteStore",
+    "StoreFullError",
     "StreamWriter",
     "Supervisor",
     "SweepReport",

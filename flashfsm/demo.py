@@ -49,7 +49,7 @@ from flashfsm.adapters.hub import (
 from flashfsm.adapters.runpod import RunpodClient
 from flashfsm.adapters.simulator import Simulator
 from flashfsm.adapters.stores import default_store_url, open_store
-from flashfsm.adapters.urls import path_url, url_path
+from flashfsm.adapters.urls import display_url, path_url, url_path
 from flashfsm.events.models import Candidate, DeployAttempted
 from flashfsm.events.store import EventStore
 from flashfsm.fsm.run import Attempt, RunState, replay_run
@@ -213,7 +213,7 @@ def reset_demo_store(store_url: str) -> list[Path]:
         return []  # a new, empty one each time anyway
     if urlsplit(store_url).scheme != "sqlite":
         raise ValueError(
-            f"--reset deletes a SQLite demo store only; {shown_url(store_url)} is not one"
+            f"--reset deletes a SQLite demo store only; {display_url(store_url)} is not one"
         )
     path = url_path(store_url).absolute()
     if path.exists():
@@ -243,15 +243,6 @@ def reset_demo_store(store_url: str) -> list[Path]:
             picture.unlink()
             removed.append(picture)
     return removed
-
-
-def shown_url(url: str) -> str:
-    """A store URL as printed: a password in it is masked."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
 
 
 # --- quiet Hub downloads ----------------------------------------------------------------------
@@ -500,8 +491,9 @@ def explore_commands(store: EventStore, results: Sequence[RunResult]) -> list[tu
 
 
 def store_export(store_url: str) -> str:
-    """The shell line that points the CLI's commands at the demo's store."""
-    return f"export FLASHFSM_STORE={shlex.quote(shown_url(store_url))}"
+    """The shell line that points the CLI's commands at the demo's store (a password in its
+    URL shown as `***`: never printed)."""
+    return f"export FLASHFSM_STORE={shlex.quote(display_url(store_url))}"
 
 
 # --- job by job -------------------------------------------------------------------------------

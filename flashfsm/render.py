@@ -47,7 +47,7 @@ from flashfsm.fsm.diagram import (
     text_width,
 )
 from flashfsm.fsm.explain import timeline
-from flashfsm.fsm.run import Attempt, RunState, replay_run
+from flashfsm.fsm.run import RETRIABLE_FAILURES, Attempt, RunState, replay_run
 from flashfsm.fsm.table import FAILURE_KIND, JobPhase
 from flashfsm.views import IdlePeriod, SweeperView, stream_kind, sweeper_view
 
@@ -141,10 +141,15 @@ class Picture:
 
 
 def verdict_colour(ok: bool | None, failure: str | None) -> str:
-    """Green for a success, red for the job's own failure, orange for a retriable one."""
+    """Green for a success, orange for a failure a run retries, red for one it does not (the
+    job's own failure, a refused key)."""
     if ok:
         return VERDICT_OK
-    return VERDICT_FAILED if failure == "job_failed" else VERDICT_RETRIED
+    return VERDICT_RETRIED if _retried(failure) else VERDICT_FAILED
+
+
+def _retried(failure: str | None) -> bool:
+    return failure in RETRIABLE_FAILURES
 
 
 # --- lanes ------------------------------------------------------------------------------------
@@ -638,10 +643,10 @@ def _legend_entries(pic: Picture) -> tuple[list[str], list[tuple[str, str]]]:
     verdicts = [(ok, failure) for kind, ok, failure in kinds if kind == "verdict"]
     if any(ok for ok, _ in verdicts):
         diamonds.append((VERDICT_OK, "verdict: success (state · rule)"))
-    if any(not ok and failure != "job_failed" for ok, failure in verdicts):
+    if any(not ok and _retried(failure) for ok, failure in verdicts):
         diamonds.append((VERDICT_RETRIED, "verdict: retriable failure (state · rule)"))
-    if any(not ok and failure == "job_failed" for ok, failure in verdicts):
-        diamonds.append((VERDICT_FAILED, "verdict: job failed (state · rule)"))
+    if any(not ok and not _retried(failure) for ok, failure in verdicts):
+        diamonds.append((VERDICT_FAILED, "verdict: not retried (state · rule)"))
     if any(kind == "reaped" for kind, _, _ in kinds):
         diamonds.append((REAPED_COLOUR, "endpoint reaped (idle time)"))
     return states, diamonds

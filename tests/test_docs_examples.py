@@ -142,7 +142,9 @@ def make_examples(directory: Path) -> None:
 def canonical(directory: Path) -> dict[str, list[dict[str, Any]]]:
     """Every stream file's events as dicts, with ids and the volatile values numbered.
 
-    Event ids are dropped; each distinct endpoint id, job id and watcher becomes
+    Event ids and checksums (`_c`, over the volatile bytes too) are dropped; the store
+    verifies the checksums when the logs are read. Each distinct endpoint id, job id and
+    watcher becomes
     `<field-n>` in order of first appearance (across the files, sorted by name), wherever
     it occurs in the line.
     """
@@ -160,7 +162,7 @@ def canonical(directory: Path) -> dict[str, list[dict[str, Any]]]:
     pattern = re.compile("|".join(re.escape(v) for v in sorted(names, key=len, reverse=True)))
     out: dict[str, list[dict[str, Any]]] = {}
     for name, events in raw.items():
-        text = json.dumps([{k: v for k, v in e.items() if k != "id"} for e in events])
+        text = json.dumps([{k: v for k, v in e.items() if k not in ("id", "_c")} for e in events])
         out[name] = json.loads(pattern.sub(lambda m: names[m.group(0)], text) if names else text)
     return out
 

@@ -863,16 +863,20 @@ def test_regression_flashfsm_replay_of_a_log_too_deep_to_parse(flags: list[str])
 
 
 @_bug(DEEP_LINE, RecursionError)
-def test_regression_a_last_line_too_deep_to_parse_is_a_torn_line(tmp_path: Path) -> None:
+def test_regression_a_complete_last_line_too_deep_to_parse_is_corruption_not_cut(
+    tmp_path: Path,
+) -> None:
+    """A newline-terminated line was acknowledged: a reader never takes it for torn."""
     from flashfsm.adapters.jsonl import JsonlStore
 
-    stream, events, content = _log_with_a_deep_line("last")
-    assert _read_file(content) == events
+    stream, _, content = _log_with_a_deep_line("last")
+    with pytest.raises(CorruptLogError):
+        _read_file(content)
     store = JsonlStore(tmp_path, fsync=False)
     store.path_for(stream).write_bytes(content)
-    with pytest.warns(TornLineWarning):
-        assert store.read(stream) == events  # and the line is cut
-    assert store.path_for(stream).read_bytes() == log_bytes(events)
+    with pytest.raises(CorruptLogError):
+        store.read(stream)
+    assert store.path_for(stream).read_bytes() == content  # nothing cut
 
 
 @_bug(DEEP_LINE, RecursionError)

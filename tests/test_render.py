@@ -320,10 +320,10 @@ def test_the_legend_names_only_the_verdict_kinds_shown(run_store):
     store, _, streams = run_store
     success = render.svg(render.picture(store.read(streams[2])))
     assert "verdict: success" in success
-    assert "retriable failure" not in success and "job failed (state" not in success
+    assert "retriable failure" not in success and "not retried (state" not in success
     run = render.svg(render.picture(store.read(run_store[1]), store.read))
     assert "verdict: success" in run and "retriable failure" in run
-    assert "job failed (state" not in run
+    assert "not retried (state" not in run
 
 
 @pytest.mark.parametrize(

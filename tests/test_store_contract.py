@@ -41,7 +41,7 @@ from flashfsm.adapters.stores import (
     path_url,
     url_path,
 )
-from flashfsm.events.codec import encode
+from flashfsm.events.codec import encode, encode_sealed
 from flashfsm.events.errors import ConcurrencyError, CorruptLogError, DuplicateEventError
 from flashfsm.events.models import Event
 from flashfsm.events.store import EventStore, append_many
@@ -508,17 +508,21 @@ def _jsonl_with(tmp_path: Path, stream: str, count: int) -> tuple[JsonlStore, li
     return store, events, store.path_for(stream)
 
 
-def test_jsonl_a_torn_last_line_is_cut_on_read_and_the_log_replays(tmp_path):
+def test_jsonl_a_torn_last_line_is_ignored_by_a_read_and_cut_only_by_the_next_append(tmp_path):
     _, events, path = _jsonl_with(tmp_path, "job-1", 3)
     good = path.read_bytes()
-    torn = encode(make_event("job-1", 3))
+    torn = encode_sealed(make_event("job-1", 3))
     path.write_bytes(good + torn[: len(torn) // 2])  # the crash hit mid-write
     reopened = JsonlStore(tmp_path / "log")
-    with pytest.warns(TornLineWarning, match="line 4"):
-        assert reopened.read("job-1") == events
-    assert path.read_bytes() == good  # only the partial line is gone
+    for read in (reopened.read, lambda s: list(reopened.iter_read(s))):
+        with pytest.warns(TornLineWarning, match="line 4.*never changes the file"):
+            assert read("job-1") == events
+    assert path.read_bytes() == good + torn[: len(torn) // 2]  # a read cut nothing
     nxt = make_event("job-1", 3)
-    reopened.append("job-1", [nxt], 3)
+    cut = f"line 4 was torn .*[(]{len(torn) // 2} bytes, never acknowledged[)]; cut it"
+    with pytest.warns(TornLineWarning, match=cut):
+        reopened.append("job-1", [nxt], 3)
+    assert path.read_bytes() == good + encode_sealed(nxt) + b"\n"
     assert reopened.read("job-1") == [*events, nxt]
 
 
@@ -530,18 +534,40 @@ def test_jsonl_a_torn_last_line_is_cut_on_append(tmp_path):
     nxt = make_event("job-1", 2)
     with pytest.warns(TornLineWarning, match="line 3"):
         writer.append("job-1", [nxt], 2)
-    assert path.read_bytes() == good + encode(nxt) + b"\n"
+    assert path.read_bytes() == good + encode_sealed(nxt) + b"\n"
     assert JsonlStore(tmp_path / "log").read("job-1") == [*events, nxt]
 
 
-def test_jsonl_an_undecodable_last_line_counts_as_torn(tmp_path):
-    _, events, path = _jsonl_with(tmp_path, "job-1", 2)
-    good = path.read_bytes()
-    path.write_bytes(good + b"\x00\x00\x00\x00\n")  # zero-filled block after a crash
-    store = JsonlStore(tmp_path / "log")
-    with pytest.warns(TornLineWarning):
-        assert store.read("job-1") == events
-    assert path.read_bytes() == good
+@pytest.mark.parametrize(
+    "last",
+    [b"\x00\x00\x00\x00\n", b"{}\n", b"not json\n"],
+    ids=["zero-filled", "another object", "not json"],
+)
+def test_jsonl_an_undecodable_complete_last_line_is_corruption_and_never_cut(tmp_path, last):
+    store, _, path = _jsonl_with(tmp_path, "job-1", 2)
+    damaged = path.read_bytes() + last
+    path.write_bytes(damaged)
+    for read in (store.read, lambda s: list(store.iter_read(s))):
+        with pytest.raises(CorruptLogError, match="line 3 seq 2") as caught:
+            read("job-1")
+        assert caught.value.seq == 2 and caught.value.line == 3
+    with pytest.raises(CorruptLogError, match="line 3"):
+        read_jsonl_file(path)
+    writer = JsonlStore(tmp_path / "log")
+    with pytest.raises(CorruptLogError, match="line 3"):
+        writer.append("job-1", [make_event("job-1", 2)], 2)
+    assert path.read_bytes() == damaged  # neither a read nor a refused append cut it
+
+
+def test_jsonl_a_verdict_whose_newline_was_damaged_is_corruption_not_a_torn_line(tmp_path):
+    store, _, path = _jsonl_with(tmp_path, "job-1", 3)
+    damaged = path.read_bytes()[:-1] + b"\x0b"  # the last newline, one bit flipped
+    path.write_bytes(damaged)
+    with pytest.raises(CorruptLogError, match="newline is damaged"):
+        store.read("job-1")
+    with pytest.raises(CorruptLogError, match="newline is damaged"):
+        JsonlStore(tmp_path / "log").append("job-1", [make_event("job-1", 3)], 3)
+    assert path.read_bytes() == damaged
 
 
 def test_jsonl_a_corrupt_middle_line_raises_naming_the_line(tmp_path):

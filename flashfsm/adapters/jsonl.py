@@ -17,15 +17,23 @@ and writes the whole batch with one `write` on an `O_APPEND` descriptor, then `f
 (`fsync=True`, the default; `fsync=False` leaves the flush to the OS, which survives a
 process crash but not a power cut). A new file's directory entry is fsynced too.
 
-Readers take a shared `flock` on the stream's file, so they never see half a write in
-progress. What they can see is what a crash leaves: a last line with no newline, or one
-that is not JSON. That torn line is cut (the file truncated at its start) with a
-`TornLineWarning`: it was never acknowledged to its writer, so nothing that was is lost.
-Anything wrong before the last line is a `CorruptLogError` naming the file and line.
+Each line is sealed with the CRC-32 of its event's bytes (`codec.seal`: a last member
+`"_c":"<hex>"`); lines without one (written before checksums) still read, unchecked, and a
+store opened `strict=True` (or a read inside `codec.require_checksums()`) refuses them.
 
-A store opened `read_only=True` (what the CLI's read commands use) creates and changes
-nothing: a missing directory is `StoreNotFound` (it is not made), and a torn last line is
-ignored with a `TornLineWarning`, not cut.
+Readers take a shared `flock` on the stream's file, so they never see half a write in
+progress, and they never change a byte of any file. What a crash can leave is a torn
+append: a last fragment with no newline after it (an append writes its newline last). A
+read ignores it with a `TornLineWarning`; only a writer cuts it, under its locks, before
+its own append, with a `TornLineWarning` and a log line naming the file and the bytes cut:
+it was never acknowledged to its writer, so nothing that was is lost. Everything else is
+corruption, never cut and never skipped: a complete (newline-terminated) line that fails
+its checksum or does not decode, a line out of place, or a last fragment that holds a whole
+sealed event followed by other bytes (its newline was damaged) is a `CorruptLogError`
+naming the file, stream, line and seq, on every read; appends to that stream are refused.
+
+A store opened `read_only=True` (what the CLI's read commands use) creates nothing, not
+even the lock file: a missing directory is `StoreNotFound` (it is not made).
 
 A batch is atomic against other writers and against errors. Against a crash, a batch is
 all-or-nothing up to lines: a crash mid-write may keep a prefix of the batch's complete
@@ -40,6 +48,7 @@ store creates 0700.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -62,8 +71,22 @@ from flashfsm.adapters._files import (
 )
 from flashfsm.adapters.urls import path_url
 from flashfsm.errors import StoreNotFound
-from flashfsm.events.codec import CHUNK, decode_prefix, encode
-from flashfsm.events.errors import CorruptLogError, DuplicateEventError, StoreError
+from flashfsm.events.codec import (
+    CHUNK,
+    decode_sealed_prefix,
+    encode_sealed,
+    holds_seal,
+    is_sealed,
+    strict_mode,
+    unseal,
+)
+from flashfsm.events.errors import (
+    CorruptLogError,
+    DuplicateEventError,
+    EventDecodeError,
+    StoreError,
+    StoreFullError,
+)
 from flashfsm.events.models import Event
 from flashfsm.events.store import check_batch, first_misplaced
 
@@ -76,7 +99,12 @@ _HASHED = "%%"
 
 
 class TornLineWarning(RuntimeWarning):
-    """A JSONL log's last line was cut mid-write by a crash and has been dropped."""
+    """A JSONL log ends in a fragment a crash left mid-append: a read ignores it, a writer
+    cuts it."""
+
+
+#: errno values that mean the device (or the user's quota) is full.
+_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
 
 
 def stream_file_name(stream: str) -> str:
@@ -103,33 +131,34 @@ def _split(data: bytes) -> tuple[list[bytes], bytes]:
     return lines[:-1], lines[-1]
 
 
-def _is_json(line: bytes) -> bool:
-    """Whether `line` parses as JSON (nesting too deep to parse, "[[[[…", does not)."""
-    try:
-        json.loads(line)
-    except (ValueError, RecursionError):
-        return False
-    return True
+def _damaged_tail(tail: bytes) -> bool:
+    """Whether a last fragment (no newline after it) is damage rather than a torn append.
 
-
-def _trim_torn(lines: list[bytes], tail: bytes) -> tuple[list[bytes], int | None]:
-    """Drop a torn last line: bytes with no newline, else a last line that is not JSON.
-
-    Returns the good lines and the byte length they span when something was dropped.
+    A torn append is a prefix of one sealed line: it holds no whole seal, or it is a whole
+    sealed line whose newline had not been written. A fragment holding a whole seal with
+    other bytes after it had its newline changed: the event in it was complete.
     """
-    if tail:
-        return lines, sum(len(line) + 1 for line in lines)
-    if lines and not _is_json(lines[-1]):
-        kept = lines[:-1]
-        return kept, sum(len(line) + 1 for line in kept)
-    return lines, None
+    return holds_seal(tail) and not (is_sealed(tail) and not holds_seal(tail[:-1]))
+
+
+def _tail_error(tail: bytes, where: str, stream: str | None, line: int) -> CorruptLogError | None:
+    """The corruption a last fragment is, or None (no fragment, or a torn append)."""
+    if not tail or not _damaged_tail(tail):
+        return None
+    return CorruptLogError(
+        where,
+        stream or "?",
+        "the last line holds a whole event but its newline is damaged",
+        line=line,
+        seq=line - 1,
+    )
 
 
 def _decode_lines(
-    lines: Sequence[bytes], first_seq: int, where: str, stream: str | None
+    lines: Sequence[bytes], first_seq: int, where: str, stream: str | None, strict: bool = False
 ) -> list[Event]:
     """Decode lines holding seqs `first_seq`, … of `stream` (None: the first line's)."""
-    events, error = decode_prefix(lines)
+    events, error = decode_sealed_prefix(lines, strict=strict)
     if stream is None and events:
         stream = events[0].stream
     if events:
@@ -143,12 +172,13 @@ def _decode_lines(
                 f"holds stream {event.stream!r} seq {event.seq} where stream {stream!r} "
                 f"seq {seq} belongs",
                 line=seq + 1,
+                seq=seq,
             )
     if error is not None:
         seq = first_seq + len(events)
         if stream is None:  # not one event decoded: name the stream its file name says
             stream = _stream_of_name(Path(where).name) if where.endswith(SUFFIX) else None
-        raise CorruptLogError(where, stream or "?", str(error), line=seq + 1) from error
+        raise CorruptLogError(where, stream or "?", str(error), line=seq + 1, seq=seq) from error
     return events
 
 
@@ -166,7 +196,9 @@ def _envelopes(
         seq = first_seq + offset
         problem = None
         try:
-            raw = json.loads(line)
+            raw = json.loads(unseal(line))
+        except EventDecodeError as exc:  # the checksum does not match
+            raw, problem = None, str(exc).partition(": ")[2]
         except (ValueError, RecursionError):
             raw, problem = None, "not JSON"
         if problem is None and not isinstance(raw, dict):
@@ -183,13 +215,13 @@ def _envelopes(
             elif not isinstance(raw.get("id"), str):
                 problem = "the event has no id"
         if problem is not None:
-            return ids, stream, CorruptLogError(where, stream, problem, line=seq + 1)
+            return ids, stream, CorruptLogError(where, stream, problem, line=seq + 1, seq=seq)
         ids.append(raw["id"])
     return ids, stream, None
 
 
 def _warn_torn(path: Path, line: int, dropped: int, *, cut: bool) -> None:
-    action = "cut it" if cut else "ignoring it"
+    action = "cut it" if cut else "ignoring it (a read never changes the file)"
     message = (
         f"{path}: line {line} was torn by a crash during an append "
         f"({dropped} bytes, never acknowledged); {action}"
@@ -204,6 +236,8 @@ def _read_locked(path: Path, offset: int = 0) -> tuple[bytes, os.stat_result] | 
         f = open(path, "rb")  # noqa: SIM115 - closed below; the lock lives with the handle
     except FileNotFoundError:
         return None
+    except IsADirectoryError:
+        raise StoreError(f"{path} is a directory, not a stream's file") from None
     with f:
         if fcntl is not None:
             with contextlib.suppress(OSError):
@@ -214,21 +248,30 @@ def _read_locked(path: Path, offset: int = 0) -> tuple[bytes, os.stat_result] | 
         return f.read(), st
 
 
-def read_jsonl_file(path: str | os.PathLike[str]) -> list[Event]:
+def read_jsonl_file(path: str | os.PathLike[str], *, strict: bool = False) -> list[Event]:
     """Every event of one JSONL stream file; needs nothing but the file (post-mortems).
 
-    A torn last line is ignored with a `TornLineWarning` (the file is not modified);
-    anything else wrong raises `CorruptLogError` naming the file and line.
+    Checksums are verified (`strict`: every line must carry one). A torn last fragment is
+    ignored with a `TornLineWarning` (the file is never modified); anything else wrong
+    raises `CorruptLogError` naming the file, line and seq.
     """
     path = Path(path)
     loaded = _read_locked(path)
     if loaded is None:
         raise FileNotFoundError(path)
     lines, tail = _split(loaded[0])
-    good, cut = _trim_torn(lines, tail)
-    if cut is not None:
-        _warn_torn(path, len(good) + 1, len(loaded[0]) - cut, cut=False)
-    return _decode_lines(good, 0, str(path), None)
+    events = _decode_lines(lines, 0, str(path), None, strict or strict_mode())
+    _check_tail(path, tail, events[0].stream if events else None, len(lines))
+    return events
+
+
+def _check_tail(path: Path, tail: bytes, stream: str | None, lines: int) -> None:
+    """For a reader: raise when the last fragment is damage; warn when it is torn."""
+    error = _tail_error(tail, str(path), stream, lines + 1)
+    if error is not None:
+        raise error
+    if tail:
+        _warn_torn(path, lines + 1, len(tail), cut=False)
 
 
 # -- the store ------------------------------------------------------------------------------
@@ -252,13 +295,19 @@ class JsonlStore:
     """An event store of JSONL files in one directory, shared safely by threads and processes."""
 
     def __init__(
-        self, directory: str | os.PathLike[str], *, fsync: bool = True, read_only: bool = False
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        fsync: bool = True,
+        read_only: bool = False,
+        strict: bool = False,
     ):
         if fcntl is None:  # pragma: no cover - Windows
             raise StoreError("the JSONL store needs POSIX file locks (fcntl)")
         self.directory = Path(directory).expanduser().absolute()
         self.fsync = fsync
         self.read_only = read_only
+        self.strict = strict
         self._mutex = threading.Lock()
         self._files: dict[str, _FileState] = {}
         self._ids: dict[str, str] = {}  # event id -> file name
@@ -337,9 +386,10 @@ class JsonlStore:
             self._forget(name)
             return
         data, st = loaded
-        lines, tail = _split(data)
-        good, _ = _trim_torn(lines, tail)
+        good, tail = _split(data)
         ids, stream, state.corrupt = _envelopes(good, state.lines, str(path), state.stream)
+        if state.corrupt is None:
+            state.corrupt = _tail_error(tail, str(path), stream, state.lines + len(good) + 1)
         if state.corrupt is not None:
             # Only this stream's appends are refused; the other streams carry on.
             logger.warning("%s; appends to this stream are refused", state.corrupt)
@@ -359,7 +409,7 @@ class JsonlStore:
             raise StoreError(f"{self!r} was opened read-only")
         if not events:
             return
-        data = b"".join(encode(event) + b"\n" for event in events)
+        data = b"".join(encode_sealed(event) + b"\n" for event in events)
         name = stream_file_name(stream)
         path = self.directory / name
         with self._writer_lock():
@@ -371,27 +421,12 @@ class JsonlStore:
             for event in events:
                 if event.id in self._ids:
                     raise DuplicateEventError(stream, event.id)
-            created = create_private_file(path)
-            fd = os.open(path, os.O_RDWR | os.O_APPEND)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                st = os.fstat(fd)
-                if not created and (st.st_ino, st.st_size) != (state.ino, state.size):
-                    raise StoreError(
-                        f"{path} changed while this writer held the store's lock; "
-                        "is something else writing to it?"
-                    )
-                if st.st_size > state.offset:  # a torn line a crash left: cut it first
-                    os.ftruncate(fd, state.offset)
-                    _warn_torn(path, state.lines + 1, st.st_size - state.offset, cut=True)
-                self._write(fd, data, state.offset)
-                if self.fsync:
-                    fsync_fd(fd)
-                    if created:
-                        fsync_dir(self.directory)
-                st = os.fstat(fd)
-            finally:
-                os.close(fd)
+                st = self._append_locked(path, state, data)
+            except OSError as exc:
+                if exc.errno in _FULL:
+                    raise StoreFullError(str(path), stream) from None
+                raise
             state.ino, state.size, state.mtime_ns = st.st_ino, st.st_size, st.st_mtime_ns
             state.offset += len(data)
             state.lines += len(events)
@@ -401,47 +436,47 @@ class JsonlStore:
             self._ids.update(dict.fromkeys(ids, name))
             self._files[name] = state
 
-    @staticmethod
-    def _write(fd: int, data: bytes, offset: int) -> None:
-        """Write all of `data`; on an error, cut the file back to `offset` and raise."""
-        try:
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, offset)
-            raise
+    def _append_locked(self, path: Path, state: _FileState, data: bytes) -> os.stat_result:
+        """Write a batch at the end of `path` (under the writer locks); its new stat.
 
-    def _repair(self, stream: str, line: int, dropped: int) -> None:
-        """Cut a torn last line of `stream`'s file (under the writer locks); read-only, say
-        it is ignored (line `line`, `dropped` bytes) and leave the file alone."""
-        path = self.path_for(stream)
-        if self.read_only:
-            _warn_torn(path, line, dropped, cut=False)
-            return
+        The one place a torn fragment is cut: after the last good line, only when the index
+        (`_scan`) found no damage. On any error (a full disk) the file is cut back to its
+        last good line and the error raised: nothing of the batch stays.
+        """
+        created = create_private_file(path)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND)
         try:
-            with self._writer_lock():
-                fd = os.open(path, os.O_RDWR)
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX)
-                    size = os.fstat(fd).st_size
-                    with open(fd, "rb", closefd=False) as f:
-                        data = f.read()
-                    lines, tail = _split(data)
-                    good, cut = _trim_torn(lines, tail)
-                    if cut is not None:
-                        os.ftruncate(fd, cut)
-                        if self.fsync:
-                            fsync_fd(fd)
-                        _warn_torn(path, len(good) + 1, size - cut, cut=True)
-                finally:
-                    os.close(fd)
-        except OSError as exc:  # a read-only copy, or the file is gone: leave it alone
-            message = f"{path}: a torn last line is ignored, it cannot be cut ({exc})"
-            logger.warning("%s", message)
-            warnings.warn(message, TornLineWarning, stacklevel=3)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            st = os.fstat(fd)
+            if not created and (st.st_ino, st.st_size) != (state.ino, state.size):
+                raise StoreError(
+                    f"{path} changed while this writer held the store's lock; "
+                    "is something else writing to it?"
+                )
+            if st.st_size > state.offset:  # a torn append a crash left: cut it first
+                os.ftruncate(fd, state.offset)
+                _warn_torn(path, state.lines + 1, st.st_size - state.offset, cut=True)
+            try:
+                self._write(fd, data)
+                if self.fsync:
+                    fsync_fd(fd)
+                    if created:
+                        fsync_dir(self.directory)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, state.offset)
+                raise
+            return os.fstat(fd)
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _write(fd: int, data: bytes) -> None:
+        """Write all of `data` (a short write is continued)."""
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
 
     # -- reading -----------------------------------------------------------------------
 
@@ -451,13 +486,14 @@ class JsonlStore:
         loaded = _read_locked(path)
         if loaded is None:
             return []
-        lines, tail = _split(loaded[0])
-        good, cut = _trim_torn(lines, tail)
+        good, tail = _split(loaded[0])
         start = 0 if after is None else max(0, after + 1)
-        events = _decode_lines(good[start:], start, str(path), stream)
-        if cut is not None:
-            self._repair(stream, len(good) + 1, len(loaded[0]) - cut)
+        events = _decode_lines(good[start:], start, str(path), stream, self._strict())
+        _check_tail(path, tail, stream, len(good))
         return events
+
+    def _strict(self) -> bool:
+        return self.strict or strict_mode()
 
     def iter_read(self, stream: str, after: int | None = None) -> Iterator[Event]:
         """`read`, decoded lazily `CHUNK` lines at a time (what a replay wants).
@@ -469,20 +505,19 @@ class JsonlStore:
         if loaded is None:
             return
         data, st = loaded
-        lines, tail = _split(data)
+        good, tail = _split(data)
         del data
-        good, cut = _trim_torn(lines, tail)
         start = 0 if after is None else max(0, after + 1)
+        strict = self._strict()
         ids: list[str] = []
         for first in range(start, len(good), CHUNK):
-            events = _decode_lines(good[first : first + CHUNK], first, str(path), stream)
+            events = _decode_lines(good[first : first + CHUNK], first, str(path), stream, strict)
             if start == 0:
                 ids.extend([event.id for event in events])
             yield from events
-        if start == 0:
+        _check_tail(path, tail, stream, len(good))
+        if start == 0 and not tail:
             self._prime(path.name, stream, st, good, ids)
-        if cut is not None:
-            self._repair(stream, len(good) + 1, st.st_size - cut)
 
     def _prime(
         self, name: str, stream: str, st: os.stat_result, good: list[bytes], ids: list[str]
@@ -560,10 +595,14 @@ class JsonlStore:
                 continue
             batch: list[Event] = []
             if loaded is not None:
-                lines, tail = _split(loaded[0])
-                good, _ = _trim_torn(lines, tail)
+                good, tail = _split(loaded[0])
                 skip = min(len(good), max(0, last + 1 - lines_seen))  # already seen or before
-                batch = _decode_lines(good[skip:], lines_seen + skip, str(path), stream)
+                batch = _decode_lines(
+                    good[skip:], lines_seen + skip, str(path), stream, self._strict()
+                )
+                error = _tail_error(tail, str(path), stream, lines_seen + len(good) + 1)
+                if error is not None:
+                    raise error
                 offset += sum(len(line) + 1 for line in good)
                 lines_seen += len(good)
             fresh = [event for event in batch if event.seq > last]

@@ -1,8 +1,12 @@
 """The PostgreSQL event store: one log shared by many orchestrator replicas.
 
-Theory of operation. The schema is SQLite's (`stream, seq, id, at, kind, body`, primary key
-`(stream, seq)`, unique `id`); `body` is TEXT holding the codec's exact JSON line, so a read
-decodes what was written byte for byte, and `body::jsonb` still works for ad-hoc queries.
+Theory of operation. The schema is SQLite's (`stream, seq, id, at, kind, body, checksum`,
+primary key `(stream, seq)`, unique `id`); `body` is TEXT holding the codec's exact JSON
+line, so a read decodes what was written byte for byte, and `body::jsonb` still works for
+ad-hoc queries. `checksum` is the CRC-32 of the body's UTF-8 bytes, verified on every read
+(a mismatch is a `CorruptLogError`); a table made before checksums gets the column when a
+writer opens it (`ADD COLUMN IF NOT EXISTS`), and its old rows (NULL) read unchecked unless
+the store is strict. A full disk (`DiskFull`) makes an append a `StoreFullError`.
 
 An append is one transaction on a pooled connection: it takes a transaction-scoped
 advisory lock on (table, stream), so appends to one stream queue up while appends to
@@ -23,8 +27,10 @@ One store object per process: a connection pool does not survive a fork.
 
 Read-only (`read_only=True`, what the CLI's read commands use): the table is not created; a
 missing table is `StoreNotFound`, and `append` refuses. A server that cannot be reached
-within `connect_timeout_s` is a `StoreError` naming the host and database (never the
-password).
+within the connect timeout is a `StoreError` naming the host and database (never the
+password). The timeout is the URL's `connect_timeout=N` (libpq's own parameter, seconds),
+else `connect_timeout_s`, else 10 s; every connection is opened with it, so an unreachable
+host never hangs a process.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import re
 import threading
 import time
 import weakref
+import zlib
 from collections.abc import Iterator, Sequence
 
 import psycopg
@@ -42,13 +49,15 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from flashfsm.adapters.urls import hide_url_secrets
 from flashfsm.errors import StoreNotFound
-from flashfsm.events.codec import decode_many, encode
+from flashfsm.events.codec import decode_many, encode, strict_mode
 from flashfsm.events.errors import (
     ConcurrencyError,
     CorruptLogError,
     DuplicateEventError,
     StoreError,
+    StoreFullError,
 )
 from flashfsm.events.models import Event
 from flashfsm.events.store import check_batch
@@ -56,6 +65,7 @@ from flashfsm.events.store import check_batch
 logger = logging.getLogger(__name__)
 
 DEFAULT_TABLE = "flashfsm_events"
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
 _TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,49}$")
 
 
@@ -69,8 +79,9 @@ class PostgresStore:
         table: str = DEFAULT_TABLE,
         pool_size: int = 4,
         fallback_s: float = 5.0,
-        connect_timeout_s: float = 30.0,
+        connect_timeout_s: float | None = None,
         read_only: bool = False,
+        strict: bool = False,
     ):
         if not _TABLE_NAME.match(table):
             raise ValueError(
@@ -82,16 +93,18 @@ class PostgresStore:
         self.channel = f"{table}_appended"
         self.fallback_s = fallback_s
         self.read_only = read_only
+        self.strict = strict
+        self._checksum = sql.SQL("checksum")  # NULL for a table made before checksums
         self._t = sql.Identifier(table)
         self._followers: weakref.WeakSet[psycopg.Connection] = weakref.WeakSet()
         self._followers_lock = threading.Lock()
-        if read_only:
-            self._probe(connect_timeout_s)
+        connect_timeout_s, self._connect_kwargs = _connect_timeout(dsn, connect_timeout_s)
+        self._probe(connect_timeout_s)
         self._pool = ConnectionPool(
             dsn,
             min_size=1,
             max_size=max(1, pool_size),
-            kwargs={"autocommit": True},
+            kwargs={"autocommit": True, **self._connect_kwargs},
             open=True,
             name=f"flashfsm-{table}",
         )
@@ -131,13 +144,15 @@ class PostgresStore:
         return f"postgres {host}{port}/{info.get('dbname') or ''} table {self.table}"
 
     def _probe(self, timeout_s: float) -> None:
-        """Fail fast, in one line, when the server cannot be reached (a reader does not wait
-        for the pool's retries)."""
+        """Fail fast, in one line, when the server cannot be reached (nobody waits for the
+        pool's retries)."""
         try:
             psycopg.connect(self.dsn, connect_timeout=max(1, round(timeout_s))).close()
         except psycopg.Error as exc:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise StoreError(f"cannot connect to {self.where}: {reason}") from None
+            raise StoreError(
+                f"cannot connect to {self.where}: {hide_url_secrets(reason, self.dsn)}"
+            ) from None
 
     def _check_table(self) -> None:
         """A read-only store's table exists (it is never created here)."""
@@ -146,6 +161,14 @@ class PostgresStore:
             (found,) = conn.execute("SELECT to_regclass(%s)", (quoted,)).fetchone()  # type: ignore[misc]
         if found is None:
             raise StoreNotFound(self.where, "flashfsm store")
+        with self._pool.connection() as conn:
+            has_checksum = conn.execute(
+                "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) "
+                "AND attname = 'checksum' AND NOT attisdropped",
+                (quoted,),
+            ).fetchone()
+        if has_checksum is None:
+            self._checksum = sql.SQL("NULL")
 
     def _create_table(self) -> None:
         ddl = sql.SQL(
@@ -156,6 +179,7 @@ class PostgresStore:
                 at DOUBLE PRECISION NOT NULL,
                 kind TEXT NOT NULL,
                 body TEXT NOT NULL,
+                checksum BIGINT,
                 CONSTRAINT {pkey} PRIMARY KEY (stream, seq),
                 CONSTRAINT {idkey} UNIQUE (id)
             )"""
@@ -168,6 +192,11 @@ class PostgresStore:
             # Two processes creating the table at once would race in the catalog.
             conn.execute("SELECT pg_advisory_xact_lock(hashtext('flashfsm schema'))")
             conn.execute(ddl)
+            conn.execute(
+                sql.SQL("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS checksum BIGINT").format(
+                    t=self._t
+                )
+            )
 
     # -- the protocol ------------------------------------------------------------------
 
@@ -177,20 +206,22 @@ class PostgresStore:
             raise StoreError(f"{self!r} was opened read-only")
         if not events:
             return
+        bodies = [encode(e) for e in events]
         columns = (
             [e.seq for e in events],
             [e.id for e in events],
             [e.at for e in events],
             [e.kind for e in events],
-            [encode(e).decode() for e in events],
+            [body.decode() for body in bodies],
+            [zlib.crc32(body) for body in bodies],
         )
         # One statement inserts the whole batch (arrays, not one round trip per row) and
         # queues the notification, which the server delivers only at commit.
         insert = sql.SQL(
             "WITH appended AS ("
-            " INSERT INTO {t} (stream, seq, id, at, kind, body)"
+            " INSERT INTO {t} (stream, seq, id, at, kind, body, checksum)"
             " SELECT %s, * FROM unnest(%s::bigint[], %s::text[], %s::float8[], %s::text[],"
-            " %s::text[]))"
+            " %s::text[], %s::bigint[]))"
             " SELECT pg_notify(%s, %s)"
         ).format(t=self._t)
         with self._pool.connection() as conn:
@@ -208,6 +239,8 @@ class PostgresStore:
                     conn.execute(insert, (stream, *columns, self.channel, stream))
             except psycopg.errors.UniqueViolation as exc:
                 raise self._unique_error(conn, exc, stream, events, expected_seq) from None
+            except psycopg.errors.DiskFull:
+                raise StoreFullError(self.where, stream, "the server's disk is full") from None
 
     def _unique_error(
         self,
@@ -230,20 +263,40 @@ class PostgresStore:
         return ConcurrencyError(stream, expected_seq, 0 if last is None else last + 1)
 
     def read(self, stream: str, after: int | None = None) -> list[Event]:
-        """The stream's events with seq > `after` (all when None), in seq order."""
+        """The stream's events with seq > `after` (all when None), in seq order.
+
+        Each row's checksum is verified; a mismatch is a `CorruptLogError`.
+        """
         with self._pool.connection() as conn:
             rows = conn.execute(
                 sql.SQL(
-                    "SELECT seq, body FROM {t} WHERE stream = %s AND seq > %s ORDER BY seq"
-                ).format(t=self._t),
+                    "SELECT seq, body, {c} FROM {t} WHERE stream = %s AND seq > %s ORDER BY seq"
+                ).format(t=self._t, c=self._checksum),
                 (stream, -1 if after is None else after),
             ).fetchall()
         return self._decode(stream, rows)
 
-    def _decode(self, stream: str, rows: list[tuple[int, str]]) -> list[Event]:
+    def _decode(self, stream: str, rows: list[tuple[int, str, int | None]]) -> list[Event]:
+        strict = self.strict or strict_mode()
+        for seq, body, expected in rows:
+            if expected is None:
+                if strict:
+                    raise CorruptLogError(
+                        f"postgres table {self.table}",
+                        stream,
+                        "the row carries no checksum (strict mode requires one)",
+                        seq=seq,
+                    )
+            elif zlib.crc32(body.encode("utf-8", "surrogatepass")) != expected:
+                raise CorruptLogError(
+                    f"postgres table {self.table}",
+                    stream,
+                    "checksum mismatch: the row's body is not the text that was written",
+                    seq=seq,
+                )
         events: list[Event] = []
         try:
-            for event in decode_many(body for _, body in rows):
+            for event in decode_many(body for _, body, _ in rows):
                 if event.seq != rows[len(events)][0] or event.stream != stream:
                     raise ValueError(
                         f"the body says stream {event.stream!r} seq {event.seq}, not the row's"
@@ -291,10 +344,14 @@ class PostgresStore:
 
     def _listen(self) -> psycopg.Connection | None:
         try:
-            conn = psycopg.connect(self.dsn, autocommit=True)
+            conn = psycopg.connect(self.dsn, autocommit=True, **self._connect_kwargs)
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
         except psycopg.Error as exc:
-            logger.warning("%r: cannot LISTEN (%s); polling the table", self, exc)
+            logger.warning(
+                "%r: cannot LISTEN (%s); polling the table",
+                self,
+                hide_url_secrets(str(exc), self.dsn),
+            )
             return None
         with self._followers_lock:
             self._followers.add(conn)
@@ -309,7 +366,11 @@ class PostgresStore:
                     if note.payload == stream:
                         return True
         except psycopg.Error as exc:
-            logger.warning("%r: listening connection lost (%s); reconnecting", self, exc)
+            logger.warning(
+                "%r: listening connection lost (%s); reconnecting",
+                self,
+                hide_url_secrets(str(exc), self.dsn),
+            )
             return False
         return True
 
@@ -327,3 +388,25 @@ class PostgresStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _connect_timeout(dsn: str, given: float | None) -> tuple[float, dict[str, int]]:
+    """The connect timeout to wait for a server, and the connection kwargs that set it.
+
+    The DSN's `connect_timeout` wins (libpq applies it to every connection itself); else
+    `given`, else `DEFAULT_CONNECT_TIMEOUT_S`, passed to every connection as a kwarg.
+    """
+    try:
+        info = conninfo_to_dict(dsn)
+    except psycopg.Error:
+        info = {}
+    raw = info.get("connect_timeout")
+    if raw not in (None, ""):
+        try:
+            seconds = float(raw)
+        except ValueError:
+            raise ValueError(f"connect_timeout={raw!r} is not a number of seconds") from None
+        if seconds > 0:  # libpq: 0 or less waits forever; we wait the default instead
+            return seconds, {}
+    seconds = DEFAULT_CONNECT_TIMEOUT_S if given is None else given
+    return seconds, {"connect_timeout": max(1, round(seconds))}

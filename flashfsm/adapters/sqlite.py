@@ -2,9 +2,16 @@
 
 Theory of operation. One table holds every stream:
 
-    events(stream, seq, id UNIQUE, at, kind, body, PRIMARY KEY (stream, seq)) WITHOUT ROWID
+    events(stream, seq, id UNIQUE, at, kind, body, checksum, PRIMARY KEY (stream, seq))
+    WITHOUT ROWID
 
-`body` is the codec's exact JSON line, so a read decodes the bytes it stored. The primary
+`body` is the codec's exact JSON line, so a read decodes the bytes it stored, and
+`checksum` its CRC-32 (`codec.checksum`), verified on every read: a row whose body or
+checksum was changed is a `CorruptLogError` naming the file, stream and seq. Schema
+version 2 (`PRAGMA user_version`) added the column; opening a version-1 file to write adds
+it (`ALTER TABLE`), and its old rows, whose checksum is NULL, read unchecked (a store
+opened `strict=True`, or a read inside `codec.require_checksums()`, refuses them). A
+read-only open of a version-1 file changes nothing and reads every row unchecked. The primary
 key clusters a stream's rows together; the unique id index is cheap because ids are
 time-ordered (they land at the right end of the b-tree).
 
@@ -27,6 +34,9 @@ process that forks gets a fresh pool (connections never cross a fork). The datab
 is created 0600, missing parent directories 0700; SQLite gives its `-wal` and `-shm`
 files the database file's mode.
 
+A full disk (SQLITE_FULL, or an OSError ENOSPC) makes an append raise `StoreFullError`
+naming the file; the transaction is rolled back, so nothing of the batch is stored.
+
 Read-only (`read_only=True`, what the CLI's read commands use): nothing is created or
 changed. A missing file is `StoreNotFound`; a file that is not a flashfsm store is a
 `StoreError` naming it. A WAL reader, even one opened `mode=ro`, creates the `-wal` and
@@ -40,6 +50,7 @@ a writer is about and a plain `mode=ro` connection joins it without creating a f
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sqlite3
 import threading
@@ -52,17 +63,26 @@ from urllib.parse import quote
 from flashfsm.adapters._files import create_private_file, make_private_dirs
 from flashfsm.adapters.urls import path_url
 from flashfsm.errors import StoreNotFound
-from flashfsm.events.codec import CHUNK, decode_prefix, encode, gc_paused
+from flashfsm.events.codec import (
+    CHUNK,
+    checksum,
+    decode_prefix,
+    encode,
+    gc_paused,
+    strict_mode,
+    verify_bodies,
+)
 from flashfsm.events.errors import (
     ConcurrencyError,
     CorruptLogError,
     DuplicateEventError,
     StoreError,
+    StoreFullError,
 )
 from flashfsm.events.models import Event
 from flashfsm.events.store import check_batch, first_misplaced, follow_by_polling
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -72,11 +92,33 @@ CREATE TABLE IF NOT EXISTS events (
     at REAL NOT NULL,
     kind TEXT NOT NULL,
     body BLOB NOT NULL,
+    checksum INTEGER,
     PRIMARY KEY (stream, seq)
 ) WITHOUT ROWID
 """
 
-_INSERT = "INSERT INTO events (stream, seq, id, at, kind, body) VALUES (?, ?, ?, ?, ?, ?)"
+_INSERT = (
+    "INSERT INTO events (stream, seq, id, at, kind, body, checksum) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+_SELECT = "SELECT seq, body, {} FROM events WHERE stream = ? AND seq > ? ORDER BY seq"
+
+Row = tuple[int, bytes, "int | None"]
+
+
+def _row(stream: str, event: Event) -> tuple[str, int, str, float, str, bytes, int]:
+    body = encode(event)
+    return (stream, event.seq, event.id, event.at, event.kind, body, checksum(body))
+
+
+def _is_full(exc: BaseException) -> bool:
+    """Whether an error raised by an append means the disk (or the database) is full."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+    if isinstance(exc, sqlite3.OperationalError):
+        code = getattr(exc, "sqlite_errorcode", None)
+        return code == sqlite3.SQLITE_FULL or "database or disk is full" in str(exc)
+    return False
+
 
 _T = TypeVar("_T")
 
@@ -95,8 +137,11 @@ class SqliteStore:
         durable: bool = True,
         busy_timeout_s: float = 30.0,
         read_only: bool = False,
+        strict: bool = False,
     ):
         self.path = Path(path).expanduser().absolute()
+        self.strict = strict
+        self._checksum_column = "checksum"  # "NULL" for a version-1 file opened read-only
         self.durable = durable
         self.busy_timeout_s = busy_timeout_s
         self.read_only = read_only
@@ -188,8 +233,13 @@ class SqliteStore:
             if version < SCHEMA_VERSION:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
-                    conn.execute(_SCHEMA)
-                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                    # Re-read under the write lock: another process may have migrated it.
+                    version = conn.execute("PRAGMA user_version").fetchone()[0]
+                    if version == 1:
+                        conn.execute("ALTER TABLE events ADD COLUMN checksum INTEGER")
+                    elif version == 0:
+                        conn.execute(_SCHEMA)
+                    conn.execute(f"PRAGMA user_version = {max(version, SCHEMA_VERSION)}")
                     conn.execute("COMMIT")
                 except BaseException:
                     conn.execute("ROLLBACK")
@@ -216,6 +266,8 @@ class SqliteStore:
             )
         if tables and "events" not in tables:
             raise StoreError(f"{self.path} is an SQLite database, but not a flashfsm store")
+        if version < 2:
+            self._checksum_column = "NULL"  # written before checksums: read unchecked
 
     def _quiet(self) -> tuple[int, int, int] | None:
         """The file's identity when no connection has anything outside it (no `-wal` and no
@@ -252,12 +304,12 @@ class SqliteStore:
                 return result
         raise AssertionError("unreachable: the last try is a plain read-only connection")
 
-    def _read_only_rows(self, stream: str, after: int | None) -> list[tuple[int, bytes]]:
-        def rows(conn: sqlite3.Connection) -> list[tuple[int, bytes]]:
+    def _read_only_rows(self, stream: str, after: int | None) -> list[Row]:
+        def rows(conn: sqlite3.Connection) -> list[Row]:
             try:
                 with gc_paused():
                     return conn.execute(
-                        "SELECT seq, body FROM events WHERE stream = ? AND seq > ? ORDER BY seq",
+                        _SELECT.format(self._checksum_column),
                         (stream, -1 if after is None else after),
                     ).fetchall()
             except sqlite3.OperationalError as exc:
@@ -278,10 +330,10 @@ class SqliteStore:
         self._refuse_write()
         if not events:
             return
-        rows = [(stream, e.seq, e.id, e.at, e.kind, encode(e)) for e in events]
+        rows = [_row(stream, e) for e in events]
         with self._connection() as conn:
-            conn.execute("BEGIN IMMEDIATE")
             try:
+                conn.execute("BEGIN IMMEDIATE")
                 (last,) = conn.execute(
                     "SELECT max(seq) FROM events WHERE stream = ?", (stream,)
                 ).fetchone()
@@ -291,10 +343,18 @@ class SqliteStore:
                 except sqlite3.IntegrityError as exc:
                     raise self._integrity_error(conn, stream, events, expected_seq) from exc
                 conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+            except BaseException as exc:
+                self._rollback(conn)
+                if _is_full(exc):
+                    raise StoreFullError(str(self.path), stream, "the disk is full") from None
                 raise
+
+    @staticmethod
+    def _rollback(conn: sqlite3.Connection) -> None:
+        """Roll back what is open (SQLite may already have, on a full disk)."""
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
 
     def append_many(
         self, batches: Sequence[tuple[str, Sequence[Event], int]]
@@ -309,8 +369,8 @@ class SqliteStore:
         if not batches:
             return outcomes
         with self._connection() as conn:
-            conn.execute("BEGIN IMMEDIATE")
             try:
+                conn.execute("BEGIN IMMEDIATE")
                 fast = self._append_all_in(conn, batches)
                 if fast is not None:
                     outcomes = fast
@@ -318,9 +378,11 @@ class SqliteStore:
                     for stream, events, expected_seq in batches:
                         outcomes.append(self._append_in(conn, stream, events, expected_seq))
                 conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+            except BaseException as exc:
+                self._rollback(conn)
+                if _is_full(exc):
+                    streams = ", ".join(sorted({stream for stream, _, _ in batches}))
+                    raise StoreFullError(str(self.path), streams, "the disk is full") from None
                 raise
         return outcomes
 
@@ -348,7 +410,7 @@ class SqliteStore:
                 )
             )
         outcomes: list[StoreError | ValueError | None] = []
-        rows: list[tuple[str, int, str, float, str, bytes]] = []
+        rows: list[tuple[str, int, str, float, str, bytes, int]] = []
         for stream, events, expected_seq in batches:
             if not events:
                 outcomes.append(None)
@@ -358,7 +420,7 @@ class SqliteStore:
             except (StoreError, ValueError) as error:
                 outcomes.append(error)
                 continue
-            rows.extend((stream, e.seq, e.id, e.at, e.kind, encode(e)) for e in events)
+            rows.extend(_row(stream, e) for e in events)
             next_seq[stream] = expected_seq + len(events)
             outcomes.append(None)
         conn.execute("SAVEPOINT group_insert")
@@ -382,7 +444,7 @@ class SqliteStore:
                 "SELECT max(seq) FROM events WHERE stream = ?", (stream,)
             ).fetchone()
             check_batch(stream, events, expected_seq, 0 if last is None else last + 1)
-            rows = [(stream, e.seq, e.id, e.at, e.kind, encode(e)) for e in events]
+            rows = [_row(stream, e) for e in events]
             try:
                 conn.executemany(_INSERT, rows)
             except sqlite3.IntegrityError:
@@ -410,18 +472,19 @@ class SqliteStore:
         (last,) = conn.execute("SELECT max(seq) FROM events WHERE stream = ?", (stream,)).fetchone()
         return ConcurrencyError(stream, expected_seq, 0 if last is None else last + 1)
 
-    def _rows(self, stream: str, after: int | None) -> list[tuple[int, bytes]]:
+    def _rows(self, stream: str, after: int | None) -> list[Row]:
         if self.read_only:
             return self._read_only_rows(stream, after)
         with gc_paused(), self._connection() as conn:  # fresh row tuples hold no cycles
             return conn.execute(
-                "SELECT seq, body FROM events WHERE stream = ? AND seq > ? ORDER BY seq",
-                (stream, -1 if after is None else after),
+                _SELECT.format(self._checksum_column), (stream, -1 if after is None else after)
             ).fetchall()
 
-    def _decode_rows(self, stream: str, rows: list[tuple[int, bytes]]) -> list[Event]:
-        events, error = decode_prefix([body for _, body in rows])
-        seqs = [seq for seq, _ in rows]
+    def _decode_rows(self, stream: str, rows: list[Row], strict: bool) -> list[Event]:
+        seqs, bodies, sums = zip(*rows, strict=True) if rows else ((), (), ())
+        bad_sum = verify_bodies(bodies, sums, strict=strict)
+        checked = bodies if bad_sum is None else bodies[:bad_sum]
+        events, error = decode_prefix(checked)
         bad = first_misplaced(events, seqs, stream)
         if bad is not None:
             event = events[bad]
@@ -435,11 +498,24 @@ class SqliteStore:
             raise CorruptLogError(
                 f"sqlite file {self.path}", stream, str(error), seq=seqs[len(events)]
             ) from error
+        if bad_sum is not None:
+            problem = (
+                "the row carries no checksum (strict mode requires one)"
+                if sums[bad_sum] is None
+                else "checksum mismatch: the row's body is not the bytes that were written"
+            )
+            raise CorruptLogError(f"sqlite file {self.path}", stream, problem, seq=seqs[bad_sum])
         return events
 
+    def _strict(self) -> bool:
+        return self.strict or strict_mode()
+
     def read(self, stream: str, after: int | None = None) -> list[Event]:
-        """The stream's events with seq > `after` (all when None), in seq order."""
-        return self._decode_rows(stream, self._rows(stream, after))
+        """The stream's events with seq > `after` (all when None), in seq order.
+
+        Each row's checksum is verified; a mismatch is a `CorruptLogError`.
+        """
+        return self._decode_rows(stream, self._rows(stream, after), self._strict())
 
     def iter_read(self, stream: str, after: int | None = None) -> Iterator[Event]:
         """`read`, fetched and decoded lazily `CHUNK` rows at a time (what a replay wants).
@@ -451,10 +527,10 @@ class SqliteStore:
         if self.read_only:
             yield from self.read(stream, after)
             return
+        strict = self._strict()
         with self._connection() as conn:
             cursor = conn.execute(
-                "SELECT seq, body FROM events WHERE stream = ? AND seq > ? ORDER BY seq",
-                (stream, -1 if after is None else after),
+                _SELECT.format(self._checksum_column), (stream, -1 if after is None else after)
             )
             try:
                 while True:
@@ -462,7 +538,7 @@ class SqliteStore:
                         rows = cursor.fetchmany(CHUNK)
                     if not rows:
                         return
-                    yield from self._decode_rows(stream, rows)
+                    yield from self._decode_rows(stream, rows, strict)
             finally:
                 cursor.close()
 

@@ -8,12 +8,17 @@ Store URLs (`open_store`):
   SQLAlchemy spelling of an absolute path) names the same file. A relative path has no
   slashes after the colon: `sqlite:events.db`, `sqlite:./logs/events.db` (relative to the
   working directory), `sqlite:~/flashfsm/events.db` (relative to the home directory).
-  Query parameters: `durable=false` (see `SqliteStore`), `busy_timeout_s=30`.
+  Query parameters: `durable=false` (see `SqliteStore`), `busy_timeout_s=30`,
+  `strict=true` (every event read must carry a checksum; see below).
 - `jsonl:///abs/dir`, `jsonl:relative/dir`, `jsonl:~/dir` – a directory of JSONL files,
-  one per stream. Query parameter: `fsync=false` (see `JsonlStore`).
+  one per stream. Query parameters: `fsync=false` (see `JsonlStore`), `strict=true`.
 - `postgresql://user@host:5432/db` or `postgres://…` – a PostgreSQL database (needs the
-  `postgres` extra). Query parameters `table=` and `pool_size=` are the store's own; every
-  other one goes to libpq (`sslmode=require`, `connect_timeout=5`, …).
+  `postgres` extra). Query parameters `table=`, `pool_size=` and `strict=` are the store's
+  own; every other one goes to libpq (`sslmode=require`, `connect_timeout=5`, …).
+
+Every durable store keeps a CRC-32 of each event's bytes and verifies it on every read
+(a mismatch is `CorruptLogError`); events written before checksums read unchecked, unless
+the store is `strict`.
 
 `open_store(url, read_only=True)` opens a store only to read it: nothing is created or
 changed, and a store that does not exist is `StoreNotFound` (a mistyped path is an error,
@@ -23,18 +28,22 @@ Characters that are special in URLs are percent-encoded in paths (`%20` for a sp
 `default_store_url()` is `$FLASHFSM_STORE` when set, else a SQLite file in the user's data
 directory. `copy_streams(src, dst)` copies streams between any two stores keeping stream
 names, seqs and event ids (a source given as a URL is opened read-only); copying one
-stream into a `jsonl:` store is how a log is exported to one portable file.
+stream into a `jsonl:` store is how a log is exported to one portable file. The source's
+checksums are verified as it is read (`strict=True`: every event must carry one), and the
+destination stores each event with a fresh checksum of the same bytes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from flashfsm.adapters.urls import path_url, url_path
+from flashfsm.adapters.urls import display_url, path_url, url_path
+from flashfsm.events.codec import require_checksums
 from flashfsm.events.store import EventStore
 
 ENV_VAR = "FLASHFSM_STORE"
@@ -55,12 +64,12 @@ def _flag(url: str, params: dict[str, str], name: str, default: bool) -> bool:
         return True
     if value.lower() in _FALSE:
         return False
-    raise ValueError(f"{url!r}: {name}={value!r} is not a boolean")
+    raise ValueError(f"{display_url(url)!r}: {name}={value!r} is not a boolean")
 
 
 def _no_more(url: str, params: dict[str, str]) -> None:
     if params:
-        raise ValueError(f"{url!r}: unknown parameter(s) {', '.join(sorted(params))}")
+        raise ValueError(f"{display_url(url)!r}: unknown parameter(s) {', '.join(sorted(params))}")
 
 
 def _memory(url: str, read_only: bool) -> EventStore:
@@ -75,8 +84,11 @@ def _sqlite(url: str, read_only: bool) -> EventStore:
     params = _query(url)
     durable = _flag(url, params, "durable", True)
     busy = float(params.pop("busy_timeout_s", 30.0))
+    strict = _flag(url, params, "strict", False)
     _no_more(url, params)
-    return SqliteStore(url_path(url), durable=durable, busy_timeout_s=busy, read_only=read_only)
+    return SqliteStore(
+        url_path(url), durable=durable, busy_timeout_s=busy, read_only=read_only, strict=strict
+    )
 
 
 def _jsonl(url: str, read_only: bool) -> EventStore:
@@ -84,8 +96,9 @@ def _jsonl(url: str, read_only: bool) -> EventStore:
 
     params = _query(url)
     fsync = _flag(url, params, "fsync", True)
+    strict = _flag(url, params, "strict", False)
     _no_more(url, params)
-    return JsonlStore(url_path(url), fsync=fsync, read_only=read_only)
+    return JsonlStore(url_path(url), fsync=fsync, read_only=read_only, strict=strict)
 
 
 def _postgres(url: str, read_only: bool) -> EventStore:
@@ -98,7 +111,7 @@ def _postgres(url: str, read_only: bool) -> EventStore:
 
     parts = urlsplit(url)
     params = parse_qsl(parts.query, keep_blank_values=True)
-    own = {k: v for k, v in params if k in {"table", "pool_size"}}
+    own = {k: v for k, v in params if k in {"table", "pool_size", "strict"}}
     rest = [(k, v) for k, v in params if k not in own]
     dsn = urlunsplit(parts._replace(query=urlencode(rest)))
     kwargs: dict[str, Any] = {"read_only": read_only}
@@ -106,6 +119,8 @@ def _postgres(url: str, read_only: bool) -> EventStore:
         kwargs["table"] = own["table"]
     if "pool_size" in own:
         kwargs["pool_size"] = int(own["pool_size"])
+    if "strict" in own:
+        kwargs["strict"] = _flag(url, {"strict": own["strict"]}, "strict", False)
     return PostgresStore(dsn, **kwargs)
 
 
@@ -130,8 +145,8 @@ def open_store(url: str, *, read_only: bool = False) -> EventStore:
         known = ", ".join(f"{s}://" for s in sorted(SCHEMES))
         if not scheme:  # a bare path
             raise ValueError(
-                f"{url!r} is not a store URL: a file is sqlite:///path/events.db, a directory "
-                f"of JSONL files jsonl:///path (known: {known})"
+                f"{display_url(url)!r} is not a store URL: a file is sqlite:///path/events.db, "
+                f"a directory of JSONL files jsonl:///path (known: {known})"
             )
         raise ValueError(f"unknown store URL scheme {scheme!r} (known: {known})")
     return factory(url, read_only)
@@ -153,6 +168,7 @@ def copy_streams(
     streams: Iterable[str] | None = None,
     *,
     batch_size: int = 1000,
+    strict: bool = False,
 ) -> dict[str, int]:
     """Copy streams (all of `src`'s by default) into `dst`, keeping names, seqs and ids.
 
@@ -160,6 +176,10 @@ def copy_streams(
     in the same order) and only the rest is copied; a stream that has diverged raises
     `ValueError`. An id `dst` holds in another stream raises `DuplicateEventError`.
     Returns how many events were copied per stream. URLs are opened and closed here.
+
+    Every event read (from both stores) has its checksum verified: a damaged event is a
+    `CorruptLogError` and nothing after it is copied. `strict=True` also refuses events
+    written before checksums.
     """
     source = open_store(src, read_only=True) if isinstance(src, str) else src
     try:
@@ -170,23 +190,35 @@ def copy_streams(
         raise
     copied: dict[str, int] = {}
     try:
-        for stream in sorted(source.streams()) if streams is None else streams:
-            events = source.read(stream)
-            have = target.read(stream)
-            mine = [e.id for e in events[: len(have)]]
-            if [e.id for e in have] != mine:
-                raise ValueError(
-                    f"stream {stream!r}: the destination holds {len(have)} events that are "
-                    "not the source's first ones; refusing to merge diverged logs"
-                )
-            rest = events[len(have) :]
-            for start in range(0, len(rest), batch_size):
-                batch = rest[start : start + batch_size]
-                target.append(stream, batch, batch[0].seq)
-            copied[stream] = len(rest)
+        with require_checksums(strict) if strict else contextlib.nullcontext():
+            _copy(source, target, streams, batch_size, copied)
     finally:
         if isinstance(src, str):
             source.close()
         if isinstance(dst, str):
             target.close()
     return copied
+
+
+def _copy(
+    source: EventStore,
+    target: EventStore,
+    streams: Iterable[str] | None,
+    batch_size: int,
+    copied: dict[str, int],
+) -> None:
+    """Copy each stream's missing events (see `copy_streams`), counting them in `copied`."""
+    for stream in sorted(source.streams()) if streams is None else streams:
+        events = source.read(stream)
+        have = target.read(stream)
+        mine = [e.id for e in events[: len(have)]]
+        if [e.id for e in have] != mine:
+            raise ValueError(
+                f"stream {stream!r}: the destination holds {len(have)} events that are "
+                "not the source's first ones; refusing to merge diverged logs"
+            )
+        rest = events[len(have) :]
+        for start in range(0, len(rest), batch_size):
+            batch = rest[start : start + batch_size]
+            target.append(stream, batch, batch[0].seq)
+        copied[stream] = len(rest)

@@ -37,6 +37,7 @@ from typer.core import TyperArgument, TyperCommand
 
 from flashfsm.adapters.jsonl import read_jsonl_file, stream_file_name
 from flashfsm.adapters.stores import default_store_url, open_store
+from flashfsm.adapters.urls import display_url, hide_url_secrets, scrub_urls
 from flashfsm.events.errors import FlashFsmError
 from flashfsm.events.failures import FailureKind
 from flashfsm.events.models import Concluded, Event, RunConcluded
@@ -88,8 +89,15 @@ err_console = PlainConsole(highlight=False, markup=False, stderr=True)
 
 
 def styled(*parts: str | tuple[str, str]) -> Text:
-    """A line of plain text and (text, style) parts, never read as markup."""
-    return Text.assemble(*parts)
+    """A line of plain text and (text, style) parts, never read as markup; the password of
+    any URL in it is masked (`scrub_urls`: a store URL is printed by `display_url`, this
+    is the last line of defence)."""
+    return Text.assemble(
+        *(
+            scrub_urls(part) if isinstance(part, str) else (scrub_urls(part[0]), part[1])
+            for part in parts
+        )
+    )
 
 
 def say(*parts: str | tuple[str, str], err: bool = False) -> None:
@@ -149,6 +157,7 @@ EXIT_CODES: dict[str | None, int] = {
     FailureKind.LOST: 15,
     FailureKind.CANCELLED: 16,
     FailureKind.NO_CANDIDATES: 17,
+    FailureKind.UNAUTHORIZED: 18,
 }
 
 _FAILURE_MEANINGS: dict[str, str] = {
@@ -160,6 +169,7 @@ _FAILURE_MEANINGS: dict[str, str] = {
     FailureKind.LOST: "the job no longer exists on RunPod",
     FailureKind.CANCELLED: "the run was cancelled",
     FailureKind.NO_CANDIDATES: "the run had no GPU candidate to try",
+    FailureKind.UNAUTHORIZED: "RunPod refused the API key (401/403; not retried)",
 }
 
 #: Every exit code the command uses, in order: its help ends with this table (rendered by
@@ -388,7 +398,7 @@ class Source:
     name: str
     events: list[Event]
     load: Callable[[str], list[Event]]
-    where: str  # the store URL or the file's directory
+    where: str  # the store URL (as printed: `display_url`) or the file's directory
 
 
 def store_url(store: str | None) -> str:
@@ -402,7 +412,7 @@ def open_store_or_fail(url: str) -> Any:
     try:
         return open_store(url)
     except (ValueError, ImportError, FlashFsmError, OSError) as exc:
-        raise fail(message(exc)) from None
+        raise fail(hide_url_secrets(message(exc), url)) from None
 
 
 def open_reader(url: str) -> Any:
@@ -411,7 +421,7 @@ def open_reader(url: str) -> Any:
     try:
         return open_store(url, read_only=True)
     except (ValueError, ImportError, FlashFsmError, OSError) as exc:
-        raise fail(message(exc)) from None
+        raise fail(hide_url_secrets(message(exc), url)) from None
 
 
 def read_stream(url: str, stream: str) -> list[Event]:
@@ -470,8 +480,8 @@ def open_source(source: str, store: str | None) -> Source:
         if path.exists():
             what = "directory" if path.is_dir() else "file"
             hint = f" ({source} is a {what} here: a SOURCE file ends in .jsonl, a store is --store)"
-        raise fail(f"stream {source!r} is empty or missing in {url}{hint}")
-    return Source(source, events, lambda stream: read_stream(url, stream), url)
+        raise fail(f"stream {source!r} is empty or missing in {display_url(url)}{hint}")
+    return Source(source, events, lambda stream: read_stream(url, stream), display_url(url))
 
 
 def load_events(source: str, store: str | None) -> tuple[str, list[Event]]:

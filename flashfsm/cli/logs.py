@@ -25,6 +25,7 @@ import typer
 from rich.table import Table
 
 from flashfsm import render
+from flashfsm.adapters.urls import display_url
 from flashfsm.cli.common import (
     EXIT_DISAGREES,
     EXIT_NO_VERDICT,
@@ -62,6 +63,7 @@ from flashfsm.cli.common import (
     verdict_json,
     view_json,
 )
+from flashfsm.events.codec import require_checksums
 from flashfsm.events.models import Event
 from flashfsm.events.policy import GracePolicy
 from flashfsm.fsm import explain as ex
@@ -97,9 +99,22 @@ def replay_command(
     ] = False,
     full: Annotated[bool, typer.Option("--full", help="Show every event.")] = False,
     as_json: JsonOption = False,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict", help="With --verify: every event must carry a checksum (none unchecked)."
+        ),
+    ] = False,
 ) -> None:
     """Replay a log: a job's timeline, timers and verdict; a run's attempts, result and last
     job; a sweeper's idle timers (exit code by failure kind)."""
+    if strict and not verify_:
+        raise fail("--strict goes with --verify")
+    with require_checksums(strict):
+        _replay(source, store, verify_=verify_, full=full, as_json=as_json)
+
+
+def _replay(source: str, store: str | None, *, verify_: bool, full: bool, as_json: bool) -> None:
     src = open_source(source, store)
     kind = stream_kind(src.events)
     if kind == "run":
@@ -581,11 +596,14 @@ def watch_command(
         if not events and not follow:
             hint = " (watch reads a stream of a store: --store jsonl:///DIR)"
             raise fail(
-                f"stream {stream!r} is empty or missing in {url}"
+                f"stream {stream!r} is empty or missing in {display_url(url)}"
                 + (hint if is_file_source(stream) else "")
             )
         if not events:
-            say(f"waiting for stream {stream} to appear in {url} (Ctrl-C stops)", err=True)
+            say(
+                f"waiting for stream {stream} to appear in {display_url(url)} (Ctrl-C stops)",
+                err=True,
+            )
             try:
                 while not events:
                     time.sleep(poll_s)

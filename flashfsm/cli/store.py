@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from flashfsm.adapters.stores import ENV_VAR, copy_streams
-from flashfsm.adapters.urls import url_path
+from flashfsm.adapters.urls import display_url, hide_url_secrets, url_path
 from flashfsm.cli.common import (
     EXIT_SWEEP_ERRORS,
     PIPED_WIDTH,
@@ -173,12 +173,12 @@ def ls_command(store: StoreOption = None, as_json: JsonOption = False) -> None:
     finally:
         opened.close()
     if as_json:
-        emit_json({"store": url, "streams": rows})
+        emit_json({"store": display_url(url), "streams": rows})
         return
     if not rows:
-        say(f"{url}: no streams")
+        say(f"{display_url(url)}: no streams")
         return
-    say(f"{url}: {len(rows)} stream(s)")
+    say(f"{display_url(url)}: {len(rows)} stream(s)")
     console.print(ls_table(rows, console.width))
 
 
@@ -197,14 +197,20 @@ def open_writer(url: str, *, default: bool = False) -> None:
     except ValueError as exc:
         raise fail(str(exc)) from None
     if not path.parent.is_dir():
-        raise fail(f"no directory {path.parent} to hold the store {url} (nothing was created)")
+        raise fail(
+            f"no directory {path.parent} to hold the store {display_url(url)} (nothing was created)"
+        )
 
 
 def _copy(src: Any, dst: str, streams: list[str] | None) -> dict[str, int]:
     try:
         return copy_streams(src, dst, streams)
     except (FlashFsmError, ValueError, ImportError, OSError) as exc:
-        raise fail(message(exc)) from None
+        text = message(exc)
+        for url in (src, dst):
+            if isinstance(url, str):
+                text = hide_url_secrets(text, url)
+        raise fail(text) from None
 
 
 def _is_default(store: str | None) -> bool:
@@ -224,7 +230,7 @@ def export_command(
     url = store_url(store)
     missing = [name for name in streams if not read_stream(url, name)]
     if missing:
-        raise fail(f"no such stream(s) in {url}: {', '.join(missing)}")
+        raise fail(f"no such stream(s) in {display_url(url)}: {', '.join(missing)}")
     open_writer(to)
     _report_copy(_copy(url, to, streams), url, to, "to", as_json)
 
@@ -259,7 +265,7 @@ def import_command(
         missing = [name for name in streams or () if name not in have]
         if missing or not have:
             what = ", ".join(missing) if missing else "any stream"
-            raise fail(f"{source} holds no {what}: nothing to import")
+            raise fail(f"{display_url(source)} holds no {what}: nothing to import")
     open_writer(url, default=_is_default(store))
     _report_copy(_copy(src, url, streams or None), source, url, "into", as_json)
 
@@ -269,10 +275,10 @@ def _report_copy(
 ) -> None:
     """What `export` or `import` copied: one JSON object, or a line per stream."""
     if as_json:
-        emit_json({"from": source, "to": target, "copied": copied})
+        emit_json({"from": display_url(source), "to": display_url(target), "copied": copied})
         return
     for name, count in copied.items():
-        say(f"{name}: {count} event(s) copied {preposition} {target}")
+        say(f"{name}: {count} event(s) copied {preposition} {display_url(target)}")
 
 
 def sweep_command(
@@ -329,7 +335,7 @@ def sweep_command(
     if as_json:
         emit_json(
             {
-                "store": url,
+                "store": display_url(url),
                 "stream": stream,
                 "dry_run": report.dry_run,
                 "ok": report.ok,

@@ -12,6 +12,7 @@ import typer
 
 from flashfsm.adapters.simulator import serve
 from flashfsm.adapters.stores import open_store
+from flashfsm.adapters.urls import display_url, hide_url_secrets
 from flashfsm.cli.common import attempt_line, console, fail, print_timeline, styled
 from flashfsm.events.errors import FlashFsmError
 from flashfsm.fsm.run import replay_run
@@ -126,7 +127,7 @@ def demo_command(
     from flashfsm import demo
 
     url = store or demo.demo_store_url()
-    shown = demo.shown_url(url)
+    shown = display_url(url)
     try:
         tag = demo.new_tag() if tag is None else demo.check_tag(tag)
     except ValueError as exc:
@@ -135,13 +136,13 @@ def demo_command(
         try:
             removed = demo.reset_demo_store(url)
         except ValueError as exc:
-            raise fail(str(exc)) from None
+            raise fail(hide_url_secrets(str(exc), url)) from None
         console.print(f"reset: removed {len(removed)} file(s) of {shown}")
     picture = demo.picture_path(url, tag)
     try:
         opened = open_store(url)  # the demo writes: the store is created when missing
     except (ValueError, ImportError, OSError, FlashFsmError) as exc:
-        raise fail(f"cannot open {shown}: {exc}") from None
+        raise fail(f"cannot open {shown}: {hide_url_secrets(str(exc), url)}") from None
     try:
         console.print(f"flashfsm demo {tag}: {len(demo.DEMO_RUNS)} runs into {shown}\n")
         try:
@@ -198,5 +199,7 @@ def _explore(commands: list[tuple[str, str]], url: str, picture: Path | None) ->
         return
     console.print("explore (the first line points the commands at the demo's store):")
     console.print(f"  {store_export(url)}", soft_wrap=True)  # pastes as it is
+    if display_url(url) != url:
+        console.print("  # (a password is never printed: write yours in place of ***)")
     for command, why in commands:
         console.print(f"  # {why}\n  {command}", soft_wrap=True)

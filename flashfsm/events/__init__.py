@@ -6,12 +6,14 @@ failure kinds, outside text (masked, then capped) and the store protocol.
 
 from flashfsm.events.codec import decode, decode_many, encode, register_upcaster, upcast
 from flashfsm.events.errors import (
+    ChecksumError,
     ConcurrencyError,
     CorruptLogError,
     DuplicateEventError,
     EventDecodeError,
     FlashFsmError,
     StoreError,
+    StoreFullError,
     UnknownEventError,
 )
 from flashfsm.events.failures import FailureKind
@@ -37,6 +39,7 @@ from flashfsm.events.text import Outside, OutsideTail
 
 __all__ = [
     "EVENT_TYPES",
+    "ChecksumError",
     "Concluded",
     "ConcurrencyError",
     "CorruptLogError",
@@ -59,6 +62,7 @@ __all__ = [
     "StatusFetchFailed",
     "StatusObserved",
     "StoreError",
+    "StoreFullError",
     "UnknownEventError",
     "WatchStarted",
     "WorkerCounts",

@@ -19,21 +19,40 @@ pydantic-core building one frozen model per line. Two things keep it at that cos
 - each line is validated by its own `validate_json` call. Validating a whole batch as one
   JSON array (`list[Event]`) was measured too: the join costs more than the calls it saves,
   and a line that is not one JSON value could merge with its neighbour.
+
+Checksums. A stored event carries a CRC-32 (`zlib.crc32`, C speed) of its body, the exact
+bytes `encode` gives. SQLite and Postgres keep it in a `checksum` column; a JSONL line keeps
+it inside the line as its last member, so the line stays one JSON object:
+
+    <body without its closing brace>,"_c":"<8 lowercase hex digits>"}
+
+`seal` makes such a line and `unseal` takes it apart: the line ends with the 17-byte seal,
+and the body is the bytes before it plus `}`. No model field starts with `_`, and inside a
+JSON string a quote is escaped, so the seal's bytes occur nowhere else in a line. A line
+without a seal is an old, unchecked one (read as before, refused in strict mode); a line
+whose seal does not match its bytes is a `ChecksumError`. Every single-byte change of a
+sealed line is caught: in the body by the CRC (it detects every burst of up to 32 bits),
+in the hex digits by comparing bytes (so `A` is not `a`), and in the rest of the seal
+because the line then is no valid unsealed event either (an unknown member, or not JSON).
+Strict mode is a store's `strict=True`, or `require_checksums()` around the reads.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import gc
 import itertools
 import json
-from collections.abc import Callable, Iterable, Iterator
+import re
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from pydantic import ValidationError
 
-from flashfsm.events.errors import EventDecodeError, UnknownEventError
-from flashfsm.events.models import EVENT_ADAPTER, EVENT_TYPES, Event
+from flashfsm.events.errors import ChecksumError, EventDecodeError, UnknownEventError
+from flashfsm.events.models import EVENT_ADAPTER, EVENT_TYPES, VERSIONS_READ_AS_IS, Event
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -126,6 +145,146 @@ def decode_prefix(lines: Iterable[bytes | str]) -> tuple[list[Event], Exception 
     return events, None
 
 
+# -- checksums ------------------------------------------------------------------------------
+
+#: The member a JSONL line's checksum is kept in (the seal is `,"_c":"xxxxxxxx"}`).
+CHECKSUM_MEMBER = "_c"
+_SEAL_HEAD = b',"_c":"'
+_SEAL_LEN = len(_SEAL_HEAD) + 8 + 2
+_SEAL = re.compile(rb',"_c":"[0-9a-f]{8}"}')
+_STRICT: contextvars.ContextVar[bool] = contextvars.ContextVar("flashfsm_strict", default=False)
+
+#: The checksum of an event's body (the bytes `encode` gives): CRC-32, an unsigned int.
+checksum: Callable[[bytes], int] = zlib.crc32
+
+
+def seal(body: bytes) -> bytes:
+    """A body (`encode`'s JSON object) as a sealed JSONL line carrying its checksum."""
+    return b'%s,"_c":"%08x"}' % (body[:-1], zlib.crc32(body))
+
+
+def encode_sealed(event: Event) -> bytes:
+    """One event as one sealed JSONL line (no trailing newline)."""
+    return seal(event.__pydantic_serializer__.to_json(event))
+
+
+def is_sealed(line: bytes) -> bool:
+    """Whether a line ends with a well-formed seal (its checksum is not checked here)."""
+    return line[-_SEAL_LEN : -_SEAL_LEN + len(_SEAL_HEAD)] == _SEAL_HEAD and line[-2:] == b'"}'
+
+
+def holds_seal(data: bytes) -> bool:
+    """Whether a well-formed seal occurs anywhere in `data` (a whole event was written)."""
+    return _SEAL.search(data) is not None
+
+
+def unseal(line: bytes, *, strict: bool = False) -> bytes:
+    """The body of a JSONL line, its checksum verified; an unsealed line is returned as is.
+
+    Raises `ChecksumError` when the seal does not match the bytes, or, `strict`, when the
+    line has no seal.
+    """
+    if line[-_SEAL_LEN : -_SEAL_LEN + len(_SEAL_HEAD)] == _SEAL_HEAD and line[-2:] == b'"}':
+        body = line[:-_SEAL_LEN] + b"}"
+        if b"%08x" % zlib.crc32(body) != line[-10:-2]:
+            raise ChecksumError("checksum mismatch: the line is not the bytes that were written")
+        return body
+    if strict:
+        raise ChecksumError("the line carries no checksum (strict mode requires one)")
+    return line
+
+
+def strict_mode() -> bool:
+    """Whether `require_checksums()` is in force in this context."""
+    return _STRICT.get()
+
+
+@contextlib.contextmanager
+def require_checksums(strict: bool = True) -> Iterator[None]:
+    """Within the block, every store read refuses an event without a checksum.
+
+    For callers that did not open the store themselves (the CLI's `replay --verify
+    --strict`); a store opened with `strict=True` always refuses them.
+    """
+    token = _STRICT.set(strict)
+    try:
+        yield
+    finally:
+        _STRICT.reset(token)
+
+
+def decode_sealed_prefix(
+    lines: Sequence[bytes], *, strict: bool = False
+) -> tuple[list[Event], Exception | None]:
+    """`decode_prefix` over sealed (or old, unsealed) JSONL lines, checksums verified."""
+    events: list[Event] = []
+    append = events.append
+    validate = _validate_json
+    head, size = _SEAL_HEAD, _SEAL_LEN
+    with gc_paused():
+        for line in lines:
+            if line[-size : -size + 7] == head and line[-2:] == b'"}':
+                body = line[:-size] + b"}"
+                if b"%08x" % zlib.crc32(body) != line[-10:-2]:
+                    return events, _mismatch(line)
+            elif strict:
+                return events, _unchecked(line)
+            else:
+                body = line
+            try:
+                append(validate(body))
+            except ValidationError as fast_error:
+                try:
+                    append(_decode_slow(body, fast_error))
+                except EventDecodeError as exc:
+                    return events, exc
+    return events, None
+
+
+def verify_bodies(
+    bodies: Sequence[bytes], checksums: Sequence[int | None], *, strict: bool = False
+) -> int | None:
+    """The index of the first body whose checksum does not match (None when all do).
+
+    A None checksum is an old, unchecked row: it passes, unless `strict`.
+    """
+    try:
+        if None not in checksums and list(map(zlib.crc32, bodies)) == list(checksums):
+            return None
+    except TypeError:  # a body edited into TEXT (str): its bytes are its UTF-8
+        pass
+    for index, (body, expected) in enumerate(zip(bodies, checksums, strict=True)):
+        if expected is None:
+            if strict:
+                return index
+        elif not isinstance(body, bytes | bytearray | memoryview) or zlib.crc32(body) != expected:
+            return index
+    return None
+
+
+def _mismatch(line: bytes) -> ChecksumError:
+    stream, seq = _where_bytes(line)
+    return ChecksumError(
+        "checksum mismatch: the line is not the bytes that were written", stream=stream, seq=seq
+    )
+
+
+def _unchecked(line: bytes) -> ChecksumError:
+    stream, seq = _where_bytes(line)
+    return ChecksumError(
+        "the line carries no checksum (strict mode requires one)", stream=stream, seq=seq
+    )
+
+
+def _where_bytes(line: bytes) -> tuple[str | None, int | None]:
+    """Best-effort stream and seq of a line that failed its check (it may be garbage)."""
+    try:
+        raw = json.loads(line)
+    except (ValueError, RecursionError):
+        return None, None
+    return _where(raw) if isinstance(raw, dict) else (None, None)
+
+
 def decode_lines(lines: Iterable[bytes | str]) -> list[Event]:
     """Decode JSON lines into a list of events (raises the first line's error)."""
     events, error = decode_prefix(lines)
@@ -184,7 +343,11 @@ def _decode_slow(line: bytes | str, fast_error: ValidationError) -> Event:
     if not isinstance(raw, dict):
         raise EventDecodeError(f"a JSON {type(raw).__name__}, not an object") from None
     kind = raw.get("kind")
-    if isinstance(kind, str) and kind in EVENT_TYPES and raw.get("v") == current_version(kind):
+    if (
+        isinstance(kind, str)
+        and kind in EVENT_TYPES
+        and any(raw.get("v") == v for v in VERSIONS_READ_AS_IS.get(kind, (current_version(kind),)))
+    ):
         stream, seq = _where(raw)
         raise EventDecodeError(_summary(fast_error), stream=stream, seq=seq) from None
     return upcast(raw)

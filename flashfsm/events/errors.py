@@ -19,6 +19,10 @@ class EventDecodeError(FlashFsmError, ValueError):
         self.seq = seq
 
 
+class ChecksumError(EventDecodeError):
+    """Stored bytes that do not match their checksum, or (strict mode) carry none."""
+
+
 class UnknownEventError(EventDecodeError):
     """An event kind, or a version of a kind, this library does not know and cannot upcast."""
 
@@ -69,3 +73,16 @@ class CorruptLogError(StoreError):
         self.stream = stream
         self.line = line
         self.seq = seq
+
+
+class StoreFullError(StoreError):
+    """An append the disk had no room for (ENOSPC, "database or disk is full").
+
+    Nothing of the batch is stored and nothing acknowledged before it is lost; the store
+    can be appended to again once there is room.
+    """
+
+    def __init__(self, where: str, stream: str, detail: str = "no space left on the device"):
+        super().__init__(f"{where}: cannot append to stream {stream!r}: {detail}")
+        self.where = where
+        self.stream = stream

@@ -22,7 +22,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
-from flashfsm.fsm.table import ACTIVE, INITIAL, RUNNING, TERMINAL, TRANSITIONS, WAITING, JobPhase
+from flashfsm.fsm.run import RETRIABLE_FAILURES
+from flashfsm.fsm.table import (
+    ACTIVE,
+    FAILURE_KIND,
+    INITIAL,
+    RUNNING,
+    TERMINAL,
+    TRANSITIONS,
+    WAITING,
+    JobPhase,
+)
 
 
 def mermaid() -> str:
@@ -437,10 +447,12 @@ OUTCOME_RETRIED = "#b85c00"  # infra-shaped failures a run retries
 
 
 def outcome_colour(state: str) -> str:
-    """The colour of a terminal outcome: green success, red job failure, orange the rest."""
-    if state == JobPhase.SUCCEEDED.value:
+    """The colour of a terminal outcome: green success, orange a failure a run retries, red
+    one it does not (the job's own failure, a refused key)."""
+    phase = JobPhase(state)
+    if phase is JobPhase.SUCCEEDED:
         return OUTCOME_OK
-    return OUTCOME_FAILED if state == JobPhase.FAILED.value else OUTCOME_RETRIED
+    return OUTCOME_RETRIED if FAILURE_KIND.get(phase) in RETRIABLE_FAILURES else OUTCOME_FAILED
 
 
 def _path(points: Sequence[Point]) -> str:

@@ -139,6 +139,17 @@ ENVELOPE: tuple[tuple[str, str], ...] = (
     ("v", "the kind's schema version"),
 )
 
+#: How a stored event carries its checksum (not a field: the models never see it).
+CHECKSUM_NOTE = (
+    "Stored with its checksum: every event is stored with a CRC-32 of its exact encoded "
+    'bytes. A JSONL line carries it as its last member, `"_c":"<8 lowercase hex digits>"`, '
+    "computed over the line without that member; SQLite and Postgres keep it in a `checksum` "
+    "column over `body`. Every read verifies it (so do `export` and `import`), and a mismatch "
+    "is a `ChecksumError` (a `CorruptLogError`) naming the file, stream and seq. `_c` is not "
+    "an event field. Events written before checksums read unchecked; strict mode "
+    "(`replay --verify --strict`, a store's `strict=True`) refuses them."
+)
+
 #: What a field means, where neither its model's docstring nor a `Field(description=...)`
 #: says it. A test checks every key names a field that exists.
 FIELD_NOTES: dict[tuple[str, str], str] = {
@@ -151,6 +162,10 @@ FIELD_NOTES: dict[tuple[str, str], str] = {
     ("WatchStarted", "interval_s"): "seconds between status fetches",
     ("WatchStarted", "has_heartbeat_reader"): "the watch reads the worker's heartbeat",
     ("WatchStarted", "has_failure_detail_reader"): "the watch reads the failure artifacts",
+    ("WatchStarted", "skew_s"): "v2 only: seconds the watcher's clock was behind the log's last "
+    "event when it started (a reattach from another host); the watch then stamps every event "
+    "at its clock plus `skew_s`, never before the log's last event, so times never go back "
+    "(D7). A watch without skew writes v1 without the field; a v1 event carrying it is refused",
     ("StatusObserved", "status"): "RunPod's job status (`IN_QUEUE`, `COMPLETED`, …)",
     ("StatusObserved", "error"): "the job's error (terminal failures only)",
     ("StatusObserved", "stdout_tail"): "the end of the worker's stdout (terminal failures only)",
@@ -171,8 +186,10 @@ FIELD_NOTES: dict[tuple[str, str], str] = {
     ("HeartbeatObserved", "forced"): "read after a terminal failure, to decide a retry",
     ("HeartbeatObserved", "read_error"): "why a forced read failed (a transient error)",
     ("FailureDetailObserved", "text"): "the worker's error and console tails",
-    ("HeartbeatObserved", "ts"): "the worker's own time (D3: before the job's, a leftover)",
-    ("HeartbeatObserved", "retriable"): "the worker says its failure is infra-shaped",
+    ("HeartbeatObserved", "ts"): "the worker's own time (D3: before the job's submission, a "
+    "leftover; missing or more than 60 s after the read, not trusted)",
+    ("HeartbeatObserved", "retriable"): "the worker says its failure is infra-shaped (JSON "
+    "`true` only, and only on a heartbeat dated to this attempt, D3)",
     ("Concluded", "state"): "the terminal state",
     ("Concluded", "rule"): "the rule that fired",
     ("Concluded", "evidence"): "seqs of the events the rule rests on",
@@ -254,6 +271,7 @@ FAILURE_NOTES: dict[str, str] = {
     "lost": "the job no longer exists on RunPod (TTL or retention passed): retried",
     "cancelled": "a run the user cancelled (`request_cancel`)",
     "no_candidates": "a run with no GPU candidate to try",
+    "unauthorized": "RunPod refused the API key (HTTP 401/403 on status): never retried",
 }
 
 #: Value types that events nest, documented once each after the kinds.
@@ -380,7 +398,7 @@ def events_reference() -> str:
     """The recorded format: the envelope, every kind of every stream, and nested values."""
     lines = ["### The envelope", "", "| field | meaning |", "|---|---|"]
     lines += [f"| `{name}` | {meaning} |" for name, meaning in ENVELOPE]
-    lines.append("")
+    lines += ["", CHECKSUM_NOTE, ""]
     for title, who, kinds in STREAMS:
         lines += [f"### {title}", "", f"Written by {who}.", ""]
         for model in kinds:
