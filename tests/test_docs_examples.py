@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from flashfsm import Candidate, RunpodClient, read_jsonl_file, replay, supervise_run, verify
+from flashfsm import RunpodClient, read_jsonl_file, replay, supervise_run, verify
 from flashfsm.adapters.hub import (
     heartbeat_prefix,
     make_hf_failure_detail_reader,
@@ -34,6 +34,7 @@ from flashfsm.adapters.hub import (
 )
 from flashfsm.adapters.simulator import DEFAULT_KEY, SimClock, Simulator
 from flashfsm.adapters.stores import open_store
+from flashfsm.demo import GPUS, PHASE  # the demo's GPU classes and phase
 from flashfsm.events.models import Concluded
 from flashfsm.fsm.run import replay_run
 from flashfsm.runs import Deployed, RunpodRunAdapters
@@ -42,12 +43,6 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "docs" / "examples"
 START = 1_700_000_000.0  # the simulated clock's start (2023-11-14 22:13:20 UTC)
 HF_REPO = "my-org/runs"
-PHASE = "sft"
-GPUS = {
-    "RTX4090": Candidate(gpu_class="RTX4090", price_per_hour=0.69, vram_gb=24),
-    "L40S": Candidate(gpu_class="L40S", price_per_hour=0.99, vram_gb=48),
-    "A100-80GB": Candidate(gpu_class="A100-80GB", price_per_hour=1.89, vram_gb=80),
-}
 #: run id -> (its GPU walk, the simulator scenario of attempt 0, 1, …)
 RUNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "walk": (("RTX4090", "L40S"), ("no_capacity", "success")),
