@@ -24,6 +24,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import capacity  # noqa: E402
 import commit  # noqa: E402
 import core  # noqa: E402
 import fleet  # noqa: E402
@@ -37,6 +38,7 @@ BENCHMARKS = {
     "core": core.run,
     "commit": commit.run,
     "fleet": fleet.run,
+    "capacity": capacity.run,
 }
 
 

@@ -38,10 +38,17 @@ from flashfsm.events import (
 )
 from flashfsm.events.models import Candidate
 from flashfsm.events.policy import GracePolicy, stall_kwargs
+from flashfsm.fsm.capacity import CapacityPolicy
 from flashfsm.fsm.commands import Verdict
 from flashfsm.fsm.job import JobState, VerifyReport, decide, evolve, replay, verify
 from flashfsm.fsm.table import JobPhase
-from flashfsm.runs import RunpodRunAdapters, RunResult, request_cancel, supervise_run
+from flashfsm.runs import (
+    RunpodRunAdapters,
+    RunResult,
+    UnsupportedProvider,
+    request_cancel,
+    supervise_run,
+)
 from flashfsm.shell import JobHandle, PollResult, poll_job
 from flashfsm.submit import (
     RunSpec,
@@ -59,6 +66,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AsyncRunpodClient",
     "Candidate",
+    "CapacityPolicy",
     "ChecksumError",
     "ConcurrencyError",
     "CorruptLogError",
@@ -92,6 +100,7 @@ __all__ = [
     "SweepReport",
     "TransientReadError",
     "UnknownEventError",
+    "UnsupportedProvider",
     "UntrustedOutputError",
     "Verdict",
     "VerifyReport",

@@ -375,6 +375,7 @@ class _DemoRunner:
             stream=self.stream,
             clock=self.sim.clock.now,
             sleep=self.sim.clock.sleep,
+            capacity_memory=False,  # each attempt's job life is scripted: nothing to learn
         )
 
     def wind_down(self, say: Callable[[str], Any]) -> RunResult | None:

@@ -14,7 +14,14 @@ only the process driving the run appends to it, except for a user's `CancelReque
 
 `RunAdapters` is the seam: `RunpodRunAdapters` talks to RunPod's REST API with a pluggable
 deployer (runpod-flash in production, via `flashfsm.submit.flash_run_adapters`; the
-simulator in tests and the demo).
+simulator in tests and the demo). A candidate's `provider` is where its attempt deploys:
+adapters that name the providers they deploy to (`providers`) refuse, before the run
+starts, a candidate whose provider is not one of them (`UnsupportedProvider`).
+
+Every outcome of an attempt — a deploy or submit error, its job's verdict — and a user's
+cancel becomes events through the pure `flashfsm.fsm.run.apply_outcome`; the shell only
+stamps and appends them. A new walk first records its ranking (`CandidatesRanked`) from
+the store's capacity memory (`flashfsm.capacity`), unless `capacity_memory` turns it off.
 """
 
 from __future__ import annotations
@@ -27,13 +34,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from flashfsm.adapters.runpod import policy_for_budget
+from flashfsm.capacity import ranking_for
 from flashfsm.errors import WatchStopped
+from flashfsm.events.errors import FlashFsmError
 from flashfsm.events.models import (
     AttemptEnded,
     AttemptStarted,
-    CancelRequested,
     Candidate,
-    DeployFailed,
+    CandidatesRanked,
     EndpointDeleted,
     EndpointDeployed,
     EventBase,
@@ -41,23 +49,31 @@ from flashfsm.events.models import (
     JobQueued,
     RunConcluded,
     RunStarted,
-    SubmitFailed,
 )
 from flashfsm.events.policy import stall_kwargs
 from flashfsm.events.store import EventStore
+from flashfsm.fsm.capacity import DEFAULT_CAPACITY, NO_MEMORY, CapacityPolicy
 from flashfsm.fsm.run import (
     Attempt,
+    AttemptOutcome,
     CancelJob,
     ConcludeRun,
     DeleteEndpoint,
     Deploy,
+    DeployFailure,
+    Draft,
     EndAttempt,
+    JobVerdict,
     RunFinished,
     RunState,
     StartAttempt,
     Submit,
+    SubmitFailure,
+    UserCancel,
     WaitRun,
     WatchJob,
+    apply_outcome,
+    cancel_drafts,
     decide_run,
 )
 from flashfsm.naming import attempt_stream, endpoint_name, run_stream
@@ -80,10 +96,20 @@ class Deployed:
 
 
 Recorder = Callable[..., Any]
+AttemptHook = Callable[[RunState, Attempt], Any]
+
+
+class UnsupportedProvider(FlashFsmError, ValueError):
+    """A run's candidate names a provider its adapters do not deploy to."""
 
 
 class RunAdapters(Protocol):
-    """The I/O a run needs. Each method may raise; the shell records what happened."""
+    """The I/O a run needs. Each method may raise; the shell records what happened.
+
+    Adapters may also have `providers`, the set of providers they deploy to (a candidate's
+    `provider`); a run whose candidates name another is refused before it starts. Adapters
+    without it deploy whatever they are asked to.
+    """
 
     def deploy(self, run: RunState, attempt: Attempt, record: Recorder) -> Deployed:
         """Deploy the attempt's endpoint (record deploy steps through `record`)."""
@@ -138,12 +164,44 @@ def request_cancel(
     reason: str = "",
     clock: Callable[[], float] = time.time,
 ) -> None:
-    """Ask a run to stop (from any process): it wins over everything that follows."""
+    """Ask a run to stop (from any process): it wins over everything that follows.
+
+    The `CancelRequested` is stamped with `clock()` (inject the run's clock: a virtual one
+    in tests and the simulator) and built by the pure `cancel_drafts`.
+    """
     policy = dataclasses.replace(REBUILD, tries=CANCEL_TRIES)
     writer = StreamWriter(resolve_store(store), stream, TAIL, policy)
     writer.open()
     at = clock()
-    writer.append(lambda _tail: [writer.event(CancelRequested, at, by=by, reason=reason)])
+    drafts = cancel_drafts(None, UserCancel(by=by, reason=reason))
+    writer.append(lambda _tail: _stamp(writer, drafts, at))
+
+
+def _stamp(writer: StreamWriter[Any], drafts: Sequence[Draft], at: float) -> list[EventBase]:
+    """The drafted events with the stream's next seqs, fresh ids and the time `at`."""
+    return [writer.event(d.cls, at, n, **d.fields) for n, d in enumerate(drafts)]
+
+
+def check_providers(candidates: Sequence[Candidate], adapters: Any) -> None:
+    """Refuse candidates whose provider the adapters do not deploy to (`providers`)."""
+    providers = getattr(adapters, "providers", None)
+    if providers is None:
+        return
+    foreign = sorted({c.provider for c in candidates if c.provider not in providers})
+    if foreign:
+        names = ", ".join(
+            f"{c.provider}/{c.gpu_class}" for c in candidates if c.provider in foreign
+        )
+        raise UnsupportedProvider(
+            f"these adapters deploy to {sorted(providers)}, not {foreign}: drop the "
+            f"candidates {names}, or pass adapters that deploy there"
+        )
+
+
+def _capacity_policy(knob: CapacityPolicy | bool) -> CapacityPolicy:
+    if isinstance(knob, CapacityPolicy):
+        return knob
+    return DEFAULT_CAPACITY if knob else NO_MEMORY
 
 
 def supervise_run(
@@ -163,6 +221,8 @@ def supervise_run(
     log: Callable[[str], Any] | None = None,
     single_attempt: int | None = None,
     on_last_gpu: bool = False,
+    capacity_memory: CapacityPolicy | bool = True,
+    on_attempt_end: AttemptHook | None = None,
 ) -> RunResult:
     """Run one training job to a result: the GPU walk, retries, cleanup; every step an event.
 
@@ -174,43 +234,76 @@ def supervise_run(
     `single_attempt=n` records a run of exactly attempt `n` on the first candidate, with
     the caller's `on_last_gpu`: no walk, no retry (what `submit_run` does for a caller
     that walks itself).
+
+    A candidate's `provider` is where its attempt deploys; adapters with `providers` refuse
+    others before anything is recorded (`UnsupportedProvider`). The weight cache goes only
+    to attempts on a provider that has it (RunPod).
+
+    `capacity_memory` (on by default; False or a `CapacityPolicy` with `enabled=False`
+    turns it off) ranks a new walk's candidates from the store's recent job logs, by
+    expected time to training (`flashfsm.fsm.capacity`), and records the ranking and its
+    evidence (`CandidatesRanked`) before the first attempt. `on_attempt_end(run, attempt)`
+    is called after each attempt's end is recorded by this call (an exception from it
+    stops the call; calling again resumes the run).
     """
     opened = resolve_store(store)
-    writer = StreamWriter(opened, stream or run_stream(run_id), RUN, FOLD_CANCELS)
+    name = stream or run_stream(run_id)
+    writer = StreamWriter(opened, name, RUN, FOLD_CANCELS)
     writer.open()
     say = log or (lambda line: logger.info("%s", line))
 
     def record(cls: type[EventBase], **fields: Any) -> Any:
         return writer.record(cls, clock(), **fields)
 
+    def record_outcome(outcome: AttemptOutcome) -> None:
+        at = clock()
+        writer.append(lambda state: _stamp(writer, apply_outcome(state, outcome), at))
+
     if writer.state.started is None and not writer.state.done:
-        record(
+        check_providers(candidates, adapters)
+        at = clock()
+        started = Draft(
             RunStarted,
-            run_id=run_id,
-            candidates=tuple(candidates),
-            max_retries=max_retries,
-            weight_cache=weight_cache,
-            budget_s=budget_s,
-            phase=phase,
-            seed=seed,
-            single_attempt=single_attempt,
-            on_last_gpu=on_last_gpu,
+            {
+                "run_id": run_id,
+                "candidates": tuple(candidates),
+                "max_retries": max_retries,
+                "weight_cache": weight_cache,
+                "budget_s": budget_s,
+                "phase": phase,
+                "seed": seed,
+                "single_attempt": single_attempt,
+                "on_last_gpu": on_last_gpu,
+            },
         )
+        drafts = [started]
+        policy = _capacity_policy(capacity_memory)
+        if policy.enabled and single_attempt is None and len(candidates) > 0:
+            ranked = ranking_for(opened, tuple(candidates), at, policy, exclude=(name,))
+            drafts.append(Draft(CandidatesRanked, ranked))
+        writer.append(lambda _state: _stamp(writer, drafts, at))
 
     def cancelled() -> bool:  # asked before each status fetch of a watch
         writer.catch_up()
         return writer.state.cancel_requested
 
+    ended_before = {a.started.attempt for a in writer.state.attempts if a.ended is not None}
     while True:
         writer.catch_up()
+        if on_attempt_end is not None:
+            for a in writer.state.attempts:
+                if a.ended is not None and a.started.attempt not in ended_before:
+                    ended_before.add(a.started.attempt)
+                    on_attempt_end(writer.state, a)
         command = decide_run(writer.state, clock())
         match command:
             case RunFinished(result=result):
                 return RunResult.from_event(result)
             case StartAttempt(plan=plan):
-                name = endpoint_name(run_id, plan.gpu_class, seed or 0, plan.attempt)
+                endpoint = endpoint_name(run_id, plan.gpu_class, seed or 0, plan.attempt)
+                where = "" if plan.provider == "runpod" else f"{plan.provider}/"
                 say(
-                    f"run {run_id}: attempt {plan.attempt} on {plan.gpu_class}"
+                    f"run {run_id}: attempt {plan.attempt} on {where}{plan.gpu_class}"
                     f"{' (last GPU)' if plan.on_last_gpu else ''}"
                     f"{' without the weight cache' if plan.cache_dropped else ''}"
                 )
@@ -223,15 +316,16 @@ def supervise_run(
                     on_last_gpu=plan.on_last_gpu,
                     cache_dropped=plan.cache_dropped,
                     bonus=plan.bonus,
-                    endpoint_name=name,
+                    weight_cache=plan.weight_cache,
+                    endpoint_name=endpoint,
                     job_stream=attempt_stream(run_id, plan.attempt, seed),
                 )
             case Deploy(attempt=attempt):
-                _deploy(writer.state, record, adapters, attempt)
+                _deploy(writer.state, record, record_outcome, adapters, attempt)
             case Submit(attempt=attempt):
-                _submit(writer.state, record, adapters, attempt, say)
+                _submit(writer.state, record, record_outcome, adapters, attempt, say)
             case WatchJob(attempt=attempt):
-                _watch(writer, record, adapters, attempt, opened, cancelled, say)
+                _watch(writer, record_outcome, adapters, attempt, opened, cancelled, say)
             case EndAttempt(attempt=number, failure=failure, detail=detail):
                 record(AttemptEnded, attempt=number, ok=False, failure=failure, detail=detail)
             case CancelJob(attempt=attempt):
@@ -271,12 +365,18 @@ def _quietly(fn: Callable[..., bool], *args: Any) -> bool:
         return False
 
 
-def _deploy(run: RunState, record: Recorder, adapters: RunAdapters, attempt: Attempt) -> None:
+def _deploy(
+    run: RunState,
+    record: Recorder,
+    record_outcome: Callable[[AttemptOutcome], None],
+    adapters: RunAdapters,
+    attempt: Attempt,
+) -> None:
     number = attempt.started.attempt
     try:
         deployed = adapters.deploy(run, attempt, record)
     except Exception as exc:  # any deploy error is a poll_error that consumes a retry
-        record(DeployFailed, attempt=number, **_error(exc))
+        record_outcome(DeployFailure(number, **_error(exc)))
         return
     record(
         EndpointDeployed,
@@ -292,6 +392,7 @@ def _deploy(run: RunState, record: Recorder, adapters: RunAdapters, attempt: Att
 def _submit(
     run: RunState,
     record: Recorder,
+    record_outcome: Callable[[AttemptOutcome], None],
     adapters: RunAdapters,
     attempt: Attempt,
     say: Callable[[str], Any],
@@ -300,7 +401,7 @@ def _submit(
     try:
         job_id, submitted_at = adapters.submit(run, attempt)
     except Exception as exc:
-        record(SubmitFailed, attempt=started.attempt, **_error(exc))
+        record_outcome(SubmitFailure(started.attempt, **_error(exc)))
         say(f"submit to {started.endpoint_name} failed ({type(exc).__name__})")
         return
     record(
@@ -319,7 +420,7 @@ def _submit(
 
 def _watch(
     writer: StreamWriter[RunState],
-    record: Recorder,
+    record_outcome: Callable[[AttemptOutcome], None],
     adapters: RunAdapters,
     attempt: Attempt,
     store: EventStore,
@@ -331,14 +432,15 @@ def _watch(
     except WatchStopped:
         writer.catch_up()
         return  # the cancel is in the state now; decide_run takes it from here
-    record(
-        AttemptEnded,
-        attempt=attempt.started.attempt,
-        ok=result.ok,
-        failure=result.failure,
-        rule=result.rule,
-        detail=result.detail or "",
-        metrics=result.metrics,
+    record_outcome(
+        JobVerdict(
+            attempt.started.attempt,
+            ok=result.ok,
+            failure=result.failure,
+            rule=result.rule,
+            detail=result.detail or "",
+            metrics=result.metrics,
+        )
     )
     say(
         f"attempt {attempt.started.attempt} on {attempt.started.gpu_class}: "
@@ -385,6 +487,8 @@ class RunpodRunAdapters:
     client_for: Callable[[int], Any] | None = None
     on_handle: Callable[[dict[str, Any]], Any] | None = None
     errors: dict[int, BaseException] = field(default_factory=dict)
+    #: The providers these adapters deploy to: RunPod only.
+    providers: frozenset[str] = frozenset({"runpod"})
 
     def _client(self, account: int) -> Any:
         return self.client if self.client_for is None else self.client_for(account)

@@ -62,11 +62,19 @@ from flashfsm.adapters.stores import default_store_url
 from flashfsm.errors import RunpodApiError, WatchStopped
 from flashfsm.events.models import NAME_CAP, AttemptStarted, Candidate
 from flashfsm.events.store import EventStore
+from flashfsm.fsm.capacity import CapacityPolicy
 from flashfsm.fsm.job import replay, verdict_of
 from flashfsm.fsm.run import Attempt, RunState, replay_run
 from flashfsm.naming import attempt_stream
 from flashfsm.redact import redact, register_secrets
-from flashfsm.runs import Deployed, Recorder, RunpodRunAdapters, RunResult, supervise_run
+from flashfsm.runs import (
+    AttemptHook,
+    Deployed,
+    Recorder,
+    RunpodRunAdapters,
+    RunResult,
+    supervise_run,
+)
 from flashfsm.shell import PollResult, resolve_store
 from flashfsm.watch import Log, make_say
 
@@ -299,8 +307,12 @@ class AccountClients:
 def deploy_request(
     spec: RunSpec, deps: WorkerDependencies, attempt: AttemptStarted
 ) -> DeployRequest:
-    """What the attempt's deploy asks runpod-flash for (no weight cache once it dropped)."""
+    """What the attempt's deploy asks runpod-flash for: the weight cache only where the
+    attempt has it (its provider has one, and the run has not dropped it)."""
     budget = policy_for_budget(spec.max_wall_seconds)
+    with_cache = (
+        attempt.weight_cache if attempt.weight_cache is not None else not attempt.cache_dropped
+    )
     return DeployRequest(
         name=attempt.endpoint_name,
         gpu_class=attempt.gpu_class,
@@ -309,7 +321,7 @@ def deploy_request(
         image=deps.image,
         dependencies=deps.pip,
         system_dependencies=deps.system,
-        weight_cache=None if attempt.cache_dropped else spec.weight_cache,
+        weight_cache=spec.weight_cache if with_cache else None,
         weight_cache_gb=spec.weight_cache_gb,
         disk_gb=spec.disk_gb,
         min_cuda_version=spec.min_cuda_version,
@@ -468,6 +480,7 @@ def submit_run(
     Raises `ImportError` naming the `deploy` extra when runpod-flash is missing (and the
     default deployer is used), `WorkerDependencyError` / `ValueError` before anything is
     provisioned (a job stream or run stream that already records this attempt included),
+    `UnsupportedProvider` when `candidate` names a provider other than `runpod`,
     `DeployError` when
     the deploy gives up, the client's error when the submit fails (the endpoint is
     deleted first), and `WatchStopped` when the run was cancelled (`request_cancel`).
@@ -560,17 +573,31 @@ def supervise_spec(
     store: EventStore | str | None = None,
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], Any] = time.sleep,
+    capacity_memory: CapacityPolicy | bool = True,
+    on_attempt_end: AttemptHook | None = None,
     **adapter_options: Any,
 ) -> RunResult:
     """Run `spec` for `seed` to a result: the GPU walk over `candidates`, with retries.
 
     The run's stream is `run-<run_id>-s<seed>`; calling this again after a crash resumes
-    the run (see `supervise_run`). `adapter_options` go to `flash_run_adapters`.
+    the run (see `supervise_run`, which also says what `capacity_memory` and
+    `on_attempt_end` do). Every candidate's provider must be `runpod`
+    (`UnsupportedProvider` otherwise). `adapter_options` go to `flash_run_adapters`.
     """
     with _spec_adapters(spec, seed, store, clock, sleep, adapter_options) as (opened, adapters):
         stream = naming.run_stream(spec.run_id, seed)
         return _walk(
-            spec, seed, candidates, adapters, opened, stream, clock, sleep, max_retries=max_retries
+            spec,
+            seed,
+            candidates,
+            adapters,
+            opened,
+            stream,
+            clock,
+            sleep,
+            max_retries=max_retries,
+            capacity_memory=capacity_memory,
+            on_attempt_end=on_attempt_end,
         )
 
 

@@ -772,7 +772,8 @@ def attempt_line(a: Attempt, run: RunState) -> str:
     """An attempt in one line: "attempt 1 on L40S (last GPU): stalled (unhealthy_worker)"."""
     last = " (last GPU)" if a.started.on_last_gpu else ""
     outcome = attempt_outcome(a, run)
-    return f"attempt {a.started.attempt} on {a.started.gpu_class}{last}: {outcome}"
+    where = "" if a.started.provider == "runpod" else f"{a.started.provider}/"
+    return f"attempt {a.started.attempt} on {where}{a.started.gpu_class}{last}: {outcome}"
 
 
 def print_run(stream: str, run: RunState) -> None:

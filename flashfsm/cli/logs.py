@@ -67,6 +67,7 @@ from flashfsm.events.codec import require_checksums
 from flashfsm.events.models import Event
 from flashfsm.events.policy import GracePolicy
 from flashfsm.fsm import explain as ex
+from flashfsm.fsm.capacity import RankReason, ranking_reasons
 from flashfsm.fsm.explain import timeline
 from flashfsm.fsm.job import VerifyReport, replay, verify
 from flashfsm.fsm.rules import RULE_NAMES
@@ -273,17 +274,21 @@ def explain_command(
     kind = stream_kind(src.events)
     if kind == "sweeper":
         raise typer.Exit(_explain_sweeper(src, as_json=as_json))
+    walk: tuple[RankReason, ...] = ()
     if kind == "run":
         with UsageErrors():
             run = replay_run(src.events)
+        walk = walk_reasons(run)
         if last_job_stream(run) is None:
             raise typer.Exit(_explain_run_without_job(src, run, as_json=as_json))
     stream, events = job_source(src, quiet=as_json)
     with UsageErrors():
         e = ex.explain(events)
     if as_json:
+        walk_json = {"walk": [rank_json(r) for r in walk]} if kind == "run" else {}
         emit_json(
             {
+                **walk_json,
                 "stream": stream,
                 "state": e.state,
                 "verdict": verdict_json(e.verdict),
@@ -312,6 +317,7 @@ def explain_command(
         say(f"{stream}: ", (e.facts[0], "yellow"))
         for t in e.timers:
             say(f"  timer {t.text}")
+        _print_walk(src.name, walk)
         raise typer.Exit(exit_for(None))
     v = e.verdict
     colour = "green" if v.ok else "red"
@@ -330,11 +336,41 @@ def explain_command(
         say(f"  evidence: seq {item.seq} at t+{ex.secs(item.offset)} s: {item.summary}")
     first = v.detail.splitlines()[0] if v.detail else ""
     say(f"  detail: {first}")
+    _print_walk(src.name, walk)
     raise typer.Exit(exit_for(v))
+
+
+def walk_reasons(run: RunState) -> tuple[RankReason, ...]:
+    """Why each candidate of a walk came in its place (none for a one-attempt run)."""
+    started = run.started
+    if started is None or started.single_attempt is not None:
+        return ()
+    return ranking_reasons(started.candidates, run.ranking)
+
+
+def rank_json(r: RankReason) -> dict[str, Any]:
+    """One candidate's place in a walk, and why."""
+    return {
+        "place": r.place,
+        "candidate": r.candidate,
+        "provider": r.provider,
+        "gpu_class": r.gpu_class,
+        "price_per_hour": r.price_per_hour,
+        "starved": r.starved,
+        "reason": r.reason,
+    }
+
+
+def _print_walk(stream: str, walk: tuple[RankReason, ...]) -> None:
+    if walk:
+        say(f"run {stream}: the walk's order of its candidates")
+        for r in walk:
+            say(f"  {r.text}")
 
 
 def _explain_run_without_job(src: Source, run: RunState, *, as_json: bool) -> int:
     """A run none of whose attempts queued a job: the run is all there is to explain."""
+    walk = walk_reasons(run)
     if as_json:
         emit_json(
             {
@@ -344,11 +380,13 @@ def _explain_run_without_job(src: Source, run: RunState, *, as_json: bool) -> in
                 "job_stream": None,
                 "attempts": [attempt_json(a, run) for a in run.attempts],
                 "result": result_json(run.result),
+                "walk": [rank_json(r) for r in walk],
             }
         )
     else:
         print_run(src.name, run)
         say("  no attempt queued a job: there is no job verdict to explain")
+        _print_walk(src.name, walk)
     return run_exit(run.result)
 
 

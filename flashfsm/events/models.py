@@ -300,6 +300,57 @@ class AttemptStarted(EventBase):
     bonus: bool = False  # the one cache-drop retry, outside the walk's budget
     endpoint_name: Text = ""
     job_stream: Text = ""
+    weight_cache: bool | None = Field(
+        None,
+        description="the weight cache is attached to this attempt's endpoint (unset in logs "
+        "from before it was recorded: the run's `weight_cache` and not `cache_dropped`)",
+    )
+
+
+class CapacityEvidence(BaseModel):
+    """What recent job logs say about one (provider, GPU class): how its jobs waited."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    provider: Text = Field("runpod", description="where the attempts deployed")
+    gpu_class: Text = Field(description="the GPU class they asked for")
+    jobs: NonNegativeInt = Field(0, description="attempts of this candidate in the window")
+    no_capacity: NonNegativeInt = Field(0, description="of them, how many ended `no_capacity`")
+    waited_s: float = Field(
+        0.0, ge=0, description="their time in IN_QUEUE before a worker took them, summed"
+    )
+    throttled_s: float = Field(
+        0.0, ge=0, description="of that wait, the time the endpoint's workers were throttled"
+    )
+    longest_wait_s: float = Field(0.0, ge=0, description="the longest of those waits")
+    last_starved_at: float | None = Field(
+        None, description="when its latest starved job ended (None: none starved)"
+    )
+    starved: bool = Field(False, description="the ranking rule judged it starved within the window")
+
+
+class CandidatesRanked(EventBase):
+    """The order the walk prefers the run's candidates in, and the evidence behind it.
+
+    Recorded once, before the first attempt, when capacity memory is on: the recent job
+    logs of the store, per (provider, GPU class), and the order the ranking rule made of
+    them (`flashfsm.fsm.capacity`). A run without it walks in price order.
+    """
+
+    kind: Literal["CandidatesRanked"] = "CandidatesRanked"
+    v: V1 = 1
+    order: tuple[NonNegativeInt, ...] = Field(
+        description="indexes into `RunStarted.candidates`, the preferred first"
+    )
+    rule: Text = Field("starved_last", description="the ranking rule that made the order")
+    window_s: float = Field(gt=0, description="how far back the evidence looks")
+    starve_after_s: float = Field(
+        ge=0, description="a wait longer than this in the window makes a candidate starved"
+    )
+    evidence: tuple[CapacityEvidence, ...] = Field(
+        (), description="per (provider, GPU class) among the candidates, what the window holds"
+    )
+    jobs_read: NonNegativeInt = Field(0, description="job logs read to gather the evidence")
 
 
 class DeployAttempted(EventBase):
@@ -479,6 +530,7 @@ JOB_EVENTS = (
 )
 RUN_EVENTS = (
     RunStarted,
+    CandidatesRanked,
     AttemptStarted,
     DeployAttempted,
     QuotaExhausted,
@@ -506,6 +558,7 @@ Event = Annotated[
     | FailureDetailObserved
     | Concluded
     | RunStarted
+    | CandidatesRanked
     | AttemptStarted
     | DeployAttempted
     | QuotaExhausted

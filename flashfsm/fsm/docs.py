@@ -38,6 +38,7 @@ from flashfsm.events.models import (
     RUN_EVENTS,
     SWEEPER_EVENTS,
     Candidate,
+    CapacityEvidence,
     EventBase,
     JobCounts,
     WatchStarted,
@@ -275,7 +276,13 @@ FAILURE_NOTES: dict[str, str] = {
 }
 
 #: Value types that events nest, documented once each after the kinds.
-NESTED: tuple[type[BaseModel], ...] = (GracePolicy, Candidate, WorkerCounts, JobCounts)
+NESTED: tuple[type[BaseModel], ...] = (
+    GracePolicy,
+    Candidate,
+    CapacityEvidence,
+    WorkerCounts,
+    JobCounts,
+)
 STREAMS: tuple[tuple[str, str, tuple[type[EventBase], ...]], ...] = (
     (
         "Job streams",

@@ -9,15 +9,26 @@ deploy, submit, watch the job, cancel it, delete an endpoint, wait, or conclude.
 control plane restarted mid-run replays the stream and carries on from the same command,
 so a walk resumes, it never starts over.
 
-The walk (`plan_attempt`), as the reference runner had it. Each attempt prefers, in this
-order: a provider that has not failed this run, a GPU class not yet tried, the cheapest,
-the smaller card. Once every class has been tried it re-rolls the cheapest, so it never
-runs off the list. Infra-shaped failures are retried while the budget lasts (at most
-`max_retries + 1` attempts); `job_failed` never is, nor is `unauthorized` (RunPod refused
-the key: every further attempt would be refused too). With the weight cache attached, the
-first `no_capacity` or `poll_error` earns one bonus attempt on the same class without the
-cache (the drop is sticky) that does not count against the budget. A user cancel wins
-everywhere: no attempt starts after it, and a success recorded after it does not count.
+The walk (`plan_attempt`), as the reference runner had it. A candidate is identified by its
+(provider, GPU class) pair: `provider` is where the attempt deploys (the run's adapters say
+which providers they deploy to, and a run whose candidates name another is refused before
+it starts: `flashfsm.runs.UnsupportedProvider`). Each attempt prefers, in this order: a
+provider that has not failed this run, a candidate not yet tried, then the run's ranking —
+the order `CandidatesRanked` recorded from the store's capacity memory
+(`flashfsm.fsm.capacity`), else the static one: the cheapest, the smaller card, the order
+given. Once every candidate has been tried it re-rolls the first of the ranking among them,
+so it never runs off the list. Infra-shaped failures are retried while the budget lasts
+(at most `max_retries + 1` attempts); `job_failed` never is, nor is `unauthorized` (RunPod
+refused the key: every further attempt would be refused too).
+
+The weight cache is a capability of a provider (`PROVIDER_CAPABILITIES`: a RunPod network
+volume), so it is attached only to an attempt whose provider has it. Such an attempt's
+first `no_capacity` or `poll_error` earns one bonus attempt on the same candidate without
+the cache (the drop is sticky) that does not count against the budget; and while that
+bonus is still to come, an attempt is not on its last GPU for having spent the budget. A
+user cancel wins everywhere: no attempt starts after it, and a success recorded after it
+does not count. `apply_outcome` is the one way an attempt's outcome (a deploy or submit
+error, its job's verdict, a user's cancel) becomes the run's events.
 
 A run started with `single_attempt` (what `submit_run` records, for a caller that walks
 itself) has exactly that one attempt on its first candidate, with the caller's
@@ -28,6 +39,7 @@ caller when the run ends (`handed_over`); a cancelled run cleans up as any other
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -37,10 +49,16 @@ from flashfsm.events.failures import FailureKind
 from flashfsm.events.models import (
     AttemptEnded,
     AttemptStarted,
+    CancelRequested,
     Candidate,
+    CandidatesRanked,
+    DeployFailed,
     Event,
+    EventBase,
     RunStarted,
+    SubmitFailed,
 )
+from flashfsm.fsm.capacity import Identity, check_order, identity, static_order
 from flashfsm.fsm.machine import IllegalTransition, build_machine, fire
 
 #: Failure kinds that are the infrastructure's fault: worth another attempt.
@@ -59,6 +77,10 @@ RETRIABLE_FAILURES = frozenset(
 STILL_THERE_FAILURES = RETRIABLE_FAILURES | {FailureKind.UNAUTHORIZED}
 #: Failures after which the weight cache is dropped for one bonus attempt.
 CACHE_DROP_FAILURES = frozenset({FailureKind.NO_CAPACITY, FailureKind.POLL_ERROR})
+#: What each provider flashfsm deploys to offers. The weight cache is a RunPod network
+#: volume: an attempt elsewhere runs without it (and so earns no cache-drop bonus).
+WEIGHT_CACHE = "weight_cache"
+PROVIDER_CAPABILITIES: Mapping[str, frozenset[str]] = {"runpod": frozenset({WEIGHT_CACHE})}
 DEPLOY_RETRY_WAIT_S = 30.0  # the wait after the first deploy or submit error; grows linearly
 DEPLOY_RETRY_WAIT_CAP_S = 300.0
 
@@ -132,6 +154,7 @@ class RunState:
     deleted: set[str] = field(default_factory=set)
     cancel_requested: bool = False
     cancel_reason: str = ""
+    ranking: CandidatesRanked | None = None  # the walk's recorded order (None: price order)
     result: Any = None  # the RunConcluded event
 
     @property
@@ -206,6 +229,17 @@ def _on_run_started(s: RunState, e: Any) -> None:
     s.started = e
 
 
+def _on_candidates_ranked(s: RunState, e: Any) -> None:
+    if s.started is None or s.attempts or s.ranking is not None:
+        raise CorruptLogError(
+            "replay", e.stream, "CandidatesRanked must follow RunStarted, once", seq=e.seq
+        )
+    wrong = check_order(e.order, len(s.started.candidates))
+    if wrong is not None:
+        raise CorruptLogError("replay", e.stream, wrong, seq=e.seq)
+    s.ranking = e
+
+
 def _on_attempt_started(s: RunState, e: Any) -> None:
     s.attempts.append(Attempt(started=e))
     fire(s, "begin_attempt", RUN_MACHINE)
@@ -266,6 +300,7 @@ def _on_run_concluded(s: RunState, e: Any) -> None:
 
 _APPLY = {
     "RunStarted": _on_run_started,
+    "CandidatesRanked": _on_candidates_ranked,
     "AttemptStarted": _on_attempt_started,
     "DeployAttempted": _on_noop,
     "QuotaExhausted": _on_noop,
@@ -285,6 +320,19 @@ _APPLY = {
 # --- the walk -----------------------------------------------------------------------------
 
 
+def supports(provider: str, capability: str) -> bool:
+    """Whether flashfsm offers `capability` (`WEIGHT_CACHE`) on `provider`."""
+    return capability in PROVIDER_CAPABILITIES.get(provider, frozenset())
+
+
+def attempt_has_cache(s: RunState, started: AttemptStarted) -> bool:
+    """Whether an attempt's endpoint has the weight cache attached: as recorded, or, in a
+    log from before it was, the run's `weight_cache` unless the attempt dropped it."""
+    if started.weight_cache is not None:
+        return started.weight_cache
+    return bool(s.started is not None and s.started.weight_cache and not started.cache_dropped)
+
+
 @dataclass(frozen=True, slots=True)
 class AttemptPlan:
     """The next attempt: which candidate, with how much patience, with or without the cache."""
@@ -296,22 +344,36 @@ class AttemptPlan:
     on_last_gpu: bool
     cache_dropped: bool
     bonus: bool
+    weight_cache: bool = False  # the cache is attached to this attempt's endpoint
 
 
-def walk_key(candidates: tuple[Candidate, ...], failed_providers: set[str], tried: set[str]):
-    """The preference order of the walk: fresh provider, untried class, cheaper, smaller."""
+def walk_order(s: RunState) -> tuple[int, ...]:
+    """The run's ranking of its candidates: recorded (`CandidatesRanked`), else by price."""
+    if s.ranking is not None:
+        return s.ranking.order
+    return static_order(s.started.candidates) if s.started is not None else ()
 
-    def key(index: int) -> tuple[bool, bool, float, float, int]:
+
+def walk_key(
+    candidates: tuple[Candidate, ...],
+    failed_providers: set[str],
+    tried: set[Identity],
+    order: tuple[int, ...] | None = None,
+) -> Callable[[int], tuple[bool, bool, int]]:
+    """The preference order of the walk: fresh provider, untried (provider, class), then the
+    ranking (`order`, the static price order by default)."""
+    place = {i: n for n, i in enumerate(order if order is not None else static_order(candidates))}
+
+    def key(index: int) -> tuple[bool, bool, int]:
         c = candidates[index]
-        return (
-            c.provider in failed_providers,
-            c.gpu_class in tried,
-            c.price_per_hour,
-            c.vram_gb,
-            index,
-        )
+        return (c.provider in failed_providers, identity(c) in tried, place[index])
 
     return key
+
+
+def tried_identities(s: RunState) -> set[Identity]:
+    """The (provider, GPU class) pairs the run's attempts have used."""
+    return {(a.started.provider, a.started.gpu_class) for a in s.attempts}
 
 
 def plan_attempt(s: RunState) -> AttemptPlan | None:
@@ -331,10 +393,11 @@ def plan_attempt(s: RunState) -> AttemptPlan | None:
             on_last_gpu=started.on_last_gpu,
             cache_dropped=False,
             bonus=False,
+            weight_cache=started.weight_cache and supports(only.provider, WEIGHT_CACHE),
         )
     candidates = started.candidates
     number = len(s.attempts)
-    tried = {a.started.gpu_class for a in s.attempts}
+    tried = tried_identities(s)
     failed_providers = {
         a.started.provider
         for a in s.attempts
@@ -344,14 +407,13 @@ def plan_attempt(s: RunState) -> AttemptPlan | None:
     cache_dropped = s.cache_dropped
     if (
         last is not None
-        and started.weight_cache
-        and not cache_dropped
         and not s.bonus_used
         and last.ended is not None
         and last.ended.failure in CACHE_DROP_FAILURES
+        and attempt_has_cache(s, last.started)
     ):
-        # The bonus: the same class again, without the cache, outside the budget.
-        untried_after = sum(c.gpu_class not in tried for c in candidates)
+        # The bonus: the same candidate again, without the cache, outside the budget.
+        untried_after = len({identity(c) for c in candidates} - tried)
         return AttemptPlan(
             attempt=number,
             candidate=last.started.candidate,
@@ -360,26 +422,150 @@ def plan_attempt(s: RunState) -> AttemptPlan | None:
             on_last_gpu=untried_after == 0 or s.walk_attempts > started.max_retries,
             cache_dropped=True,
             bonus=True,
+            weight_cache=False,
         )
     walk_index = s.walk_attempts
     if walk_index > started.max_retries:
         return None
-    pick = min(range(len(candidates)), key=walk_key(candidates, failed_providers, tried))
+    key = walk_key(candidates, failed_providers, tried, walk_order(s))
+    pick = min(range(len(candidates)), key=key)
     chosen = candidates[pick]
-    untried_after = sum(
-        c.gpu_class not in tried and c.gpu_class != chosen.gpu_class for c in candidates
+    untried_after = len({identity(c) for c in candidates} - tried - {identity(chosen)})
+    with_cache = (
+        started.weight_cache and not cache_dropped and supports(chosen.provider, WEIGHT_CACHE)
     )
-    cache_fallback_left = started.weight_cache and not cache_dropped and not s.bonus_used
+    bonus_left = with_cache and not s.bonus_used
     budget_spent = walk_index >= started.max_retries
     return AttemptPlan(
         attempt=number,
         candidate=pick,
         provider=chosen.provider,
         gpu_class=chosen.gpu_class,
-        on_last_gpu=untried_after == 0 or (budget_spent and not cache_fallback_left),
+        on_last_gpu=untried_after == 0 or (budget_spent and not bonus_left),
         cache_dropped=cache_dropped,
         bonus=False,
+        weight_cache=with_cache,
     )
+
+
+# --- outcomes: what an attempt's end, or a cancel, records ---------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DeployFailure:
+    """The attempt's deploy raised."""
+
+    attempt: int
+    error_class: str
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitFailure:
+    """The attempt's submit raised."""
+
+    attempt: int
+    error_class: str
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class JobVerdict:
+    """The attempt's job reached a verdict (what `poll_job` returned)."""
+
+    attempt: int
+    ok: bool
+    failure: str | None = None
+    rule: str | None = None
+    detail: str = ""
+    metrics: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UserCancel:
+    """A user asked the run to stop."""
+
+    by: str = ""
+    reason: str = ""
+
+
+AttemptOutcome = DeployFailure | SubmitFailure | JobVerdict | UserCancel
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    """An event to record: its kind and payload; the shell stamps the envelope."""
+
+    cls: type[EventBase]
+    fields: Mapping[str, Any]
+
+    def build(self, stream: str, seq: int, id: str, at: float) -> EventBase:
+        """The event, with its envelope (validated, masked and capped as any event)."""
+        return self.cls(stream=stream, seq=seq, id=id, at=at, **self.fields)
+
+
+class IllegalOutcome(ValueError):
+    """An outcome that does not fit the run: no such attempt running, or a finished run."""
+
+
+def apply_outcome(s: RunState, outcome: AttemptOutcome) -> tuple[Draft, ...]:
+    """The run events that record `outcome` on the run as it stands (to fold in order).
+
+    A deploy or submit error records the failed step and ends the attempt as a
+    `poll_error` (which a retry may follow); a job's verdict ends the attempt with it; a
+    cancel is a `CancelRequested` (nothing once the run has concluded). Raises
+    `IllegalOutcome` for an attempt outcome on an attempt that is not the one running.
+    """
+    if isinstance(outcome, UserCancel):
+        return cancel_drafts(s, outcome)
+    a = s.current
+    if s.done or a is None or a.started.attempt != outcome.attempt or a.ended is not None:
+        raise IllegalOutcome(
+            f"run {s.stream}: attempt {outcome.attempt} is not running "
+            f"(phase {s.state}, current {None if a is None else a.started.attempt})"
+        )
+    number = outcome.attempt
+    match outcome:
+        case DeployFailure(error_class=error_class, message=message):
+            if a.endpoint_id is not None or a.deploy_error is not None:
+                raise IllegalOutcome(f"run {s.stream}: attempt {number} is past its deploy")
+            step = DeployFailed
+            what = "deploy"
+        case SubmitFailure(error_class=error_class, message=message):
+            if a.endpoint_id is None or a.job_id is not None or a.submit_error is not None:
+                raise IllegalOutcome(f"run {s.stream}: attempt {number} is not submitting")
+            step = SubmitFailed
+            what = "submit"
+        case JobVerdict():
+            return (
+                Draft(
+                    AttemptEnded,
+                    {
+                        "attempt": number,
+                        "ok": outcome.ok,
+                        "failure": outcome.failure,
+                        "rule": outcome.rule,
+                        "detail": outcome.detail or "",
+                        "metrics": outcome.metrics,
+                    },
+                ),
+            )
+    failed = {"attempt": number, "error_class": error_class, "message": message}
+    ended = {
+        "attempt": number,
+        "ok": False,
+        "failure": FailureKind.POLL_ERROR,
+        "detail": f"{what} failed: {error_class}: {message}",
+    }
+    return (Draft(step, failed), Draft(AttemptEnded, ended))
+
+
+def cancel_drafts(s: RunState | None, cancel: UserCancel) -> tuple[Draft, ...]:
+    """A user's cancel: one `CancelRequested` (none once the run has concluded; `s` None:
+    the run is not known, and a cancel always records)."""
+    if s is not None and s.done:
+        return ()
+    return (Draft(CancelRequested, {"by": cancel.by, "reason": cancel.reason}),)
 
 
 def deploy_retry_wait(s: RunState) -> float:
