@@ -84,7 +84,8 @@ def _perform(request: Request, io: SyncIO) -> Any:
         case Clock():
             return io.clock()
         case Sleep(seconds=seconds):
-            return io.sleep(seconds)
+            io.sleep(seconds)
+            return io.clock()
         case StopAsked():
             return io.stop is not None and bool(io.stop())
         case StatusCall(at=at):
@@ -162,6 +163,7 @@ def run_watch(
         readers.failure_detail is not None,
         "" if watch is None else watch.watcher,
         allow_pickle=allow_pickle,
+        stoppable=stop is not None,
     )
     assert writer.store is not None, "run_watch needs a writer with a store"
     io = SyncIO(writer.store, client, handle, readers, clock, sleep, stop)
@@ -252,6 +254,7 @@ def poll_job(
         heartbeat=heartbeat_reader is not None,
         failure_detail=failure_detail_reader is not None,
         allow_pickle=allow_pickle,
+        stoppable=stop is not None,
     )
     io = SyncIO(resolve_store(store), client, handle, readers, clock, sleep, stop)
     return PollResult.from_verdict(drive_watch(watch_steps(spec, make_say(log)), io))

@@ -80,16 +80,26 @@ class TokenBucket:
         self.stamp = time.monotonic()
         self._lock = asyncio.Lock()
 
+    def try_take(self) -> bool:
+        """Take a token now if one is free and nobody is waiting for one (no await: the
+        usual case of a call under the limit costs no coroutine)."""
+        if self._lock.locked():
+            return False  # callers are waiting: join the queue behind them
+        return self._take()
+
+    def _take(self) -> bool:
+        now = time.monotonic()
+        self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return True
+        return False
+
     async def acquire(self) -> None:
         """Wait until a call is allowed."""
         async with self._lock:
-            while True:
-                now = time.monotonic()
-                self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate)
-                self.stamp = now
-                if self.tokens >= 1:
-                    self.tokens -= 1
-                    return
+            while not self._take():
                 await asyncio.sleep((1 - self.tokens) / self.rate)
 
 
@@ -304,13 +314,16 @@ class Supervisor:
                 kind = type(request)
                 if kind is Clock:
                     reply = clock()
-                elif kind is StopAsked:
+                elif kind is StopAsked:  # (its specs are not `stoppable`: never asked)
                     reply = False  # a supervisor's watches stop by `stop()`, between requests
                 elif kind is Sleep:
                     jitter = 1 + self.rng.uniform(0, self.jitter / 10)
                     await self.sleep(request.seconds * jitter)
+                    reply = clock()
                 elif kind is StatusCall:
-                    await self._bucket(handle.endpoint_id, "status").acquire()
+                    bucket = self._bucket(handle.endpoint_id, "status")
+                    if not bucket.try_take():
+                        await bucket.acquire()
                     at = clock()
                     if request.due is not None and len(self.lag) < 1_000_000:
                         self.lag.append(max(0.0, at - request.due))
@@ -321,7 +334,9 @@ class Supervisor:
                         request.stream, request.events, request.expected_seq
                     )
                 elif kind is HealthCall:
-                    await self._bucket(handle.endpoint_id, "health").acquire()
+                    bucket = self._bucket(handle.endpoint_id, "health")
+                    if not bucket.try_take():
+                        await bucket.acquire()
                     at = clock()
                     args = (handle.endpoint_id,)
                     reply = await _acall(self._gate(), self.client.endpoint_health, args, at)

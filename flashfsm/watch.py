@@ -6,7 +6,8 @@ stream (replay, then claim it with a `WatchStarted`), then loops — ask the cor
 it, fold it in — until a verdict. It does no I/O itself: it *yields* each piece of I/O it
 needs as a request and receives the answer:
 
-- `Clock()` → the time now; `Sleep(seconds)` → None; `StopAsked()` → whether to stop;
+- `Clock()` → the time now; `Sleep(seconds)` → the time now, once slept; `StopAsked()` →
+  whether to stop (asked only by a watch whose driver can stop it: `WatchSpec.stoppable`);
 - `StatusCall`, `HealthCall`, `ReaderCall` → an `Outcome` (the answer, or the exception
   the call raised, and when it was made);
 - the stream writer's store requests (`flashfsm.writer`: `Replay`, `Append`, `ReadAfter`).
@@ -37,6 +38,7 @@ from typing import Any
 
 from flashfsm.adapters import observations as obs
 from flashfsm.errors import WatchStopped
+from flashfsm.events.errors import ConcurrencyError
 from flashfsm.events.models import (
     Concluded,
     EventBase,
@@ -208,7 +210,8 @@ class Clock:
 
 @dataclass(slots=True)
 class Sleep:
-    """Wait `seconds` before going on."""
+    """Wait `seconds`, then answer with the time now (a poll starts after every wait, so
+    the answer saves it a `Clock()`)."""
 
     seconds: float
 
@@ -268,6 +271,9 @@ class WatchSpec:
     has_failure_detail_reader: bool
     watcher: str
     allow_pickle: bool = False
+    #: Whether the driver can be asked to stop the watch (`StopAsked` before each status
+    #: fetch): a run's watch can be; a supervisor's watches stop by being cancelled.
+    stoppable: bool = False
 
     @classmethod
     def of(
@@ -281,6 +287,7 @@ class WatchSpec:
         failure_detail: bool = False,
         watcher: str | None = None,
         allow_pickle: bool | None = None,
+        stoppable: bool = False,
     ) -> WatchSpec:
         """The spec of a new watch, its defaults filled in one place: the handle's job
         stream, this host and process as the watcher, and unpickling only when
@@ -294,6 +301,7 @@ class WatchSpec:
             failure_detail,
             watcher or default_watcher(),
             allow_pickle=unpickling_allowed(handle, allow_pickle),
+            stoppable=stoppable,
         )
 
 
@@ -481,11 +489,12 @@ def loop_steps(
     state, stream = writer.state, writer.stream
     # The clock skew this watch recorded when it started (see `claim_events`): it judges and
     # stamps on the log's clock, its own plus the skew; requests keep its own clock.
-    skew = clock_skew(state)
+    skew, stoppable = clock_skew(state), spec.stoppable
+    own, judged = (yield CLOCK), False
     while True:
-        own = yield CLOCK
         now = own + skew
-        command = decide(state, now)
+        # (`judged`: the state has not changed since the rules last found nothing in it.)
+        command = decide(state, now, judged=judged)
         match command:
             case Finished(verdict=verdict):
                 return verdict
@@ -493,10 +502,10 @@ def loop_steps(
                 # Nothing of the last poll is held while asleep (its answer, its event):
                 # a supervisor keeps thousands of these generators waiting.
                 got = built = recorded = command = None
-                yield Sleep(seconds)
+                own, judged = (yield Sleep(seconds)), True
                 continue
             case FetchStatus():
-                if (yield STOP_ASKED):
+                if stoppable and (yield STOP_ASKED):
                     raise WatchStopped(f"watch of {stream!r} stopped on request")
                 due = state.next_fetch_at
                 got = yield StatusCall(own, None if due is None else due - skew)
@@ -521,27 +530,41 @@ def loop_steps(
                 raise TypeError(f"the core asked for something no watch does: {command!r}")
         if built[0] is None:
             skip_read(state)  # a regular read that found nothing new: nothing to record
-            continue
-        previous = state.last_status
-        recorded = yield from writer.append_steps(_observation_build(writer, built, at))
-        for event in recorded:
-            say_observation(event, previous, state, say)
+        else:
+            # The writer's append, its first try made right here: a poll appends once or
+            # twice, and a generator per append is measurable across a fleet of watches.
+            previous = state.last_status
+            recorded = observation_events(writer, state, built, at)
+            if recorded:
+                try:
+                    yield writer.request(recorded)
+                except ConcurrencyError as conflict:
+                    rebuild = _observation_build(writer, built, at)
+                    recorded = yield from writer.retry_steps(rebuild, conflict)
+                else:
+                    writer.took(recorded)
+            for event in recorded:
+                say_observation(event, previous, state, say)
+        own, judged = (yield CLOCK), False
+
+
+def observation_events(
+    writer: StreamWriter[JobState], s: JobState, built: Built, at: float
+) -> list[EventBase]:
+    """The observation's event, built on the state `s` it is appended to: none once the log
+    holds its verdict, and never stamped before the log's last event (a clock that stepped
+    back mid-watch): the log's times do not go backwards."""
+    if s.done:
+        return []
+    last = s.last_at
+    cls, fields = built
+    return [writer.event(cls, at if last is None or at >= last else last, **fields)]  # type: ignore[arg-type]
 
 
 def _observation_build(writer: StreamWriter[JobState], built: Built, at: float) -> Build[JobState]:
-    """How to build an observation's event from the state it is appended to: after a
-    conflict the newer events are folded in first, and a log that meanwhile got its verdict
-    takes nothing more. The event is never stamped before the log's last event (a clock
-    that stepped back mid-watch): the log's times do not go backwards."""
-    cls, fields = built
-
-    def build(s: JobState) -> list[EventBase]:
-        if s.done:
-            return []
-        last = s.last_at
-        return [writer.event(cls, at if last is None or at >= last else last, **fields)]  # type: ignore[arg-type]
-
-    return build
+    """`observation_events` built anew after a conflict, once the newer events are folded
+    in (a log that meanwhile got its verdict takes nothing more)."""
+    return lambda s: observation_events(writer, s, built, at)
 
 
 def watch_steps(spec: WatchSpec, say: Callable[[str], None]) -> Generator[Request, Any, Verdict]:

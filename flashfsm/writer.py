@@ -240,7 +240,8 @@ class StreamWriter(Generic[S]):
 
     def event(self, cls: type[EventBase], at: float, offset: int = 0, **fields: Any) -> Any:
         """The next event of this stream (built, not appended): seq, id and time filled in."""
-        return cls(stream=self.stream, seq=self.next_seq + offset, id=new_id(at), at=at, **fields)
+        seq = self.state.next_seq + offset  # type: ignore[attr-defined]
+        return cls(stream=self.stream, seq=seq, id=new_id(at), at=at, **fields)
 
     # -- the protocol, sans I/O --------------------------------------------------------------
 
@@ -252,7 +253,7 @@ class StreamWriter(Generic[S]):
     def catch_up_steps(self) -> Generator[StoreRequest, Any, list[Event]]:
         """Fold in whatever other writers appended since this writer last looked."""
         newer = yield ReadAfter(self.stream, self.next_seq - 1)
-        self._fold(newer)
+        self.took(newer)
         return newer
 
     def append_steps(
@@ -264,21 +265,50 @@ class StreamWriter(Generic[S]):
         function) cannot be rebuilt: a conflict that the policy would retry re-raises the
         `ConcurrencyError` instead.
         """
+        events = list(build(self.state) if callable(build) else build)
+        if not events:
+            return []
+        try:
+            yield self.request(events)
+        except ConcurrencyError as conflict:
+            return (yield from self.retry_steps(build, conflict))
+        self.took(events)
+        return events
+
+    def request(self, events: Sequence[EventBase]) -> Append:
+        """The first try of appending `events`, built from the current state (a caller on
+        a hot path yields it itself, then calls `took`, or `retry_steps` on a conflict)."""
+        return Append(self.stream, events, self.state.next_seq)  # type: ignore[attr-defined]
+
+    def took(self, events: Iterable[Event]) -> None:
+        """The store took `events` (or another writer appended them): fold them in."""
+        evolve_one, state = self.fold.evolve, self.state
+        for event in events:
+            evolve_one(state, event)
+
+    def retry_steps(
+        self, build: Build[S] | Sequence[EventBase], conflict: ConcurrencyError
+    ) -> Generator[StoreRequest, Any, list[EventBase]]:
+        """After `conflict` (another writer appended first): what the policy says, then the
+        append tried again with events built anew, `tries` tries in all."""
         tries = self.on_conflict.tries
-        for _ in range(tries):
-            events = list(build(self.state) if callable(build) else build)
+        for attempt in range(1, tries + 1):
+            newer = yield ReadAfter(self.stream, self.next_seq - 1)
+            self.on_conflict.resolve(self.stream, newer)  # raises to stop this writer
+            self.took(newer)
+            if not callable(build):
+                raise conflict
+            if attempt == tries:
+                break
+            events = list(build(self.state))
             if not events:
                 return []
             try:
                 yield Append(self.stream, events, self.next_seq)
-            except ConcurrencyError as conflict:
-                newer = yield ReadAfter(self.stream, self.next_seq - 1)
-                self.on_conflict.resolve(self.stream, newer)  # raises to stop this writer
-                self._fold(newer)
-                if not callable(build):
-                    raise conflict
+            except ConcurrencyError as again:
+                conflict = again
                 continue
-            self._fold(events)
+            self.took(events)
             return events
         raise Contention(f"stream {self.stream!r}: other writers got there first {tries} times")
 
@@ -300,11 +330,6 @@ class StreamWriter(Generic[S]):
         """Build one event at `at` from the current state, append it, and return it."""
         [event] = self.append(lambda _state: [self.event(cls, at, **fields)])
         return event
-
-    def _fold(self, events: Iterable[Event]) -> None:
-        evolve_one, state = self.fold.evolve, self.state
-        for event in events:
-            evolve_one(state, event)
 
     def _store(self) -> EventStore:
         if self.store is None:

@@ -33,7 +33,7 @@ from flashfsm.events.models import (
     WorkerCounts,
 )
 from flashfsm.events.policy import GracePolicy
-from flashfsm.fsm.commands import Conclude, Finished
+from flashfsm.fsm.commands import Conclude, Finished, Wait
 from flashfsm.fsm.job import JobState, decide, evolve, replay, skip_read, verify
 from flashfsm.fsm.machine import IllegalTransition, allowed_triggers, fire
 from flashfsm.fsm.rules import (
@@ -368,9 +368,9 @@ class ReplayCheckedWriter(StreamWriter):
 
     checked = 0  # events appended through this writer, each followed by a comparison
 
-    def _fold(self, events: Any) -> None:
+    def took(self, events: Any) -> None:
         events = list(events)
-        super()._fold(events)
+        super().took(events)
         self.checked += len(events)
         replayed = replay(self.store.read(self.stream))
         assert replayed.snapshot() == self.state.snapshot(), (
@@ -1045,6 +1045,25 @@ def test_verify_accepts_every_log_poll_job_writes(script: Script) -> None:
     assert report.events == len(log)
     assert report.verdict == log[-1]
     assert (report.verdict.state, report.verdict.rule) == (result.state, result.rule)
+
+
+@given(scripts(), st.floats(0.0, 2.0), st.floats(0.0, 3600.0))
+def test_deciding_again_on_a_state_told_to_wait_skips_only_rules_that_find_nothing(
+    script: Script, share: float, beyond: float
+) -> None:
+    """`decide(..., judged=True)` (what a watch waking from a wait asks) answers exactly
+    what `decide` answers, at any later time, on every state a real log passes through."""
+    _, log, _ = run_poll_job(script)
+    state = JobState()
+    for event in log:
+        evolve(state, event)
+        if state.watch is None or state.done:
+            continue
+        told = decide(state, event.at)
+        if not isinstance(told, Wait):
+            continue
+        for later in (event.at, event.at + share * told.seconds, event.at + told.seconds + beyond):
+            assert decide(state, later, judged=True) == decide(state, later)
 
 
 # --- the live core, step by step ------------------------------------------------------------

@@ -423,16 +423,23 @@ def heartbeat_is_news(s: JobState, hb: HeartbeatObserved) -> bool:
 # --- decide -------------------------------------------------------------------------------
 
 
-def decide(s: JobState, now: float) -> Command:
-    """The next command for the shell, a pure function of the state and `now`."""
+def decide(s: JobState, now: float, *, judged: bool = False) -> Command:
+    """The next command for the shell, a pure function of the state and `now`.
+
+    `judged` says the caller decided on this very state before (nothing folded in, no read
+    skipped since) and was told to wait: the rules judged after an observation ignore
+    `now`, so they would find nothing again and are not tried (a watch waking from a wait
+    skips them; the answer is the same either way).
+    """
     if s.verdict is not None:
         return Finished(verdict_of(s.verdict))
     if s.watch is None:
         raise NotWatchingError(f"stream {s.stream!r} has no WatchStarted event: nothing watches it")
-    for rule, check in _AFTER_OBSERVATION:
-        finding = check(s, now)
-        if finding is not None:
-            return Conclude(rules.verdict_of(rule, finding))
+    if not judged:
+        for rule, check in _AFTER_OBSERVATION:
+            finding = check(s, now)
+            if finding is not None:
+                return Conclude(rules.verdict_of(rule, finding))
     if s.pending:
         name = s.pending[0]
         due = s.forced_retry_at
