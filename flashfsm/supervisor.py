@@ -289,7 +289,9 @@ class Supervisor:
         writer = await self._drive(attach_steps(spec), job)
         if not writer.state.done and self.spread > 0:
             await self.sleep(self.rng.uniform(0, self.spread * job.interval_s))
-        verdict = await self._drive(loop_steps(writer, spec, self.say), job)
+        steps = loop_steps(writer, spec, self.say)
+        del spec, writer  # (the watch holds what it needs: one object less per sleeping job)
+        verdict = await self._drive(steps, job)
         return PollResult.from_verdict(verdict)
 
     async def _drive(self, steps: Generator[Request, Any, R], job: JobSpec) -> R:

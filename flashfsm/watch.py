@@ -489,7 +489,8 @@ def loop_steps(
     state, stream = writer.state, writer.stream
     # The clock skew this watch recorded when it started (see `claim_events`): it judges and
     # stamps on the log's clock, its own plus the skew; requests keep its own clock.
-    skew, stoppable = clock_skew(state), spec.stoppable
+    skew, stoppable, allow_pickle = clock_skew(state), spec.stoppable, spec.allow_pickle
+    del spec  # what it needs is read: a sleeping watch holds no more than it must
     own, judged = (yield CLOCK), False
     while True:
         now = own + skew
@@ -509,7 +510,7 @@ def loop_steps(
                     raise WatchStopped(f"watch of {stream!r} stopped on request")
                 due = state.next_fetch_at
                 got = yield StatusCall(own, None if due is None else due - skew)
-                built = status_observation(got.value, got.error, allow_pickle=spec.allow_pickle)
+                built = status_observation(got.value, got.error, allow_pickle=allow_pickle)
                 at = got.at + skew
             case ProbeHealth():
                 got = yield HealthCall(own)
