@@ -19,13 +19,18 @@ fit is shortened at a word boundary, with the whole text in a tooltip (`<title>`
 bounded piece of text is a `<g class="label">` carrying its full text and the width it was
 given (`data-label`, `data-width`), so a test can check what was shown against what was meant.
 The legend lists the states and verdict kinds the picture shows, no others.
+
+Cost. Each attempt's lane carries its ledger (`flashfsm.fsm.ledger`: a run's attempts are
+priced by its candidates, a job log by the caller's `price_per_hour`): a thin strip under
+its bar shows where the billed seconds went, cause by cause, and a label right of the lane
+says what it cost; the header says the total. The legend names the causes the strips show.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from flashfsm.events.models import (
@@ -47,6 +52,14 @@ from flashfsm.fsm.diagram import (
     text_width,
 )
 from flashfsm.fsm.explain import timeline
+from flashfsm.fsm.ledger import (
+    AttemptLedger,
+    Cause,
+    Ledger,
+    job_ledger,
+    money_text,
+    run_ledger,
+)
 from flashfsm.fsm.run import RETRIABLE_FAILURES, Attempt, RunState, replay_run
 from flashfsm.fsm.table import FAILURE_KIND, JobPhase
 from flashfsm.views import IdlePeriod, SweeperView, stream_kind, sweeper_view
@@ -78,6 +91,15 @@ VERDICT_OK = OUTCOME_OK
 VERDICT_FAILED = OUTCOME_FAILED  # job_failed: the job's own fault, not retried
 VERDICT_RETRIED = OUTCOME_RETRIED  # infra-shaped failures a run retries
 REAPED_COLOUR = "#5b4a8a"  # an endpoint the sweeper deleted
+#: The colour of each billed cause on a lane's cost strip, in legend order.
+COST_STYLE: dict[Cause, str] = {
+    Cause.COLD_START: "#7fa7d6",
+    Cause.TRAINING: "#3f8f5b",
+    Cause.STALL: "#e08a2c",
+    Cause.PREEMPTED: "#c0392b",
+    Cause.FAILED: "#7d2323",
+    Cause.IDLE: "#b3a37f",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +136,8 @@ class Lane:
     rule: str | None = None
     ok: bool | None = None
     detail: str = ""  # the verdict's detail as people read it (`detail_text`)
+    cost: AttemptLedger | None = None  # the attempt's ledger (None: a sweeper's lane)
+    cost_origin: float = 0.0  # epoch seconds of the lane's t+0 (the ledger's times are epoch)
 
     @property
     def end(self) -> float:
@@ -133,6 +157,7 @@ class Picture:
     verdict: str | None = None
     ok: bool | None = None
     marks: tuple[Mark, ...] = field(default=())  # run-level marks (a cancel)
+    cost: Ledger | None = None  # the ledger of every lane (None: a sweeper's picture)
 
     @property
     def duration(self) -> float:
@@ -402,9 +427,11 @@ def picture(
     load: Callable[[str], Sequence[Event]] | None = None,
     *,
     title: str | None = None,
+    price_per_hour: float | None = None,
 ) -> Picture:
     """The picture of a job log (one lane), a run log (a lane per attempt) or a sweeper's log
-    (a lane per endpoint)."""
+    (a lane per endpoint). Lanes of a job or run carry their ledger; a job log is priced at
+    `price_per_hour` (None: its money is unknown)."""
     events = list(events)
     if not events:
         return Picture(title or "empty log", "", 0.0, ())
@@ -414,6 +441,11 @@ def picture(
     if kind == "run":
         run = replay_run(events)
         lanes, marks = _run_lanes(run, events, load, origin)
+        cost = run_ledger(events, load or (lambda stream: []))
+        lanes = [
+            replace(lane, cost=a, cost_origin=origin)
+            for lane, a in zip(lanes, cost.attempts, strict=True)
+        ]
         result = run.result
         if result is None:
             verdict, ok, sub = None, None, "run in progress"
@@ -430,6 +462,7 @@ def picture(
             verdict,
             ok,
             tuple(marks),
+            cost,
         )
     if kind == "sweeper":
         view = sweeper_view(events)
@@ -441,9 +474,12 @@ def picture(
             origin,
             tuple(lanes),
         )
-    lane = job_lane(events, origin)
+    cost = job_ledger(events, price_per_hour)
+    lane = replace(job_lane(events, origin), cost=cost.attempts[0], cost_origin=origin)
     sub = "no verdict yet" if lane.verdict is None else f"{lane.verdict} by {lane.rule}"
-    return Picture(title or titled("job", stream), sub, origin, (lane,), lane.verdict, lane.ok)
+    return Picture(
+        title or titled("job", stream), sub, origin, (lane,), lane.verdict, lane.ok, (), cost
+    )
 
 
 def titled(kind: str, name: str) -> str:
@@ -472,7 +508,10 @@ LEGEND_ROW = 26
 TICK_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200)
 #: Sizes (px) of the picture's text.
 SIZE = {"title": 18, "subtitle": 13, "lane-title": 13, "lane-subtitle": 11, "span-label": 11,
-        "verdict-label": 13, "mark-label": 11, "legend": 12}  # fmt: skip
+        "verdict-label": 13, "mark-label": 11, "legend": 12, "lane-cost": 10,
+        "total-cost": 13}  # fmt: skip
+COST_H = 5  # the height of a lane's cost strip, under its bar
+COST_GAP = 12  # a lane's end to its cost label
 #: How far right of its mark a mark's label starts.
 MARK_OFFSET = {"verdict": 12.0, "reaped": 12.0, "open": 8.0, "running": 8.0}
 _BREAK_AFTER = "-_/"
@@ -631,7 +670,28 @@ def _plot_width(pic: Picture, left: float, duration: float) -> float:
             if mark.kind in MARK_OFFSET and mark.at > 0:
                 need = MARK_OFFSET[mark.kind] + _mark_label_width(mark)
                 plot = min(plot, (room - need) / (mark.at / duration))
+        if lane.cost is not None and lane.end > 0:
+            need = COST_GAP + text_width(cost_text(lane.cost), SIZE["lane-cost"])
+            plot = min(plot, (room - need) / (lane.end / duration))
     return max(plot, room * MIN_PLOT)
+
+
+def cost_text(a: AttemptLedger) -> str:
+    """A lane's cost label: "cost $0.48 · billed 28 min 50 s · waste $0.42"."""
+    text = f"cost {money_text(a.money())} · billed {duration_text(a.billed_s)}"
+    waste = a.waste_money
+    if waste:
+        text += f" · waste {money_text(waste)}"
+    return text
+
+
+def total_text(cost: Ledger) -> str:
+    """The picture's total: "total $0.53 · billed 31 min 10 s · waste $0.42"."""
+    text = f"total {money_text(cost.money())} · billed {duration_text(cost.billed_s)}"
+    waste = cost.waste_money
+    if waste:
+        text += f" · waste {money_text(waste)}"
+    return text
 
 
 def _legend_entries(pic: Picture) -> tuple[list[str], list[tuple[str, str]]]:
@@ -652,6 +712,12 @@ def _legend_entries(pic: Picture) -> tuple[list[str], list[tuple[str, str]]]:
     return states, diamonds
 
 
+def _legend_causes(pic: Picture) -> list[Cause]:
+    """The billed causes the lanes' cost strips show, in legend order."""
+    shown = {p.cause for lane in pic.lanes if lane.cost for p in lane.cost.pieces if p.billed}
+    return [c for c in COST_STYLE if c in shown]
+
+
 def svg(pic: Picture) -> str:
     """The picture as a standalone SVG document."""
     duration = max(pic.duration, 1.0)
@@ -663,6 +729,7 @@ def svg(pic: Picture) -> str:
 
     lanes_h = LANE_H * max(1, len(pic.lanes))
     states, diamonds = _legend_entries(pic)
+    diamonds += [(COST_STYLE[c], f"cost: {c.value.replace('_', ' ')}") for c in _legend_causes(pic)]
     legend_y = TOP + lanes_h + 34
     legend_rows = -(-len(states) // LEGEND_COLS) + -(-len(diamonds) // LEGEND_COLS)
     height = legend_y + LEGEND_ROW * legend_rows + 16
@@ -688,9 +755,24 @@ def svg(pic: Picture) -> str:
         )
     title_w = WIDTH - 2 * MARGIN - (verdict_w + 24 if verdict_w else 0)
     out.append(_label(pic.title, MARGIN, 28, width=title_w, cls="title", bold=True))
-    out.append(
-        _label(pic.subtitle, MARGIN, 50, width=WIDTH - 2 * MARGIN, cls="subtitle", fill="#555555")
-    )
+    total_w = 0.0
+    if pic.cost is not None:
+        total = total_text(pic.cost)
+        total_w = text_width(total, SIZE["total-cost"], bold=True)
+        out.append(
+            _label(
+                total,
+                WIDTH - MARGIN,
+                50,
+                width=total_w + 1,
+                cls="total-cost",
+                bold=True,
+                anchor="end",
+                fill="#333333",
+            )
+        )
+    sub_w = WIDTH - 2 * MARGIN - (total_w + 24 if total_w else 0)
+    out.append(_label(pic.subtitle, MARGIN, 50, width=sub_w, cls="subtitle", fill="#555555"))
     # axis and grid
     step = tick_step(duration)
     axis_y = TOP - 12
@@ -759,8 +841,43 @@ def _lane_svg(lane: Lane, index: int, x: Callable[[float], float], left: float) 
                 f'font-size="{SIZE["span-label"]}" font-weight="bold" fill="{ink}" '
                 f'pointer-events="none">{esc(span.state)}</text>'
             )
+    if lane.cost is not None:
+        parts.append(_cost_svg(lane, x, bar_y + BAR_H + 2, lane.cost_origin))
     for mark in lane.marks:
         parts.append(_mark_svg(mark, x(mark.at), y, bar_y))
+    parts.append("</g>")
+    return "".join(parts)
+
+
+def _cost_svg(lane: Lane, x: Callable[[float], float], top: float, origin: float) -> str:
+    """A lane's cost strip (its billed pieces by cause) and its cost label."""
+    cost = lane.cost
+    assert cost is not None
+    parts = [f'<g class="cost" data-lane="{esc(lane.key)}">']
+    for p in cost.pieces:
+        if not p.billed:
+            continue
+        x0, x1 = x(p.start - origin), x(p.end - origin)
+        tip = f"{p.cause.value.replace('_', ' ')}: {duration_text(p.seconds)}"
+        money = None if cost.price_per_hour is None else p.seconds * cost.price_per_hour / 3600
+        if money is not None:
+            tip += f" · {money_text(money)}"
+        parts.append(
+            f'<rect class="cost-piece" data-cause="{p.cause.value}" x="{x0:.1f}" '
+            f'y="{top:.1f}" width="{max(x1 - x0, 1.0):.1f}" height="{COST_H}" '
+            f'fill="{COST_STYLE.get(p.cause, "#999999")}"><title>{esc(tip)}</title></rect>'
+        )
+    lx = x(max(lane.end, cost.end - origin)) + COST_GAP
+    parts.append(
+        _label(
+            cost_text(cost),
+            lx,
+            top + COST_H + 3,
+            width=WIDTH - MARGIN - lx,
+            cls="lane-cost",
+            fill="#444444",
+        )
+    )
     parts.append("</g>")
     return "".join(parts)
 
@@ -892,7 +1009,13 @@ def html(pic: Picture) -> str:
             f'<td class="verdict" style="color:{colour if lane.verdict else "#555"}">'
             f"<b>{esc(verdict)}</b></td><td><code>{esc(lane.rule or '')}</code></td>"
             f"<td>{esc(duration_text(lane.end - (lane.spans[0].start if lane.spans else 0)))}</td>"
+            f'<td class="cost">{esc(cost_text(lane.cost) if lane.cost else "")}</td>'
             f'<td class="detail">{_detail_html(lane.detail)}</td></tr>'
+        )
+    if pic.cost is not None:
+        rows.append(
+            f'<tr class="total-row"><td colspan="6"><b>total</b></td>'
+            f'<td class="cost total"><b>{esc(total_text(pic.cost))}</b></td><td></td></tr>'
         )
     return "\n".join(
         [
@@ -914,7 +1037,7 @@ def html(pic: Picture) -> str:
             "</style></head><body>",
             svg(pic),
             "<table><thead><tr><th>lane</th><th>where</th><th>stream</th><th>verdict</th>"
-            "<th>rule</th><th>length</th><th>detail</th></tr></thead><tbody>",
+            "<th>rule</th><th>length</th><th>cost</th><th>detail</th></tr></thead><tbody>",
             *rows,
             "</tbody></table>",
             "</body></html>",

@@ -12,7 +12,7 @@ failure kind so a script can route on it (`EXIT_CODES`): the commands that repor
 verdict (`replay`, `explain`, `watch`) exit with its code. Credentials (the RunPod key for
 `sweep`) come only from the environment.
 
-The commands live by group: `logs` (replay, explain, why-not, whatif, timeline, watch),
+The commands live by group: `logs` (replay, explain, why-not, whatif, timeline, watch), `cost`,
 `store` (ls, export, import, sweep) and `tools` (demo, simulator, diagram); what they
 share is in `common`. This module builds the one `app` from them.
 """
@@ -23,11 +23,12 @@ from typing import Annotated
 
 import typer
 
-from flashfsm.cli import logs, store, tools
+from flashfsm.cli import cost, logs, store, tools
 from flashfsm.cli.common import (
     EXIT_CODE_TABLE,
     EXIT_CODES,
     EXIT_DISAGREES,
+    EXIT_GATE,
     EXIT_NO_VERDICT,
     EXIT_PARSER,
     EXIT_SWEEP_ERRORS,
@@ -96,6 +97,7 @@ COMMANDS = (
     ("explain", logs.explain_command),
     ("why-not", logs.why_not_command),
     ("whatif", logs.whatif_command),
+    ("cost", cost.cost_command),
     ("timeline", logs.timeline_command),
     ("watch", logs.watch_command),
     ("ls", store.ls_command),
@@ -118,6 +120,7 @@ __all__ = [
     "EXIT_CODES",
     "EXIT_CODE_TABLE",
     "EXIT_DISAGREES",
+    "EXIT_GATE",
     "EXIT_NO_VERDICT",
     "EXIT_PARSER",
     "EXIT_SWEEP_ERRORS",

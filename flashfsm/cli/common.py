@@ -145,6 +145,7 @@ EXIT_PARSER = 2  # the command line's own usage error (the parser's)
 EXIT_DISAGREES = 3  # `replay --verify` found a disagreement
 EXIT_SWEEP_ERRORS = 4  # `sweep` ran, but a listing, a health read or a delete failed
 EXIT_NO_VERDICT = 5  # the log holds no verdict yet
+EXIT_GATE = 6  # `whatif --all`: a `--fail-if` threshold was crossed
 
 #: Exit code of a command that reports a verdict, by failure kind (None: success).
 EXIT_CODES: dict[str | None, int] = {
@@ -181,6 +182,7 @@ EXIT_CODE_TABLE: tuple[ExitCode, ...] = (
     ExitCode(EXIT_DISAGREES, "disagrees", "replay --verify: today's rules decide otherwise"),
     ExitCode(EXIT_SWEEP_ERRORS, "sweep_errors", "sweep ran, but a list, read or delete failed"),
     ExitCode(EXIT_NO_VERDICT, "no_verdict", "no verdict yet: the log is still open"),
+    ExitCode(EXIT_GATE, "gate", "whatif --all: a --fail-if threshold was crossed"),
     *(
         ExitCode(code, str(kind), _FAILURE_MEANINGS[kind])
         for kind, code in EXIT_CODES.items()
@@ -386,6 +388,53 @@ def message(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror and exc.filename:
         return f"{exc.filename}: {exc.strerror}"
     return one_line(str(exc))
+
+
+# --- durations and the whole store ---------------------------------------------------------
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d|w)?\s*$")
+_UNIT_S = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+def parse_duration(text: str) -> float:
+    """`90s`, `15m`, `12h`, `30d`, `2w` (a bare number: seconds) as seconds; exit 1, one line,
+    when it is not one."""
+    match = _DURATION.match(text)
+    if match is None or float(match.group(1)) <= 0:
+        raise fail(f"--since {text!r}: write a positive DURATION such as 90s, 15m, 12h, 30d, 2w")
+    return float(match.group(1)) * _UNIT_S[match.group(2) or "s"]
+
+
+def read_all_streams(url: str, since_s: float | None = None) -> dict[str, list[Event]]:
+    """Every non-empty stream of the store at `url`, read-only, by name. With `since_s`, only
+    those whose last event is within `since_s` of the store's newest event: a store is
+    measured on its own clock, never the reader's (a simulator's log lists as it ran)."""
+    opened = open_reader(url)
+    try:
+        with UsageErrors():
+            logs = {name: opened.read(name) for name in opened.streams()}
+    finally:
+        opened.close()
+    logs = {name: events for name, events in logs.items() if events}
+    if since_s is not None and logs:
+        newest = max(events[-1].at for events in logs.values())
+        logs = {n: ev for n, ev in logs.items() if ev[-1].at >= newest - since_s}
+    return logs
+
+
+def attempt_prices(logs: dict[str, list[Event]]) -> dict[str, float]:
+    """The hourly price of each job stream a run of `logs` queued, from the run's candidates."""
+    prices: dict[str, float] = {}
+    for events in logs.values():
+        if stream_kind(events) != "run":
+            continue
+        with UsageErrors():
+            run = replay_run(events)
+        candidates = run.started.candidates if run.started is not None else ()
+        for a in run.attempts:
+            if a.job_stream and a.started.candidate < len(candidates):
+                prices[a.job_stream] = candidates[a.started.candidate].price_per_hour
+    return prices
 
 
 # --- sources ------------------------------------------------------------------------------

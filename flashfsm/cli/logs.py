@@ -28,6 +28,7 @@ from flashfsm import render
 from flashfsm.adapters.urls import display_url
 from flashfsm.cli.common import (
     EXIT_DISAGREES,
+    EXIT_GATE,
     EXIT_NO_VERDICT,
     JsonOption,
     Source,
@@ -35,6 +36,7 @@ from flashfsm.cli.common import (
     StoreOption,
     UsageErrors,
     attempt_json,
+    attempt_prices,
     console,
     emit_json,
     exit_for,
@@ -44,12 +46,14 @@ from flashfsm.cli.common import (
     measure_json,
     open_reader,
     open_source,
+    parse_duration,
     period_json,
     period_text,
     print_run,
     print_run_view,
     print_timeline,
     print_view,
+    read_all_streams,
     result_json,
     row_json,
     run_exit,
@@ -63,6 +67,7 @@ from flashfsm.cli.common import (
     verdict_json,
     view_json,
 )
+from flashfsm.cli.cost import cause_parts
 from flashfsm.events.codec import require_checksums
 from flashfsm.events.models import Event
 from flashfsm.events.policy import GracePolicy
@@ -70,6 +75,7 @@ from flashfsm.fsm import explain as ex
 from flashfsm.fsm.capacity import RankReason, ranking_reasons
 from flashfsm.fsm.explain import timeline
 from flashfsm.fsm.job import VerifyReport, replay, verify
+from flashfsm.fsm.ledger import Ledger, ledger, money_text
 from flashfsm.fsm.rules import RULE_NAMES
 from flashfsm.fsm.run import RunState, replay_run
 from flashfsm.render import duration_text
@@ -285,7 +291,11 @@ def explain_command(
     with UsageErrors():
         e = ex.explain(events)
     if as_json:
-        walk_json = {"walk": [rank_json(r) for r in walk]} if kind == "run" else {}
+        walk_json = (
+            {"walk": [rank_json(r) for r in walk], "cost": failure_cost_json(run_cost(src))}
+            if kind == "run"
+            else {}
+        )
         emit_json(
             {
                 **walk_json,
@@ -318,6 +328,8 @@ def explain_command(
         for t in e.timers:
             say(f"  timer {t.text}")
         _print_walk(src.name, walk)
+        if kind == "run":
+            print_failure_cost(run_cost(src))
         raise typer.Exit(exit_for(None))
     v = e.verdict
     colour = "green" if v.ok else "red"
@@ -337,7 +349,49 @@ def explain_command(
     first = v.detail.splitlines()[0] if v.detail else ""
     say(f"  detail: {first}")
     _print_walk(src.name, walk)
+    if kind == "run":
+        print_failure_cost(run_cost(src))
     raise typer.Exit(exit_for(v))
+
+
+def run_cost(src: Source) -> Ledger:
+    """A run's ledger, its job streams read next to it."""
+    with UsageErrors():
+        led = ledger(src.events, src.load)
+    return Ledger(src.name, led.kind, led.attempts, led.state)
+
+
+def failure_cost_json(led: Ledger) -> dict[str, Any]:
+    """What a run cost, and what its failed attempts threw away."""
+    return {
+        "billed_s": led.billed_s,
+        "money": led.money(),
+        "waste_s": led.waste_s,
+        "waste_money": led.waste_money,
+        "failures": [
+            {
+                "attempt": a.attempt,
+                "verdict": a.label,
+                "billed_s": a.billed_s,
+                "money": a.money(),
+                "waste_s": a.waste_s,
+                "waste_money": a.waste_money,
+            }
+            for a in led.failed
+        ],
+    }
+
+
+def print_failure_cost(led: Ledger) -> None:
+    """What a run cost, and what each failed attempt cost and why."""
+    say(
+        f"run {led.stream}: billed {duration_text(led.billed_s)} {money_text(led.money())}; "
+        f"its failures threw away {duration_text(led.waste_s)} {money_text(led.waste_money)}"
+    )
+    for a in led.failed:
+        parts = cause_parts(a, billed=True)
+        spent = f": {', '.join(parts)}" if parts else ": nothing billed"
+        say(f"  attempt {a.attempt} {a.label} cost {money_text(a.money())}{spent}")
 
 
 def walk_reasons(run: RunState) -> tuple[RankReason, ...]:
@@ -376,6 +430,7 @@ def _explain_run_without_job(src: Source, run: RunState, *, as_json: bool) -> in
             {
                 "stream": src.name,
                 "kind": "run",
+                "cost": failure_cost_json(run_cost(src)),
                 "state": run_label(run),
                 "job_stream": None,
                 "attempts": [attempt_json(a, run) for a in run.attempts],
@@ -387,6 +442,7 @@ def _explain_run_without_job(src: Source, run: RunState, *, as_json: bool) -> in
         print_run(src.name, run)
         say("  no attempt queued a job: there is no job verdict to explain")
         _print_walk(src.name, walk)
+        print_failure_cost(run_cost(src))
     return run_exit(run.result)
 
 
@@ -469,7 +525,12 @@ def parse_settings(settings: list[str]) -> dict[str, Any]:
 
 
 def whatif_command(
-    source: SourceArgument,
+    source: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="SOURCE", help="A stream of the store, or a .jsonl file (not with --all)."
+        ),
+    ] = None,
     settings: Annotated[
         list[str] | None,
         typer.Option(
@@ -477,10 +538,60 @@ def whatif_command(
         ),
     ] = None,
     store: StoreOption = None,
+    every: Annotated[
+        bool,
+        typer.Option(
+            "--all", help="Replay every recorded job of the store and total what changes."
+        ),
+    ] = False,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since",
+            metavar="DURATION",
+            help="With --all: only jobs whose last event is within DURATION (90s, 15m, 12h, "
+            "30d, 2w) of the store's newest event.",
+        ),
+    ] = None,
+    gates: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--fail-if",
+            metavar="METRIC>N",
+            help="With --all: exit 6 when METRIC>N (or >=, <, <=, ==) holds; repeatable. "
+            f"Metrics: {', '.join(ex.CORPUS_METRICS)}.",
+        ),
+    ] = None,
+    price: Annotated[
+        float | None,
+        typer.Option(
+            "--price",
+            metavar="USD_PER_HOUR",
+            min=0,
+            help="With --all: the hourly price of a job no run priced.",
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Replay the recorded observations under another policy; report the first difference."""
+    """Replay the recorded observations under another policy; report the first difference
+    (with --all: over every recorded job, the verdicts changed, time and money)."""
     overrides = parse_settings(settings or [])
+    if every:
+        if source is not None:
+            raise fail("whatif --all replays the whole store: give SOURCE or --all, not both")
+        parsed = []
+        for text in gates or []:
+            try:
+                parsed.append(ex.parse_gate(text))
+            except ValueError as exc:
+                raise fail(f"--fail-if {exc}") from None
+        since_s = parse_duration(since) if since is not None else None
+        raise typer.Exit(_whatif_all(store, overrides, since_s, parsed, price, as_json=as_json))
+    for flag, value in (("--since", since), ("--fail-if", gates), ("--price", price)):
+        if value:
+            raise fail(f"{flag} goes with --all")
+    if source is None:
+        raise fail("whatif needs a SOURCE, or --all for every recorded job")
     src = open_source(source, store)
     stream, events = job_source(src, quiet=as_json)
     with UsageErrors():
@@ -519,6 +630,127 @@ def whatif_command(
     colour = {"earlier": "yellow", "different": "yellow", "same": "green"}.get(w.outcome, "cyan")
     say(f"{stream}: ", (w.outcome, colour))
     say(f"  {w.text}")
+
+
+def corpus_logs(logs: dict[str, list[Event]], price: float | None = None) -> list[ex.JobLog]:
+    """Every job log of `logs` as a corpus entry, priced by the run that queued it, else at
+    `price` (None: unknown)."""
+    prices = attempt_prices(logs)
+    return [
+        ex.JobLog(name, events, prices.get(name, price))
+        for name, events in logs.items()
+        if stream_kind(events) == "job"
+    ]
+
+
+def _whatif_all(
+    store: str | None,
+    overrides: dict[str, Any],
+    since_s: float | None,
+    gates: list[ex.Gate],
+    price: float | None,
+    *,
+    as_json: bool,
+) -> int:
+    url = store_url(store)
+    with UsageErrors():
+        ex.policy_with(GracePolicy(), **overrides)  # a bad value is one line, before any work
+    logs = read_all_streams(url, since_s)
+    with UsageErrors():
+        result = ex.what_if_corpus(corpus_logs(logs, price), **overrides)
+    metrics = result.metrics()
+    crossed = [g for g in gates if g.crossed(result)]
+    if as_json:
+        emit_json(
+            {
+                "store": display_url(url),
+                "overrides": dict(overrides),
+                "jobs": result.jobs,
+                "open": result.open,
+                "priced": result.priced,
+                "metrics": metrics,
+                "shifts": [
+                    {
+                        "from": s.before,
+                        "to": s.after,
+                        "count": s.count,
+                        "examples": list(s.examples),
+                        "delta_s": s.delta_s,
+                        "saved": s.saved,
+                        "wasted": s.wasted,
+                    }
+                    for s in result.shifts
+                ],
+                "changes": [
+                    {
+                        "stream": c.stream,
+                        "outcome": c.outcome,
+                        "from": c.before,
+                        "to": c.after,
+                        "delta_s": c.delta_s,
+                        "money_before": c.money_before,
+                        "money_after": c.money_after,
+                        "saved": c.saved,
+                        "wasted": c.wasted,
+                    }
+                    for c in result.changes
+                ],
+                "gates": [
+                    {"gate": g.text, "value": metrics[g.metric], "crossed": g in crossed}
+                    for g in gates
+                ],
+            }
+        )
+    else:
+        _print_corpus(display_url(url), result, metrics)
+        for g in gates:
+            value = f"{metrics[g.metric]:g}"
+            if g in crossed:
+                say("gate ", (g.text, "bold red"), f": crossed ({g.metric} = {value})")
+            else:
+                say(f"gate {g.text}: ok ({g.metric} = {value})")
+    return EXIT_GATE if crossed else 0
+
+
+def _print_corpus(where: str, result: ex.CorpusWhatIf, m: dict[str, float]) -> None:
+    changes = ", ".join(f"{k}={v}" for k, v in result.overrides.items()) or "the recorded policy"
+    say(f"whatif --all over {result.jobs} recorded job(s) of {where} with {changes}")
+    if result.open:
+        say(f"  ({result.open} job log(s) with no verdict yet skipped)")
+    say(
+        f"  changed: {m['changed']:g} job(s): {m['verdict_changed']:g} verdict(s) moved, "
+        f"{m['success_lost']:g} success(es) lost, {m['undecided']:g} undecided by the "
+        "end of their observations"
+    )
+    say(
+        f"  time to verdict: {duration_text(m['gained_s'])} gained, "
+        f"{duration_text(m['lost_s'])} lost"
+    )
+    priced = "" if result.priced else " (jobs without a price not counted)"
+    say(
+        f"  money: {money_text(m['saved'])} not spent, {money_text(m['wasted'])} thrown "
+        f"away by the changed verdicts{priced}"
+    )
+    if not result.shifts:
+        return
+    table = Table(expand=False)
+    table.add_column("from → to", overflow="fold")
+    table.add_column("jobs", justify="right")
+    table.add_column("Δ time", justify="right")
+    table.add_column("saved", justify="right")
+    table.add_column("wasted", justify="right")
+    for s in result.shifts:
+        sign = "-" if s.delta_s < 0 else "+" if s.delta_s > 0 else ""
+        table.add_row(
+            f"{s.before} → {s.after}",
+            str(s.count),
+            f"{sign}{duration_text(abs(s.delta_s))}",
+            "?" if s.saved is None else money_text(s.saved),
+            "?" if s.wasted is None else money_text(s.wasted),
+        )
+    console.print(table)
+    for s in result.shifts:
+        say(f"  {s.before} → {s.after}: e.g. {', '.join(s.examples)}")
 
 
 # --- the picture --------------------------------------------------------------------------

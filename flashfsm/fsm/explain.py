@@ -11,12 +11,16 @@ name: `explain` and `why_not` ask each rule's own declaration (`rules.RULES`) wh
 there, the timeline and the live view read the timers the rules declare, and `what_if`
 re-runs the recorded observations under another `GracePolicy`, asking `decide` before
 each observation — as `job.verify` does — whether the new policy would already have
-concluded. Nothing here reads a clock: the live view takes `now`.
+concluded. `what_if_corpus` runs that same replay over many logs and totals what changed:
+verdicts moved from one to another, time to verdict gained and lost, and the money the
+changed verdicts save or throw away (`flashfsm.fsm.ledger`). Nothing here reads a clock:
+the live view takes `now`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import operator
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,8 +34,10 @@ from flashfsm.events.policy import GracePolicy
 from flashfsm.fsm.commands import Conclude, Verdict
 from flashfsm.fsm.findings import Finding, Measure, Point, first_line, secs, summarize
 from flashfsm.fsm.job import decide_before, evolve, skip_read
+from flashfsm.fsm.ledger import AttemptLedger, Outcome, attempt_ledger
 from flashfsm.fsm.rules import PROGRESS_TIMER, RULE_NAMES, RULES_BY_NAME, TIMER_RULES, TIMERS
 from flashfsm.fsm.state import DEFAULT_POLICY, SEQ, SINCE, JobState
+from flashfsm.fsm.table import FAILURE_KIND
 
 #: The timers a timeline shows arming and clearing: those a rule declares a clear for.
 TIMELINE_TIMERS: tuple[str, ...] = tuple(spec.name for spec in TIMERS if spec.clears)
@@ -521,3 +527,242 @@ def what_if(events: Iterable[Event], **overrides: Any) -> WhatIf:
         text=text,
         **common,
     )
+
+
+# --- what-if over a corpus ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JobLog:
+    """One recorded job log of a corpus, and the hourly price of its worker (None: unknown)."""
+
+    stream: str
+    events: Sequence[Event]
+    price_per_hour: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobChange:
+    """One job another policy judges differently (or at another time)."""
+
+    stream: str
+    outcome: str  # "earlier", "different" or "observations_end" (`WHATIF_OUTCOMES`)
+    before: str  # the recorded verdict, as `verdict_label` says it
+    after: str  # the new policy's ("undecided": the observations end first)
+    ok_before: bool
+    ok_after: bool | None  # None: undecided
+    delta_s: float | None  # new time to verdict minus recorded (negative: sooner); None: undecided
+    money_before: float | None  # billed money of the recorded attempt (None: no price)
+    money_after: float | None  # of the attempt cut at the new verdict
+    waste_before: float | None
+    waste_after: float | None
+
+    @property
+    def saved(self) -> float | None:
+        """Billed money the new verdict does not spend (None: no price)."""
+        if self.money_before is None or self.money_after is None:
+            return None
+        return max(0.0, self.money_before - self.money_after)
+
+    @property
+    def wasted(self) -> float | None:
+        """Billed money the new verdict throws away that the recorded one did not."""
+        if self.waste_before is None or self.waste_after is None:
+            return None
+        return max(0.0, self.waste_after - self.waste_before)
+
+
+@dataclass(frozen=True, slots=True)
+class VerdictShift:
+    """Every changed job that moved from one verdict to another: how many, and a few."""
+
+    before: str
+    after: str
+    count: int
+    examples: tuple[str, ...]
+    delta_s: float  # summed over the jobs that decided (negative: sooner)
+    saved: float | None
+    wasted: float | None
+
+
+#: The numbers a corpus what-if reports, which `--fail-if` can gate on.
+CORPUS_METRICS: dict[str, str] = {
+    "jobs": "recorded jobs replayed (with a verdict)",
+    "changed": "jobs judged differently or at another time",
+    "success_lost": "recorded successes the new policy turns into failures",
+    "failure_to_success": "recorded failures the new policy lets succeed",
+    "verdict_changed": "jobs whose verdict (state and rule) changes",
+    "earlier": "jobs concluded sooner",
+    "undecided": "jobs whose observations end before the new policy decides",
+    "gained_s": "time to verdict gained, summed (seconds)",
+    "lost_s": "time to verdict lost, summed over the jobs that decide (seconds)",
+    "saved": "billed money the changed verdicts do not spend",
+    "wasted": "billed money the changed verdicts throw away",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class CorpusWhatIf:
+    """Many recorded jobs replayed under another policy, and what changed."""
+
+    overrides: dict[str, Any]
+    jobs: int  # logs with a recorded verdict, replayed
+    open: int  # logs with no verdict yet, skipped
+    changes: tuple[JobChange, ...]
+    shifts: tuple[VerdictShift, ...]  # the changes by (before, after), the most first
+
+    @property
+    def priced(self) -> bool:
+        """Whether every changed job had a price (else money totals cover only those that did)."""
+        return all(c.money_before is not None for c in self.changes)
+
+    def metrics(self) -> dict[str, float]:
+        """Every `CORPUS_METRICS` number."""
+        ch = self.changes
+        decided = [c for c in ch if c.delta_s is not None]
+        return {
+            "jobs": float(self.jobs),
+            "changed": float(len(ch)),
+            "success_lost": float(sum(c.ok_before and c.ok_after is False for c in ch)),
+            "failure_to_success": float(sum(not c.ok_before and bool(c.ok_after) for c in ch)),
+            "verdict_changed": float(sum(c.before != c.after for c in ch)),
+            "earlier": float(sum(c.outcome == "earlier" for c in ch)),
+            "undecided": float(sum(c.delta_s is None for c in ch)),
+            "gained_s": sum((-c.delta_s for c in decided if c.delta_s < 0), 0.0),  # type: ignore[operator]
+            "lost_s": sum((c.delta_s for c in decided if c.delta_s > 0), 0.0),  # type: ignore[misc,operator]
+            "saved": sum((c.saved or 0.0 for c in ch), 0.0),
+            "wasted": sum((c.wasted or 0.0 for c in ch), 0.0),
+        }
+
+
+def verdict_label(state: str, ok: bool, rule: str | None) -> str:
+    """A verdict in a few words: "SUCCEEDED", "STALLED (stall)"."""
+    return state if ok or not rule else f"{state} ({rule})"
+
+
+def _cut(events: Sequence[Event], seq: int | None) -> list[Event]:
+    return [e for e in events if seq is None or e.seq <= seq]
+
+
+def job_change(log: JobLog, w: WhatIf) -> JobChange | None:
+    """What a what-if changed for one recorded job (None: nothing, or no recorded verdict)."""
+    recorded = w.recorded
+    if recorded is None or w.outcome == "same":
+        return None
+    events = [e for e in log.events if not isinstance(e, Concluded)]
+    before_ledger = attempt_ledger(log.events, price_per_hour=log.price_per_hour)
+    before = verdict_label(recorded.state, recorded.ok, recorded.rule)
+    if w.verdict is None or w.at is None:
+        after_ledger: AttemptLedger = attempt_ledger(events, price_per_hour=log.price_per_hour)
+        after, ok_after, delta = "undecided", None, None
+    else:
+        v = w.verdict
+        outcome = Outcome(w.at, v.state.value, v.ok, FAILURE_KIND[v.state], v.rule)
+        after_ledger = attempt_ledger(
+            _cut(events, w.after_seq), price_per_hour=log.price_per_hour, outcome=outcome
+        )
+        after, ok_after = verdict_label(v.state.value, v.ok, v.rule), v.ok
+        delta = w.at - recorded.at
+    return JobChange(
+        stream=log.stream,
+        outcome=w.outcome,
+        before=before,
+        after=after,
+        ok_before=recorded.ok,
+        ok_after=ok_after,
+        delta_s=delta,
+        money_before=before_ledger.money(),
+        money_after=after_ledger.money(),
+        waste_before=before_ledger.waste_money,
+        waste_after=after_ledger.waste_money,
+    )
+
+
+#: How many example streams a verdict shift names.
+SHIFT_EXAMPLES = 3
+
+
+def what_if_corpus(logs: Iterable[JobLog], **overrides: Any) -> CorpusWhatIf:
+    """`what_if` over every log of a corpus, with the recorded policy of each and
+    `overrides` applied; the changes totalled by verdict shift. Logs with no verdict are
+    skipped (counted in `open`)."""
+    jobs = open_ = 0
+    changes: list[JobChange] = []
+    for log in logs:
+        if not any(isinstance(e, Concluded) for e in log.events):
+            open_ += 1
+            continue
+        jobs += 1
+        change = job_change(log, what_if(log.events, **overrides))
+        if change is not None:
+            changes.append(change)
+    by: dict[tuple[str, str], list[JobChange]] = {}
+    for c in changes:
+        by.setdefault((c.before, c.after), []).append(c)
+    shifts = [
+        VerdictShift(
+            before,
+            after,
+            len(items),
+            tuple(c.stream for c in items[:SHIFT_EXAMPLES]),
+            sum((c.delta_s for c in items if c.delta_s is not None), 0.0),
+            _total(c.saved for c in items),
+            _total(c.wasted for c in items),
+        )
+        for (before, after), items in by.items()
+    ]
+    shifts.sort(key=lambda s: (-s.count, s.before, s.after))
+    return CorpusWhatIf(dict(overrides), jobs, open_, tuple(changes), tuple(shifts))
+
+
+def _total(values: Iterable[float | None]) -> float | None:
+    values = list(values)
+    return None if all(v is None for v in values) else sum((v or 0.0 for v in values), 0.0)
+
+
+#: The comparisons a gate may use.
+GATE_OPS: dict[str, Callable[[float, float], bool]] = {
+    ">=": operator.ge,
+    "<=": operator.le,
+    ">": operator.gt,
+    "<": operator.lt,
+    "==": operator.eq,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Gate:
+    """A threshold on a corpus what-if: `metric op limit` crossed fails the gate."""
+
+    metric: str
+    op: str
+    limit: float
+
+    @property
+    def text(self) -> str:
+        """The gate as written: "success_lost>0"."""
+        return f"{self.metric}{self.op}{self.limit:g}"
+
+    def crossed(self, result: CorpusWhatIf) -> bool:
+        """Whether the result crosses this threshold."""
+        return GATE_OPS[self.op](result.metrics()[self.metric], self.limit)
+
+
+def parse_gate(text: str) -> Gate:
+    """A gate from `METRIC>N` (also >=, <, <=, ==); a `ValueError` names what is wrong."""
+    for op in GATE_OPS:  # two-character operators are tried first
+        name, sep, value = text.partition(op)
+        if sep:
+            name, value = name.strip(), value.strip()
+            if name not in CORPUS_METRICS:
+                raise ValueError(
+                    f"unknown metric {name!r}; the metrics are: {', '.join(CORPUS_METRICS)}"
+                )
+            try:
+                limit = float(value)
+            except ValueError:
+                raise ValueError(f"{text!r}: {value!r} is not a number") from None
+            if limit != limit:
+                raise ValueError(f"{text!r}: the limit must be a number, not NaN")
+            return Gate(name, op, limit)
+    raise ValueError(f"{text!r}: write METRIC>N (or >=, <, <=, ==), e.g. success_lost>0")
