@@ -247,3 +247,57 @@ def test_the_supervisor_concludes_a_revoked_key_unauthorized_and_never_resubmits
     assert statuses.count(401) == 1 and statuses[-1] == 401
     assert submissions == []  # the supervisor watches; it never submits
     assert verify(store.read(STREAM)).ok
+
+
+def test_a_key_refused_at_submit_ends_the_run_unauthorized_without_a_retry() -> None:
+    """The key revoked between the deploy and the submit: the refused `/run` ends the
+    attempt `unauthorized` (not a `poll_error` waited on and retried) and the run with it."""
+    with Simulator(speed=0) as sim:
+        env = sim.env()
+        store = MemoryStore()
+        sleeps: list[float] = []
+
+        def deploy(run: Any, attempt: Any, record: Any) -> Deployed:
+            name = attempt.started.endpoint_name
+            endpoint = sim.add_endpoint(name, scenario="training")
+            sim.revoke_key(0)
+            return Deployed(endpoint, name)
+
+        def sleep(seconds: float) -> None:
+            sleeps.append(seconds)
+            sim.clock.sleep(seconds)
+
+        with RunpodClient(
+            env["RUNPOD_API_KEY"],
+            endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
+            api_base_url=env["RUNPOD_API_BASE_URL"],
+        ) as client:
+            adapters = RunpodRunAdapters(
+                client,
+                deployer=deploy,
+                job_input=lambda run, attempt: {"prompt": "..."},
+                budget_s=6 * 3600,
+                clock=sim.clock.now,
+                sleep=sleep,
+            )
+            result = supervise_run(
+                "refused-at-submit",
+                [
+                    Candidate(gpu_class="RTX4090", price_per_hour=0.69, vram_gb=24),
+                    Candidate(gpu_class="L40S", price_per_hour=0.99, vram_gb=48),
+                ],
+                adapters,
+                max_retries=3,
+                store=store,
+                clock=sim.clock.now,
+                sleep=sleep,
+            )
+        submissions = sim.requests_for("run")
+    assert (result.ok, result.failure, result.attempts) == (False, "unauthorized", 1), result
+    assert [r.status for r in submissions] == [401]
+    assert sleeps == []  # no wait for a retry
+    run = store.read("run-refused-at-submit")
+    ended = [e for e in run if type(e).__name__ == "AttemptEnded"]
+    assert [(e.failure, e.detail.split(":")[0]) for e in ended] == [
+        ("unauthorized", "submit refused")
+    ]

@@ -81,6 +81,9 @@ CACHE_DROP_FAILURES = frozenset({FailureKind.NO_CAPACITY, FailureKind.POLL_ERROR
 #: volume: an attempt elsewhere runs without it (and so earns no cache-drop bonus).
 WEIGHT_CACHE = "weight_cache"
 PROVIDER_CAPABILITIES: Mapping[str, frozenset[str]] = {"runpod": frozenset({WEIGHT_CACHE})}
+#: Error classes (as a failed deploy or submit records them) that mean RunPod refused the
+#: key: the attempt ends `unauthorized`, never retried, like a job whose status is refused.
+KEY_REFUSED_ERRORS = frozenset({"RunpodAuthError"})
 DEPLOY_RETRY_WAIT_S = 30.0  # the wait after the first deploy or submit error; grows linearly
 DEPLOY_RETRY_WAIT_CAP_S = 300.0
 
@@ -512,7 +515,8 @@ def apply_outcome(s: RunState, outcome: AttemptOutcome) -> tuple[Draft, ...]:
     """The run events that record `outcome` on the run as it stands (to fold in order).
 
     A deploy or submit error records the failed step and ends the attempt as a
-    `poll_error` (which a retry may follow); a job's verdict ends the attempt with it; a
+    `poll_error` (which a retry may follow), or as `unauthorized` when RunPod refused the
+    key (`KEY_REFUSED_ERRORS`: never retried); a job's verdict ends the attempt with it; a
     cancel is a `CancelRequested` (nothing once the run has concluded). Raises
     `IllegalOutcome` for an attempt outcome on an attempt that is not the one running.
     """
@@ -551,11 +555,13 @@ def apply_outcome(s: RunState, outcome: AttemptOutcome) -> tuple[Draft, ...]:
                 ),
             )
     failed = {"attempt": number, "error_class": error_class, "message": message}
+    # RunPod refused the key (401/403): no retry would be let in either.
+    refused = error_class in KEY_REFUSED_ERRORS
     ended = {
         "attempt": number,
         "ok": False,
-        "failure": FailureKind.POLL_ERROR,
-        "detail": f"{what} failed: {error_class}: {message}",
+        "failure": FailureKind.UNAUTHORIZED if refused else FailureKind.POLL_ERROR,
+        "detail": f"{what} {'refused' if refused else 'failed'}: {error_class}: {message}",
     }
     return (Draft(step, failed), Draft(AttemptEnded, ended))
 
