@@ -37,7 +37,14 @@ from flashfsm.watch import (
     make_say,
     watch_steps,
 )
-from flashfsm.writer import JOB, NEWER_WATCH_WINS, StreamWriter, perform, run_steps
+from flashfsm.writer import (
+    JOB,
+    NEWER_WATCH_WINS,
+    StreamWriter,
+    perform,
+    run_steps,
+    snapshot_interval,
+)
 
 R = TypeVar("R")
 ClockFn = Callable[[], float]
@@ -128,6 +135,7 @@ def attach(
         failure_detail=has_failure_detail_reader,
         watcher=watcher,
         allow_pickle=False,
+        snapshot_every=snapshot_interval(store),
     )
     writer = writer or StreamWriter(store, stream, JOB, NEWER_WATCH_WINS)
     io = SyncIO(store, None, handle, Readers(), clock, time.sleep)
@@ -255,8 +263,9 @@ def poll_job(
         failure_detail=failure_detail_reader is not None,
         allow_pickle=allow_pickle,
         stoppable=stop is not None,
+        snapshot_every=snapshot_interval(resolved := resolve_store(store)),
     )
-    io = SyncIO(resolve_store(store), client, handle, readers, clock, sleep, stop)
+    io = SyncIO(resolved, client, handle, readers, clock, sleep, stop)
     return PollResult.from_verdict(drive_watch(watch_steps(spec, make_say(log)), io))
 
 

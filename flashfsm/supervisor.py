@@ -13,7 +13,10 @@ that generator, and what it adds is sharing:
 - one group committer: events from all jobs are gathered for a few milliseconds and
   written in one store transaction (`append_many`), so durability costs one fsync per
   batch instead of one per observation;
-- blocking work (store reads on attach, Hub readers) runs in worker threads.
+- blocking work (store reads on attach, Hub readers) runs in worker threads;
+- snapshots of job streams (`flashfsm.fsm.snapshot`), once due, are handed to one
+  background `SnapshotWriter`: it keeps the latest per stream and writes them in a worker
+  thread after the commit, so no watch waits for one.
 
 `stop()` (or SIGINT/SIGTERM after `install_signal_handlers()`) cancels every watch at its
 next await; nothing is recorded for an interrupted step, so every watch resumes by replay
@@ -27,6 +30,7 @@ import contextlib
 import logging
 import random
 import signal
+import threading
 import time
 from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -56,7 +60,7 @@ from flashfsm.watch import (
     loop_steps,
     make_say,
 )
-from flashfsm.writer import Append, perform
+from flashfsm.writer import Append, SaveSnapshot, perform, save_snapshot, snapshot_interval
 
 logger = logging.getLogger("flashfsm.supervisor")
 R = TypeVar("R")
@@ -200,6 +204,65 @@ class GroupCommitter:
             self._task = None
 
 
+class SnapshotWriter:
+    """Writes the snapshots the watches ask for, in a worker thread, never in their way.
+
+    `submit` only files the request (the latest per stream wins) and returns; one task
+    hands what is filed to a worker thread a batch at a time. `written` counts the
+    snapshots written and `cpu_s` the worker thread's CPU time spent encoding and writing
+    them (what they cost the fleet).
+    """
+
+    def __init__(self, store: EventStore):
+        self.store = store
+        self._pending: dict[str, SaveSnapshot[Any]] = {}
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._cpu_lock = threading.Lock()
+        self.written = 0
+        self.cpu_s = 0.0
+
+    def submit(self, request: SaveSnapshot[Any]) -> None:
+        """File a snapshot to write (called from the event loop; never waits)."""
+        self._pending[request.stream] = request
+        if self._wake is None:
+            self._wake = asyncio.Event()
+        self._wake.set()
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="flashfsm-snapshots")
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        while True:
+            await self._wake.wait()
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Write everything filed now."""
+        if self._wake is not None:
+            self._wake.clear()
+        while self._pending:
+            batch, self._pending = list(self._pending.values()), {}
+            await asyncio.to_thread(self._write, batch)
+
+    def _write(self, batch: list[SaveSnapshot[Any]]) -> None:
+        start = time.thread_time()
+        written = sum(save_snapshot(self.store, request) for request in batch)
+        spent = time.thread_time() - start
+        with self._cpu_lock:
+            self.written += written
+            self.cpu_s += spent
+
+    async def close(self) -> None:
+        """Write what is filed, then stop."""
+        await self.flush()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+
 @dataclass
 class JobSpec:
     """One job to watch.
@@ -248,6 +311,8 @@ class Supervisor:
         self.status_rate = status_rate_per_s
         self.health_rate = health_rate_per_s
         self.committer = GroupCommitter(self.store, window_s=commit_window_s)
+        self.snapshots = SnapshotWriter(self.store)
+        self.snapshot_every = snapshot_interval(self.store)
         self.say = make_say(log)
         self.rng = rng or random.Random()
         self.watcher = watcher or default_watcher()
@@ -285,6 +350,7 @@ class Supervisor:
             failure_detail=job.failure_detail_reader is not None,
             watcher=self.watcher,
             allow_pickle=job.allow_pickle,
+            snapshot_every=self.snapshot_every,
         )
         writer = await self._drive(attach_steps(spec), job)
         if not writer.state.done and self.spread > 0:
@@ -351,6 +417,8 @@ class Supervisor:
                         force=request.force,
                         at=request.at,
                     )
+                elif kind is SaveSnapshot:  # written in the background, after the commit
+                    self.snapshots.submit(request)
                 else:  # a read of the store
                     reply = await asyncio.to_thread(perform, self.store, request)
             except asyncio.CancelledError:
@@ -372,6 +440,7 @@ class Supervisor:
             outcomes = await asyncio.gather(*tasks, return_exceptions=True)
         finally:
             await self.committer.close()
+            await self.snapshots.close()
         return {
             spec.stream or default_stream(spec.handle): outcome
             for spec, outcome in zip(specs, outcomes, strict=True)
@@ -420,6 +489,7 @@ __all__ = [
     "GroupCommitter",
     "JobOwnedElsewhere",
     "JobSpec",
+    "SnapshotWriter",
     "Supervisor",
     "TokenBucket",
     "supervise",

@@ -10,7 +10,8 @@ needs as a request and receives the answer:
   whether to stop (asked only by a watch whose driver can stop it: `WatchSpec.stoppable`);
 - `StatusCall`, `HealthCall`, `ReaderCall` → an `Outcome` (the answer, or the exception
   the call raised, and when it was made);
-- the stream writer's store requests (`flashfsm.writer`: `Replay`, `Append`, `ReadAfter`).
+- the stream writer's store requests (`flashfsm.writer`: `Replay`, `Append`, `ReadAfter`,
+  and `SaveSnapshot`, answered None, once a snapshot of the stream is due).
 
 A driver performs the requests. The sync driver (`flashfsm.shell.drive_watch`, behind
 `poll_job`) calls the client, the readers and the store directly; the asyncio driver
@@ -274,6 +275,9 @@ class WatchSpec:
     #: Whether the driver can be asked to stop the watch (`StopAsked` before each status
     #: fetch): a run's watch can be; a supervisor's watches stop by being cancelled.
     stoppable: bool = False
+    #: Events between two snapshots of the job's stream (None: the watch writes none); the
+    #: driver sets it from its store (`flashfsm.writer.snapshot_interval`).
+    snapshot_every: int | None = None
 
     @classmethod
     def of(
@@ -288,6 +292,7 @@ class WatchSpec:
         watcher: str | None = None,
         allow_pickle: bool | None = None,
         stoppable: bool = False,
+        snapshot_every: int | None = None,
     ) -> WatchSpec:
         """The spec of a new watch, its defaults filled in one place: the handle's job
         stream, this host and process as the watcher, and unpickling only when
@@ -302,6 +307,7 @@ class WatchSpec:
             watcher or default_watcher(),
             allow_pickle=unpickling_allowed(handle, allow_pickle),
             stoppable=stoppable,
+            snapshot_every=snapshot_every,
         )
 
 
@@ -474,11 +480,19 @@ def attach_steps(
     A concluded stream is left as it is (its verdict stands). If the stream moves between
     the replay and the claim, the new events are folded in and the claim rebuilt, unless
     the move was another watch starting: that newer watch owns the job.
+
+    The replay starts from the stream's latest valid snapshot when the store keeps one; a
+    stream that has gone `spec.snapshot_every` events without one (or whose snapshot was
+    ignored) gets a new one after the claim.
     """
     writer = writer or StreamWriter(None, spec.stream, JOB, NEWER_WATCH_WINS)
+    if spec.snapshot_every is not None:
+        writer.snapshot_every = spec.snapshot_every
     yield from writer.open_steps()
     at = yield CLOCK
     yield from writer.append_steps(lambda _state: claim_events(writer, spec, at))
+    if writer.snapshot_due():
+        yield writer.snapshot_request()
     return writer
 
 
@@ -546,6 +560,8 @@ def loop_steps(
                     writer.took(recorded)
             for event in recorded:
                 say_observation(event, previous, state, say)
+            if writer.snapshot_due():  # written by the driver after the append, off the watch
+                yield writer.snapshot_request()
         own, judged = (yield CLOCK), False
 
 

@@ -18,10 +18,21 @@ The protocol is written once, as sans-IO generators (`StreamWriter.open_steps`,
 back into the generator). `perform` runs one request on a store, so `drive` runs a whole
 generator synchronously; the asyncio supervisor runs the same generators with `Append`
 going through its group commit and the reads in worker threads.
+
+Snapshots. A fold may have a snapshot codec (`Fold.snapshots`; the job fold has
+`flashfsm.fsm.snapshot.JOB_SNAPSHOTS`). Then a `Replay` on a store that keeps snapshots
+(`load_snapshot`) starts from the latest one and folds only the events after its seq; a
+snapshot of another fold version, or one that fails its checksum or does not decode, is
+ignored with a warning and the stream replayed in full, so the state is always the one a
+full replay gives. A writer with `snapshot_every` set asks for a new snapshot
+(`SaveSnapshot`, a copy of its state) once that many events have passed since the last one;
+the driver writes it after the append that made it due (the sync driver in line, the
+supervisor in a worker thread), and a failed write is a warning, never the watch's error.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -32,11 +43,14 @@ from flashfsm.events.models import CancelRequested, Event, EventBase, WatchStart
 from flashfsm.events.store import EventStore, iter_events
 from flashfsm.fsm.job import JobState, evolve
 from flashfsm.fsm.run import RunState, evolve_run
+from flashfsm.fsm.snapshot import JOB_SNAPSHOTS, SnapshotCodec
 from flashfsm.fsm.sweep import SweeperState, evolve_sweeper
 from flashfsm.ids import new_id
 
 S = TypeVar("S")
 R = TypeVar("R")
+
+logger = logging.getLogger("flashfsm")
 
 #: Appends tried while other writers keep getting there first (each try re-reads).
 APPEND_TRIES = 20
@@ -47,11 +61,13 @@ APPEND_TRIES = 20
 
 @dataclass(frozen=True, slots=True)
 class Fold(Generic[S]):
-    """How a kind of stream folds: a fresh state, and one event into it (in place)."""
+    """How a kind of stream folds: a fresh state, one event into it (in place), and how
+    its state is snapshotted (None: never)."""
 
     name: str
     new: Callable[[], S]
     evolve: Callable[[S, Event], Any]
+    snapshots: SnapshotCodec[S] | None = None
 
     def replay(self, events: Iterable[Event], state: S | None = None) -> S:
         """`events` folded into `state` (a fresh one by default)."""
@@ -74,7 +90,7 @@ def _count(s: Tail, event: Event) -> Tail:
     return s
 
 
-JOB = Fold("job", JobState, evolve)
+JOB = Fold("job", JobState, evolve, JOB_SNAPSHOTS)
 RUN = Fold("run", RunState, evolve_run)
 SWEEPER = Fold("sweeper", SweeperState, evolve_sweeper)
 TAIL = Fold("tail", Tail, _count)
@@ -133,10 +149,26 @@ REBUILD = ConflictPolicy("rebuild", _fold_anything)
 
 @dataclass(slots=True)
 class Replay(Generic[S]):
-    """Read the whole stream and fold it: answers with the state."""
+    """Read the whole stream and fold it: answers with the state.
+
+    When the store keeps a valid snapshot of the stream, the fold starts from it: whoever
+    performs the request sets `loaded` to the seq of that snapshot (-1: a full replay).
+    """
 
     stream: str
     fold: Fold[S]
+    loaded: int = -1
+
+
+@dataclass(slots=True)
+class SaveSnapshot(Generic[S]):
+    """Write `state` (a copy, the stream's state at `seq`) as the stream's snapshot: answers
+    None; a failure is logged, never thrown back (a snapshot is only a cache)."""
+
+    stream: str
+    seq: int
+    state: S
+    codec: SnapshotCodec[S]
 
 
 @dataclass(slots=True)
@@ -156,7 +188,7 @@ class ReadAfter:
     after: int | None
 
 
-StoreRequest = Replay[Any] | Append | ReadAfter
+StoreRequest = Replay[Any] | Append | ReadAfter | SaveSnapshot[Any]
 
 
 def perform(store: EventStore, request: StoreRequest) -> Any:
@@ -167,9 +199,76 @@ def perform(store: EventStore, request: StoreRequest) -> Any:
             return None
         case ReadAfter(stream=stream, after=after):
             return store.read(stream, after)
-        case Replay(stream=stream, fold=fold):
-            return fold.replay(iter_events(store, stream))
+        case Replay():
+            return replay_stream(store, request)
+        case SaveSnapshot():
+            save_snapshot(store, request)
+            return None
     raise TypeError(f"not a store request: {request!r}")
+
+
+def snapshot_interval(store: Any) -> int | None:
+    """How many events a watch on `store` lets pass between two snapshots: the store's
+    `snapshot_every`, or None when it keeps no snapshots (or is not asked to write them)."""
+    if getattr(store, "save_snapshot", None) is None:
+        return None
+    every = getattr(store, "snapshot_every", None)
+    return every if isinstance(every, int) and every > 0 else None
+
+
+def replay_stream(store: EventStore, request: Replay[S]) -> S:
+    """Perform a `Replay`: from the store's latest valid snapshot and the events after it
+    when there is one (setting `request.loaded` to its seq), else the whole stream."""
+    stream, fold = request.stream, request.fold
+    codec, load = fold.snapshots, getattr(store, "load_snapshot", None)
+    request.loaded = -1
+    if codec is not None and load is not None:
+        try:
+            kept = load(stream)
+            state = None if kept is None else codec.decode(kept[2], stream, kept[0], kept[1])
+        except Exception as exc:  # another version, a bad checksum, a store hiccup
+            logger.warning("stream %s: snapshot ignored, replaying in full (%s)", stream, exc)
+        else:
+            if state is not None and kept is not None:
+                # The log must still hold the snapshot's last event (a log deleted or
+                # rewritten under its snapshot is replayed as it is now).
+                seq = kept[0]
+                events = iter_events(store, stream, seq - 1)
+                last = next(events, None)
+                if last is not None and last.seq == seq and last.at == _last_at(state):
+                    request.loaded = seq
+                    return fold.replay(events, state)
+                logger.warning(
+                    "stream %s: the snapshot at seq %d does not match the log; replaying in full",
+                    stream,
+                    seq,
+                )
+    return fold.replay(iter_events(store, stream))
+
+
+def _last_at(state: Any) -> Any:
+    return getattr(state, "last_at", None)
+
+
+def save_snapshot(store: EventStore, request: SaveSnapshot[Any]) -> bool:
+    """Perform a `SaveSnapshot`: encode the state and keep it in the store. False (and a
+    warning) when it could not be written; a store without snapshots just says False."""
+    save = getattr(store, "save_snapshot", None)
+    if save is None:
+        return False
+    try:
+        body = request.codec.encode(request.state, request.stream)
+        save(request.stream, request.seq, request.codec.version, body)
+    except Exception as exc:
+        logger.warning(
+            "stream %s: snapshot at seq %d not written (%s: %s)",
+            request.stream,
+            request.seq,
+            type(exc).__name__,
+            exc,
+        )
+        return False
+    return True
 
 
 # --- driving a sans-IO generator ------------------------------------------------------------
@@ -221,6 +320,9 @@ class StreamWriter(Generic[S]):
 
     `store` is where `open`, `append` and `catch_up` (the synchronous conveniences) go;
     a driver that reaches the store another way runs the `*_steps` generators itself.
+    `snapshot_every` (None: never) is how many events pass before `snapshot_due`;
+    `snapshot_seq` is the seq of the latest snapshot known (the one the replay started
+    from, or the last one asked for; -1: none).
     """
 
     store: EventStore | None
@@ -228,6 +330,8 @@ class StreamWriter(Generic[S]):
     fold: Fold[S]
     on_conflict: ConflictPolicy
     state: S = field(default=None)  # type: ignore[assignment]
+    snapshot_every: int | None = None
+    snapshot_seq: int = -1
 
     def __post_init__(self) -> None:
         if self.state is None:
@@ -246,9 +350,30 @@ class StreamWriter(Generic[S]):
     # -- the protocol, sans I/O --------------------------------------------------------------
 
     def open_steps(self) -> Generator[StoreRequest, Any, S]:
-        """Replay the stream into a fresh state."""
-        self.state = yield Replay(self.stream, self.fold)
+        """Replay the stream into a fresh state (from its latest valid snapshot, if any)."""
+        request = Replay(self.stream, self.fold)
+        self.state = yield request
+        self.snapshot_seq = request.loaded
         return self.state
+
+    def snapshot_due(self) -> bool:
+        """Whether `snapshot_every` events have passed since the latest snapshot known."""
+        every = self.snapshot_every
+        return (
+            every is not None
+            and self.fold.snapshots is not None
+            and self.state.next_seq - 1 - self.snapshot_seq >= every  # type: ignore[attr-defined]
+        )
+
+    def snapshot_request(self) -> SaveSnapshot[S]:
+        """The request that writes a snapshot of the current state (a copy of it, so the
+        driver may encode it elsewhere); it counts as the latest snapshot from now on."""
+        codec = self.fold.snapshots
+        if codec is None:
+            raise RuntimeError(f"the {self.fold.name} fold takes no snapshots")
+        seq = self.state.next_seq - 1  # type: ignore[attr-defined]
+        self.snapshot_seq = seq
+        return SaveSnapshot(self.stream, seq, codec.copy(self.state), codec)
 
     def catch_up_steps(self) -> Generator[StoreRequest, Any, list[Event]]:
         """Fold in whatever other writers appended since this writer last looked."""

@@ -137,6 +137,8 @@ def drop_table(dsn: str, table: str) -> None:
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+        snapshots = sql.Identifier(f"{table}_snapshots")
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(snapshots))
 
 
 def run_cleanups(cleanups: list[Callable[[], None]]) -> None:

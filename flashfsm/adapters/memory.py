@@ -1,7 +1,9 @@
 """An in-memory event store, for tests and the default of `poll_job`.
 
 It keeps the same guarantees as the durable backends for one process: atomic batches,
-`expected_seq` checks, unique ids, and a `follow` that wakes on every append.
+`expected_seq` checks, unique ids, and a `follow` that wakes on every append. It keeps
+snapshots too (`save_snapshot`, `load_snapshot`), but a watch writes them only when asked:
+`MemoryStore(snapshot_every=N)`.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from flashfsm.events.store import check_batch
 class MemoryStore:
     """Streams of events held in a dict; thread-safe."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, snapshot_every: int | None = None) -> None:
+        #: Events between two snapshots of a watched job stream (None: never written).
+        self.snapshot_every = snapshot_every
+        self._snapshots: dict[str, tuple[int, int, bytes]] = {}
         self._streams: dict[str, list[Event]] = {}
         self._ids: set[str] = set()
         self._changed = threading.Condition()
@@ -66,6 +71,18 @@ class MemoryStore:
             with self._changed:
                 if len(self._streams.get(stream, [])) <= last + 1:
                     self._changed.wait(poll_s)
+
+    def save_snapshot(self, stream: str, seq: int, version: int, body: bytes) -> None:
+        """Keep a snapshot of `stream` (see `SnapshotStore.save_snapshot`)."""
+        with self._changed:
+            kept = self._snapshots.get(stream)
+            if kept is None or kept[1] != version or kept[0] <= seq:
+                self._snapshots[stream] = (seq, version, bytes(body))
+
+    def load_snapshot(self, stream: str) -> tuple[int, int, bytes] | None:
+        """The snapshot kept for `stream`: `(seq, version, body)`, or None."""
+        with self._changed:
+            return self._snapshots.get(stream)
 
     def close(self) -> None:
         """Nothing to release."""

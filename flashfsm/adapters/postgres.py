@@ -23,6 +23,11 @@ only every `fallback_s` (default 5 s) in case a notification was lost, and polls
 `poll_s` while its connection is being re-established. Commits are as durable as the
 server's `synchronous_commit` makes them (on by default: fsynced WAL).
 
+Snapshots (`save_snapshot`, `load_snapshot`) live in a second table, `<table>_snapshots`
+(`stream` primary key, `seq`, `version`, `body` BYTEA), created with the events table by a
+writer open; a read-only open never creates it and reads no snapshot when it is missing.
+`snapshot_every` (default 500) is how many events a watch lets pass between two snapshots.
+
 One store object per process: a connection pool does not survive a fork.
 
 Read-only (`read_only=True`, what the CLI's read commands use): the table is not created; a
@@ -61,6 +66,7 @@ from flashfsm.events.errors import (
 )
 from flashfsm.events.models import Event
 from flashfsm.events.store import check_batch
+from flashfsm.fsm.snapshot import DEFAULT_SNAPSHOT_EVERY
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +88,7 @@ class PostgresStore:
         connect_timeout_s: float | None = None,
         read_only: bool = False,
         strict: bool = False,
+        snapshot_every: int | None = DEFAULT_SNAPSHOT_EVERY,
     ):
         if not _TABLE_NAME.match(table):
             raise ValueError(
@@ -94,6 +101,9 @@ class PostgresStore:
         self.fallback_s = fallback_s
         self.read_only = read_only
         self.strict = strict
+        #: Events between two snapshots of a watched job stream (None: never written).
+        self.snapshot_every = snapshot_every
+        self._snap = sql.Identifier(f"{table}_snapshots")
         self._checksum = sql.SQL("checksum")  # NULL for a table made before checksums
         self._t = sql.Identifier(table)
         self._followers: weakref.WeakSet[psycopg.Connection] = weakref.WeakSet()
@@ -196,6 +206,12 @@ class PostgresStore:
                 sql.SQL("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS checksum BIGINT").format(
                     t=self._t
                 )
+            )
+            conn.execute(
+                sql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {s} (stream TEXT PRIMARY KEY, seq BIGINT NOT NULL,"
+                    " version INTEGER NOT NULL, body BYTEA NOT NULL)"
+                ).format(s=self._snap)
             )
 
     # -- the protocol ------------------------------------------------------------------
@@ -307,6 +323,34 @@ class PostgresStore:
                 f"postgres table {self.table}", stream, str(exc), seq=rows[len(events)][0]
             ) from exc
         return events
+
+    def save_snapshot(self, stream: str, seq: int, version: int, body: bytes) -> None:
+        """Keep a snapshot of `stream` (see `SnapshotStore.save_snapshot`): its own
+        statement, never part of an append's transaction."""
+        if self.read_only:
+            raise StoreError(f"{self!r} was opened read-only")
+        upsert = sql.SQL(
+            "INSERT INTO {s} AS kept (stream, seq, version, body) VALUES (%s, %s, %s, %s)"
+            " ON CONFLICT (stream) DO UPDATE SET seq = excluded.seq,"
+            " version = excluded.version, body = excluded.body"
+            " WHERE excluded.version <> kept.version OR excluded.seq >= kept.seq"
+        ).format(s=self._snap)
+        with self._pool.connection() as conn:
+            try:
+                conn.execute(upsert, (stream, seq, version, bytes(body)))
+            except psycopg.errors.DiskFull:
+                raise StoreFullError(self.where, stream, "the server's disk is full") from None
+
+    def load_snapshot(self, stream: str) -> tuple[int, int, bytes] | None:
+        """The snapshot kept for `stream`: `(seq, version, body)`, or None (also when the
+        snapshots table does not exist: a read-only open never creates it)."""
+        query = sql.SQL("SELECT seq, version, body FROM {s} WHERE stream = %s").format(s=self._snap)
+        with self._pool.connection() as conn:
+            try:
+                row = conn.execute(query, (stream,)).fetchone()
+            except psycopg.errors.UndefinedTable:
+                return None
+        return None if row is None else (int(row[0]), int(row[1]), bytes(row[2]))
 
     def streams(self) -> list[str]:
         """Every stream with at least one event, sorted (by code point, as Python sorts)."""

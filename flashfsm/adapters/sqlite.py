@@ -37,6 +37,16 @@ files the database file's mode.
 A full disk (SQLITE_FULL, or an OSError ENOSPC) makes an append raise `StoreFullError`
 naming the file; the transaction is rolled back, so nothing of the batch is stored.
 
+Snapshots (`save_snapshot`, `load_snapshot`): a second table, one row per stream,
+
+    snapshots(stream PRIMARY KEY, seq, version, body) WITHOUT ROWID
+
+holding the latest folded state of a job stream (`flashfsm.fsm.snapshot`, which checks the
+body's own checksum). It is a cache beside the log, so it changes no schema version (an
+older library opens the file and ignores the table): a writer open creates it when it is
+missing; a read-only open never does, and reads no snapshot from a file without it.
+`snapshot_every` (default 500) is how many events a watch lets pass between two snapshots.
+
 Read-only (`read_only=True`, what the CLI's read commands use): nothing is created or
 changed. A missing file is `StoreNotFound`; a file that is not a flashfsm store is a
 `StoreError` naming it. A WAL reader, even one opened `mode=ro`, creates the `-wal` and
@@ -81,6 +91,7 @@ from flashfsm.events.errors import (
 )
 from flashfsm.events.models import Event
 from flashfsm.events.store import check_batch, first_misplaced, follow_by_polling
+from flashfsm.fsm.snapshot import DEFAULT_SNAPSHOT_EVERY
 
 SCHEMA_VERSION = 2
 
@@ -96,6 +107,24 @@ CREATE TABLE IF NOT EXISTS events (
     PRIMARY KEY (stream, seq)
 ) WITHOUT ROWID
 """
+
+_SNAPSHOTS = """
+CREATE TABLE IF NOT EXISTS snapshots (
+    stream TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL,
+    version INTEGER NOT NULL,
+    body BLOB NOT NULL
+) WITHOUT ROWID
+"""
+# One row per stream: a snapshot replaces the one kept unless that one is of the same fold
+# version and later (a slow background write never goes back in time).
+_SAVE_SNAPSHOT = (
+    "INSERT INTO snapshots (stream, seq, version, body) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (stream) DO UPDATE SET seq = excluded.seq, version = excluded.version, "
+    "body = excluded.body WHERE excluded.version != snapshots.version "
+    "OR excluded.seq >= snapshots.seq"
+)
+_LOAD_SNAPSHOT = "SELECT seq, version, body FROM snapshots WHERE stream = ?"
 
 _INSERT = (
     "INSERT INTO events (stream, seq, id, at, kind, body, checksum) VALUES (?, ?, ?, ?, ?, ?, ?)"
@@ -138,9 +167,12 @@ class SqliteStore:
         busy_timeout_s: float = 30.0,
         read_only: bool = False,
         strict: bool = False,
+        snapshot_every: int | None = DEFAULT_SNAPSHOT_EVERY,
     ):
         self.path = Path(path).expanduser().absolute()
         self.strict = strict
+        #: Events between two snapshots of a watched job stream (None: never written).
+        self.snapshot_every = snapshot_every
         self._checksum_column = "checksum"  # "NULL" for a version-1 file opened read-only
         self.durable = durable
         self.busy_timeout_s = busy_timeout_s
@@ -244,6 +276,9 @@ class SqliteStore:
                 except BaseException:
                     conn.execute("ROLLBACK")
                     raise
+            found = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'snapshots'"
+            if conn.execute(found).fetchone() is None:
+                conn.execute(_SNAPSHOTS)  # (IF NOT EXISTS: another process may have made it)
 
     # -- read-only ---------------------------------------------------------------------
 
@@ -564,6 +599,37 @@ class SqliteStore:
     ) -> Iterator[Event]:
         """Yield events after `after`, then poll every `poll_s` for new ones (forever)."""
         return follow_by_polling(self.read, stream, after, poll_s, time.sleep)
+
+    def save_snapshot(self, stream: str, seq: int, version: int, body: bytes) -> None:
+        """Keep a snapshot of `stream` (see `SnapshotStore.save_snapshot`): one short
+        transaction of its own, never part of an append's."""
+        self._refuse_write()
+        with self._connection() as conn:
+            try:
+                conn.execute(_SAVE_SNAPSHOT, (stream, seq, version, bytes(body)))
+            except BaseException as exc:
+                self._rollback(conn)
+                if _is_full(exc):
+                    raise StoreFullError(str(self.path), stream, "the disk is full") from None
+                raise
+
+    def load_snapshot(self, stream: str) -> tuple[int, int, bytes] | None:
+        """The snapshot kept for `stream`: `(seq, version, body)`, or None (also from a
+        file without the snapshots table, which a read-only open never creates)."""
+
+        def load(conn: sqlite3.Connection) -> tuple[int, int, bytes] | None:
+            try:
+                row = conn.execute(_LOAD_SNAPSHOT, (stream,)).fetchone()
+            except sqlite3.OperationalError as exc:
+                if "no such table" in str(exc):
+                    return None
+                raise
+            return None if row is None else (int(row[0]), int(row[1]), bytes(row[2]))
+
+        if self.read_only:
+            return self._query(load)
+        with self._connection() as conn:
+            return load(conn)
 
     def close(self) -> None:
         """Close the connections; the store cannot be used afterwards.

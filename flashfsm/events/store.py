@@ -46,6 +46,25 @@ class EventStore(Protocol):
         ...
 
 
+@runtime_checkable
+class SnapshotStore(Protocol):
+    """What a store offers to keep snapshots (optional: a store without it never snapshots).
+
+    A snapshot is the folded state of a stream at a seq, as bytes, with the version of the
+    fold's code that made it (`flashfsm.fsm.snapshot`). It is a cache beside the log, never
+    part of it: one per stream is kept, and a reader checks it before trusting it.
+    """
+
+    def save_snapshot(self, stream: str, seq: int, version: int, body: bytes) -> None:
+        """Keep `body` as the snapshot of `stream` at `seq`, replacing the one kept unless
+        that one is of the same `version` and a later seq."""
+        ...
+
+    def load_snapshot(self, stream: str) -> tuple[int, int, bytes] | None:
+        """The snapshot kept for `stream`: `(seq, version, body)`, or None."""
+        ...
+
+
 def check_batch(stream: str, events: Sequence[Event], expected_seq: int, next_seq: int) -> None:
     """Validate a batch against a stream whose next seq is `next_seq` (shared by backends)."""
     if expected_seq != next_seq:

@@ -1,0 +1,226 @@
+"""Reattach a fleet from snapshots: N job streams of 1,000 events, replayed to a ready state.
+
+A replica restarting replays every live job's stream before it polls it again (what
+`attach_steps` does before its claim). Each stream here holds 1,000 events
+(`common.training_log`) in one SQLite store (and Postgres when FLASHFSM_TEST_POSTGRES_DSN is
+set) and a snapshot taken by the watch's rule (`snapshot_every` events): a stream's latest
+snapshot is then 0 to `snapshot_every - 1` events behind its end, spread evenly over the
+fleet (a restart lands at any phase). In the same run, the same streams are replayed in
+full (the job fold without its snapshot codec). Both replay every stream in turn in one
+thread; the claims that follow (one `WatchStarted` per job, through one group commit) are
+timed apart.
+
+Then the write side: a supervisor-like loop appends one observation to each of W streams
+per round through `append_many` (one durable transaction per group of 500, as the group
+committer does), and writes the snapshots that fall due after each commit, as the
+`SnapshotWriter` does. The CPU spent encoding and writing snapshots is compared with the
+whole loop's CPU.
+
+Usage: python bench/snapshots.py [--quick]     (quick: N = 1,000; full: N = 10,000)
+Goals (the snapshot issue): reattach all N ≤ 5 s with snapshots, ≥ 20× faster than full
+replay; snapshot writes < 5% of the write loop's CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from common import Row, Section, bench_main, fmt, training_log
+
+from flashfsm.adapters.sqlite import SqliteStore
+from flashfsm.events.models import StatusObserved, WatchStarted
+from flashfsm.events.store import append_many
+from flashfsm.fsm.job import JobState, evolve
+from flashfsm.fsm.snapshot import FOLD_VERSION, encode_snapshot
+from flashfsm.ids import new_id
+from flashfsm.writer import JOB, NEWER_WATCH_WINS, Fold, Replay, StreamWriter, replay_stream
+
+EVENTS = 1_000
+INTERVALS = (500, 100)
+GOAL_S, GOAL_RATIO, GOAL_CPU = 5.0, 20.0, 0.05
+FULL = Fold("job", JobState, evolve)  # the job fold without snapshots
+PG_ENV = "FLASHFSM_TEST_POSTGRES_DSN"
+
+
+def fill(store: object, n: int, every: int) -> list[str]:
+    """N streams of `EVENTS` events, each with the snapshot the watch would have left."""
+    template = list(training_log("job-0", EVENTS))
+    names = []
+    for i in range(n):
+        stream = f"job-{i}"
+        events = [e.model_copy(update={"stream": stream, "id": new_id(e.at)}) for e in template]
+        store.append(stream, events, 0)  # type: ignore[attr-defined]
+        behind = i % every  # the fleet's phases, spread evenly
+        writer = StreamWriter(None, stream, JOB, NEWER_WATCH_WINS)
+        writer.took(events[: EVENTS - behind])
+        body = encode_snapshot(writer.state, stream)
+        store.save_snapshot(stream, EVENTS - 1 - behind, FOLD_VERSION, body)  # type: ignore[attr-defined]
+        names.append(stream)
+    return names
+
+
+def reattach_all(store: object, streams: list[str], fold: Fold[JobState]) -> float:
+    start = time.perf_counter()
+    for stream in streams:
+        state = replay_stream(store, Replay(stream, fold))  # type: ignore[arg-type]
+        assert state.next_seq == EVENTS and not state.done
+    return time.perf_counter() - start
+
+
+def claim_all(store: object, streams: list[str]) -> float:
+    at = time.time()
+    batches = [
+        (s, [WatchStarted(stream=s, seq=EVENTS, id=new_id(at), at=at, watcher="bench:2")], EVENTS)
+        for s in streams
+    ]
+    start = time.perf_counter()
+    for first in range(0, len(batches), 1000):
+        assert not any(append_many(store, batches[first : first + 1000]))  # type: ignore[arg-type]
+    return time.perf_counter() - start
+
+
+def measure_reattach(section: Section, name: str, open_store: object, n: int) -> None:
+    for every in INTERVALS:
+        store = open_store()  # type: ignore[operator]
+        t0 = time.perf_counter()
+        streams = fill(store, n, every)
+        fill_s = time.perf_counter() - t0
+        # the full replays first, so the snapshot side never has a warmer page cache
+        full_s = reattach_all(store, streams, FULL)
+        snap_s = reattach_all(store, streams, JOB)
+        full_s = min(full_s, reattach_all(store, streams, FULL))
+        snap_s = min(snap_s, reattach_all(store, streams, JOB))
+        claims_s = claim_all(store, streams) if every == INTERVALS[0] else None
+        store.close()  # type: ignore[attr-defined]
+        ratio = full_s / snap_s
+        label = f"{name}, {n:,} jobs × {EVENTS:,} events, snapshot every {every}"
+        section.rows.append(
+            Row(
+                f"reattach {label}",
+                snap_s,
+                "s",
+                f"≤ {GOAL_S:g} s, ≥ {GOAL_RATIO:g}×",
+                snap_s <= GOAL_S and ratio >= GOAL_RATIO,
+                "full replay",
+                full_s,
+                f"{fmt(ratio)}×",
+            )
+        )
+        section.details.append(
+            f"{label}: with snapshots {fmt(snap_s)} s ({fmt(snap_s / n * 1000)} ms/job), "
+            f"full replay {fmt(full_s)} s ({fmt(full_s / n * 1000)} ms/job): {fmt(ratio)}× "
+            f"(best of 2 each; fill {fmt(fill_s)} s)"
+            + (
+                ""
+                if claims_s is None
+                else f"; then the claims, one group commit per 1,000 jobs: {fmt(claims_s)} s"
+            )
+        )
+
+
+def measure_writes(section: Section, root: Path, streams: int, rounds: int) -> None:
+    """The write loop's CPU, and the share of it spent on snapshots."""
+    for every in INTERVALS:
+        store = SqliteStore(root / f"writes-{every}.db")
+        writers = [StreamWriter(None, f"w-{i}", JOB, NEWER_WATCH_WINS) for i in range(streams)]
+        for w in writers:
+            w.snapshot_every = every
+        t = 1_700_000_000.0
+        start_cpu, snap_cpu, written = time.process_time(), 0.0, 0
+        for _ in range(rounds):
+            t += 10.0
+            batches = []
+            for w in writers:
+                e = w.event(StatusObserved, t, status="IN_PROGRESS")
+                batches.append((w.stream, [e], w.next_seq))
+            for first in range(0, len(batches), 500):
+                group = batches[first : first + 500]
+                assert not any(append_many(store, group))
+                due = []
+                for stream, events, _ in group:
+                    w = writers[int(stream[2:])]
+                    w.took(events)
+                    if w.snapshot_due():
+                        due.append(w.snapshot_request())
+                if due:  # what the SnapshotWriter's thread does after the commit
+                    s0 = time.thread_time()
+                    for request in due:
+                        body = request.codec.encode(request.state, request.stream)
+                        store.save_snapshot(request.stream, request.seq, FOLD_VERSION, body)
+                    snap_cpu += time.thread_time() - s0
+                    written += len(due)
+        total = time.process_time() - start_cpu
+        store.close()
+        share = snap_cpu / total
+        events = streams * rounds
+        section.rows.append(
+            Row(
+                f"snapshot writes' share of a write loop's CPU, every {every} events",
+                share * 100,
+                "%",
+                f"< {GOAL_CPU * 100:g} %",
+                share < GOAL_CPU,
+            )
+        )
+        section.details.append(
+            f"write loop, snapshot every {every}: {events:,} events to {streams} streams "
+            f"({rounds} rounds, durable SQLite, groups of 500): {fmt(total)} s CPU, of which "
+            f"{written} snapshots {fmt(snap_cpu * 1000)} ms ({fmt(share * 100)} %, "
+            f"{fmt(snap_cpu / max(1, written) * 1e6)} µs each)"
+        )
+
+
+def run(quick: bool) -> list[Section]:
+    start = time.perf_counter()
+    n = 1_000 if quick else 10_000
+    section = Section(f"reattach {n:,} jobs from snapshots")
+    with tempfile.TemporaryDirectory(prefix="flashfsm-bench-") as tmp:
+        root = Path(tmp)
+        counter = iter(range(100))
+
+        def sqlite() -> SqliteStore:
+            return SqliteStore(root / f"events-{next(counter)}.db", durable=False)
+
+        measure_reattach(section, "SQLite", sqlite, n)
+        for path in root.glob("events-*.db*"):
+            path.unlink()
+        dsn = os.environ.get(PG_ENV)
+        if dsn:
+            from flashfsm.adapters.postgres import PostgresStore
+
+            tables: list[str] = []
+
+            def postgres() -> PostgresStore:
+                tables.append(f"bench_snapshots_{os.getpid()}_{len(tables)}")
+                return PostgresStore(dsn, table=tables[-1])
+
+            try:
+                measure_reattach(section, "Postgres", postgres, n)
+            finally:
+                _drop(dsn, tables)
+        else:
+            section.details.append(f"Postgres: not measured ({PG_ENV} not set)")
+        measure_writes(section, root, 200 if quick else 1_000, 600 if quick else 1_000)
+    section.seconds = time.perf_counter() - start
+    return [section]
+
+
+def _drop(dsn: str, tables: list[str]) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for table in tables:
+            for name in (table, f"{table}_snapshots"):
+                conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+def main() -> None:
+    bench_main(__doc__, run)
+
+
+if __name__ == "__main__":
+    main()
