@@ -197,11 +197,7 @@ class GroupCommitter:
     async def close(self) -> None:
         """Flush and stop."""
         await self.flush()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        self._task = await _stopped(self._task)
 
 
 class SnapshotWriter:
@@ -256,11 +252,15 @@ class SnapshotWriter:
     async def close(self) -> None:
         """Write what is filed, then stop."""
         await self.flush()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        self._task = await _stopped(self._task)
+
+
+async def _stopped(task: asyncio.Task[None] | None) -> None:
+    """Cancel a background task and wait for it to end (None: nothing to stop)."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 @dataclass

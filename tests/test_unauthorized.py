@@ -27,7 +27,13 @@ from flashfsm import (
 from flashfsm.adapters.simulator import Simulator, key_revoked
 from flashfsm.cli.common import EXIT_CODES, exit_for
 from flashfsm.events.failures import FailureKind
-from flashfsm.events.models import AttemptStarted, Concluded, JobCancelled, StatusFetchFailed
+from flashfsm.events.models import (
+    AttemptEnded,
+    AttemptStarted,
+    Concluded,
+    JobCancelled,
+    StatusFetchFailed,
+)
 from flashfsm.fsm.explain import explain, why_not_report
 from flashfsm.fsm.run import RETRIABLE_FAILURES
 from flashfsm.runs import Deployed, RunpodRunAdapters, supervise_run
@@ -146,15 +152,21 @@ def test_supervise_run_ends_at_the_first_unauthorized_attempt_with_retries_left(
 # --- acceptance: a revoked key in the simulator -----------------------------------------------
 
 
-def _run_against(sim: Simulator, revoke: str) -> tuple[Any, MemoryStore]:
+def _run_against(sim: Simulator, revoke: str) -> tuple[Any, MemoryStore, list[float]]:
+    """A `supervise_run` whose key is revoked by the scenario, by hand at t+180 s, or right
+    after the deploy ("at submit"): (its result, its store, the waits it slept)."""
     env = sim.env()
     sim.register_scenario(key_revoked(revoke_at=180.0))
     store = MemoryStore()
+    sleeps: list[float] = []
 
     def deploy(run: Any, attempt: Any, record: Any) -> Deployed:
         name = attempt.started.endpoint_name
         scenario = "key_revoked" if revoke == "scenario" else "training"
-        return Deployed(sim.add_endpoint(name, scenario=scenario), name)
+        deployed = Deployed(sim.add_endpoint(name, scenario=scenario), name)
+        if revoke == "at submit":
+            sim.revoke_key(0)
+        return deployed
 
     with RunpodClient(
         env["RUNPOD_API_KEY"],
@@ -163,6 +175,7 @@ def _run_against(sim: Simulator, revoke: str) -> tuple[Any, MemoryStore]:
     ) as client:
 
         def sleep(seconds: float) -> None:
+            sleeps.append(seconds)
             sim.clock.sleep(seconds)
             if revoke == "by hand" and sim.clock.now() - start >= 180.0:
                 sim.revoke_key(0)
@@ -188,7 +201,7 @@ def _run_against(sim: Simulator, revoke: str) -> tuple[Any, MemoryStore]:
             clock=sim.clock.now,
             sleep=sim.clock.sleep,
         )
-    return result, store
+    return result, store, sleeps
 
 
 @pytest.mark.parametrize("revoke", ["scenario", "by hand"])
@@ -196,7 +209,7 @@ def test_a_revoked_key_ends_a_run_unauthorized_after_one_attempt_with_no_resubmi
     revoke: str,
 ) -> None:
     with Simulator(speed=0) as sim:
-        result, store = _run_against(sim, revoke)
+        result, store, _ = _run_against(sim, revoke)
         submissions = sim.requests_for("run")
         statuses = sim.requests_for("status")
     assert (result.ok, result.failure, result.attempts) == (False, "unauthorized", 1), result
@@ -253,51 +266,12 @@ def test_a_key_refused_at_submit_ends_the_run_unauthorized_without_a_retry() -> 
     """The key revoked between the deploy and the submit: the refused `/run` ends the
     attempt `unauthorized` (not a `poll_error` waited on and retried) and the run with it."""
     with Simulator(speed=0) as sim:
-        env = sim.env()
-        store = MemoryStore()
-        sleeps: list[float] = []
-
-        def deploy(run: Any, attempt: Any, record: Any) -> Deployed:
-            name = attempt.started.endpoint_name
-            endpoint = sim.add_endpoint(name, scenario="training")
-            sim.revoke_key(0)
-            return Deployed(endpoint, name)
-
-        def sleep(seconds: float) -> None:
-            sleeps.append(seconds)
-            sim.clock.sleep(seconds)
-
-        with RunpodClient(
-            env["RUNPOD_API_KEY"],
-            endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
-            api_base_url=env["RUNPOD_API_BASE_URL"],
-        ) as client:
-            adapters = RunpodRunAdapters(
-                client,
-                deployer=deploy,
-                job_input=lambda run, attempt: {"prompt": "..."},
-                budget_s=6 * 3600,
-                clock=sim.clock.now,
-                sleep=sleep,
-            )
-            result = supervise_run(
-                "refused-at-submit",
-                [
-                    Candidate(gpu_class="RTX4090", price_per_hour=0.69, vram_gb=24),
-                    Candidate(gpu_class="L40S", price_per_hour=0.99, vram_gb=48),
-                ],
-                adapters,
-                max_retries=3,
-                store=store,
-                clock=sim.clock.now,
-                sleep=sleep,
-            )
+        result, store, sleeps = _run_against(sim, "at submit")
         submissions = sim.requests_for("run")
     assert (result.ok, result.failure, result.attempts) == (False, "unauthorized", 1), result
     assert [r.status for r in submissions] == [401]
     assert sleeps == []  # no wait for a retry
-    run = store.read("run-refused-at-submit")
-    ended = [e for e in run if type(e).__name__ == "AttemptEnded"]
+    ended = [e for e in store.read("run-revoked") if isinstance(e, AttemptEnded)]
     assert [(e.failure, e.detail.split(":")[0]) for e in ended] == [
         ("unauthorized", "submit refused")
     ]
