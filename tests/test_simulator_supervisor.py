@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 
 import pytest
@@ -96,3 +97,72 @@ def test_a_running_clock_sleeps_seconds_over_speed():
         return time.monotonic() - started
 
     assert 0.09 <= asyncio.run(main()) < 2.0
+
+
+class _SlowClient:
+    """The client with every call taking `delay_s` real seconds more (a loaded machine)."""
+
+    def __init__(self, client: AsyncRunpodClient, delay_s: float):
+        self.client, self.delay_s = client, delay_s
+
+    async def job_status(self, *args: object) -> object:
+        await asyncio.sleep(self.delay_s)
+        return await self.client.job_status(*args)
+
+    async def endpoint_health(self, *args: object) -> object:
+        await asyncio.sleep(self.delay_s)
+        return await self.client.endpoint_health(*args)
+
+
+def _watch_three(delay_s: float) -> tuple[dict[str, tuple[str | None, float]], float]:
+    """The README's three jobs under a Supervisor whose calls each take `delay_s` more real
+    time: each job's (rule, verdict time after the start) and the simulated time spent."""
+    store = MemoryStore()
+    with Simulator(speed=0) as sim:
+        env, origin = sim.env(), sim.clock.start
+        jobs = []
+        for scenario in ("success", "crash_loop", "no_capacity"):
+            endpoint = sim.add_endpoint(f"flash-{scenario}", scenario=scenario)
+            handle = JobHandle(endpoint, f"flash-{scenario}", sim.submit(endpoint, {}))
+            jobs.append(JobSpec(handle, stream=f"job-{scenario}"))
+
+        async def main() -> dict[str, object]:
+            async with AsyncRunpodClient(
+                sim.accounts[0].key,
+                endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
+                api_base_url=env["RUNPOD_API_BASE_URL"],
+            ) as client:
+                supervisor = Supervisor(
+                    store,
+                    _SlowClient(client, delay_s),
+                    clock=sim.clock.now,
+                    sleep=sim.clock.async_sleep,
+                    spread=1.0,  # first polls spread over an interval: the watches interleave
+                    rng=random.Random(7),
+                )
+                return await supervisor.run(jobs)
+
+        results = asyncio.run(main())
+        simulated_s = sim.clock.elapsed
+    out = {}
+    for stream, r in results.items():
+        verdict = replay(store.read(stream)).verdict
+        assert verdict is not None, (stream, r)
+        out[stream] = (verdict.rule, verdict.at - origin)
+    return out, simulated_s
+
+
+def test_slow_calls_on_a_manual_clock_change_no_verdict_and_no_simulated_time():
+    """The manual clock waits for a watch busy with I/O (here every call takes 50 ms of real
+    time, five times `settle_s`): a loaded machine sees the same simulated times as an idle
+    one, so the verdicts and their times do not depend on the machine's speed. (Before, the
+    other watches' sleeps moved the clock during a slow call; on a loaded CI machine the
+    README's crash-looping job once reached FAILED before its unhealthy grace ran out.)"""
+    idle, idle_s = _watch_three(0.0)
+    loaded, loaded_s = _watch_three(0.05)
+    assert {s: rule for s, (rule, _) in loaded.items()} == {
+        "job-success": "completed",
+        "job-crash_loop": "unhealthy_worker",
+        "job-no_capacity": "queue_grace",
+    }
+    assert loaded == idle and loaded_s == idle_s
