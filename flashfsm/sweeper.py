@@ -23,8 +23,10 @@ gives each account its own `stream` (e.g. `sweeper-<account index>`, never the k
 
 A sweep never raises for the outside world: a failed listing gives an empty report with
 the error noted; a failed health read or delete is noted and that endpoint skipped (a
-failed health read clears its timer, as an unconfirmed reading); a store that fails stops
-the sweep before anything more is deleted. Error texts and endpoint names are redacted.
+failed health read clears its timer, as an unconfirmed reading; a health read answered 404
+means the endpoint was deleted since the listing: it is gone, not an error); a store that
+fails stops the sweep before anything more is deleted. Error texts and endpoint names are
+redacted.
 """
 
 from __future__ import annotations
@@ -275,6 +277,13 @@ class _Sweep:
                 continue
             try:
                 health = self.client.endpoint_health(endpoint_id)
+            except RunpodApiError as exc:
+                if exc.status_code == 404:  # deleted since the listing (another sweeper?):
+                    del self.listed[endpoint_id]  # gone, as if it had not been listed
+                    continue
+                self.note(f"health of {name} ({endpoint_id})", exc)
+                self.readings[endpoint_id] = (name, Reading.UNCONFIRMED)
+                continue
             except Exception as exc:
                 self.note(f"health of {name} ({endpoint_id})", exc)
                 self.readings[endpoint_id] = (name, Reading.UNCONFIRMED)

@@ -371,6 +371,23 @@ def test_health_and_delete_errors_are_noted_and_skipped(sim, sweeper):
     assert set(sweeper.sweep().deleted) == {sick, undeletable}
 
 
+def test_an_endpoint_deleted_between_the_listing_and_its_health_read_is_gone_not_an_error(
+    sim, sweeper
+):
+    """Another sweeper (or a person) deleted it after this sweep listed it: the health read
+    answers 404, and the endpoint is treated as gone (its timer cleared), never an error."""
+    vanished, fine = add(sim, "flash-vanished"), add(sim, "flash-ok")
+    sweeper.sweep(min_idle_s=100)
+    assert sweeper.timers() == {vanished: START, fine: START}
+    sim.add_fault("health", 404, times=ATTEMPTS, when=on(vanished))
+    sim.clock.advance(60)
+    report = sweeper.sweep(min_idle_s=100)
+    assert report.errors == () and report.cleared == (vanished,)
+    assert sweeper.timers() == {fine: START}
+    reasons = [e.reason for e in log_of(sweeper.store) if isinstance(e, IdleCleared)]
+    assert reasons == ["gone"]
+
+
 def test_a_store_failure_stops_the_sweep_before_deleting(sim, client, store):
     class Down(MemoryStore):
         def append(self, stream, events, expected_seq):
