@@ -678,20 +678,17 @@ def _plot_width(pic: Picture, left: float, duration: float) -> float:
 
 def cost_text(a: AttemptLedger) -> str:
     """A lane's cost label: "cost $0.48 · billed 28 min 50 s · waste $0.42"."""
-    text = f"cost {money_text(a.money())} · billed {duration_text(a.billed_s)}"
-    waste = a.waste_money
-    if waste:
-        text += f" · waste {money_text(waste)}"
-    return text
+    return _money_label("cost", a.money(), a.billed_s, a.waste_money)
 
 
 def total_text(cost: Ledger) -> str:
     """The picture's total: "total $0.53 · billed 31 min 10 s · waste $0.42"."""
-    text = f"total {money_text(cost.money())} · billed {duration_text(cost.billed_s)}"
-    waste = cost.waste_money
-    if waste:
-        text += f" · waste {money_text(waste)}"
-    return text
+    return _money_label("total", cost.money(), cost.billed_s, cost.waste_money)
+
+
+def _money_label(what: str, money: float | None, billed_s: float, waste: float | None) -> str:
+    text = f"{what} {money_text(money)} · billed {duration_text(billed_s)}"
+    return f"{text} · waste {money_text(waste)}" if waste else text
 
 
 def _legend_entries(pic: Picture) -> tuple[list[str], list[tuple[str, str]]]:

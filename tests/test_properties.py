@@ -336,15 +336,16 @@ def handle_for(script: Script) -> JobHandle:
 
 
 def run_poll_job(
-    script: Script, *, wrap_heartbeat: Any = None, **graces: float
+    script: Script, *, wrap_heartbeat: Any = None, store: Any = None, **graces: float
 ) -> tuple[Any, list[Any], World]:
     """`poll_job` over a script: (the result, the log it wrote, the world it played).
 
-    `wrap_heartbeat(reader)`, when given, returns the heartbeat reader the watch uses.
+    `wrap_heartbeat(reader)`, when given, returns the heartbeat reader the watch uses;
+    `store` is where it writes (a fresh `MemoryStore` by default).
     """
     clock = VirtualClock()
     world = World(script, clock)
-    store = MemoryStore()
+    store = MemoryStore() if store is None else store
     reader = world.heartbeat_reader
     result = poll_job(
         handle_for(script),

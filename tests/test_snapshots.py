@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flashfsm import MemoryStore, poll_job
+from flashfsm import MemoryStore
 from flashfsm.adapters.sqlite import SqliteStore
 from flashfsm.adapters.stores import open_store
 from flashfsm.events.codec import decode, encode
@@ -35,9 +35,8 @@ from flashfsm.fsm.snapshot import (
 from flashfsm.shell import attach
 from flashfsm.supervisor import SnapshotWriter
 from flashfsm.writer import JOB, Replay, SaveSnapshot, replay_stream, snapshot_interval
-from tests.conftest import VirtualClock
 from tests.store_support import PG_ENV, make_backend, postgres_dsn, run_cleanups
-from tests.test_properties import STREAM, World, handle_for, run_poll_job, scripts
+from tests.test_properties import STREAM, handle_for, run_poll_job, scripts
 
 KEPT_KINDS = ["memory", "sqlite", "postgres"]
 
@@ -305,20 +304,7 @@ def test_a_postgres_read_only_open_copes_without_a_snapshots_table(postgres: Any
 
 
 def _poll(script: Any, store: Any) -> Any:
-    clock = VirtualClock()
-    world = World(script, clock)
-    return poll_job(
-        handle_for(script),
-        interval_s=10.0,
-        heartbeat_reader=world.heartbeat_reader,
-        failure_detail_reader=world.failure_detail_reader,
-        **dict(script.graces),
-        client=world.client,
-        clock=clock,
-        sleep=world.sleep,
-        store=store,
-        stream=STREAM,
-    )
+    return run_poll_job(script, store=store)[0]
 
 
 @settings(max_examples=30)
