@@ -38,6 +38,7 @@ from flashfsm.events import (
 )
 from flashfsm.events.models import Candidate
 from flashfsm.events.policy import GracePolicy, stall_kwargs
+from flashfsm.fleet import Fleet, hand_off_job
 from flashfsm.fsm.capacity import CapacityPolicy
 from flashfsm.fsm.commands import Verdict
 from flashfsm.fsm.job import JobState, VerifyReport, decide, evolve, replay, verify
@@ -75,6 +76,7 @@ __all__ = [
     "EventDecodeError",
     "EventStore",
     "FlashFsmError",
+    "Fleet",
     "GracePolicy",
     "IdleSweeper",
     "JobHandle",
@@ -113,6 +115,7 @@ __all__ = [
     "default_store_url",
     "evolve",
     "flash_run_adapters",
+    "hand_off_job",
     "open_store",
     "policy_for_budget",
     "poll_job",

@@ -45,6 +45,11 @@ class WatchStopped(FlashFsmError):
     """A watch given up on request (a run was cancelled); nothing false is recorded."""
 
 
+class LeaseLost(FlashFsmError):
+    """A fleet replica no longer holds a stream's lease (it expired, another replica took
+    it, or the replica is draining): its watch of the stream stops; nothing is recorded."""
+
+
 class TransientReadError(FlashFsmError):
     """A worker-side read (the heartbeat on the Hub) failed in a way a retry may fix.
 

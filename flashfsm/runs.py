@@ -51,7 +51,7 @@ from flashfsm.events.models import (
     RunStarted,
 )
 from flashfsm.events.policy import stall_kwargs
-from flashfsm.events.store import EventStore
+from flashfsm.events.store import HANDOFF, EventStore, FencedStore, LeaseStore
 from flashfsm.fsm.capacity import DEFAULT_CAPACITY, NO_MEMORY, CapacityPolicy
 from flashfsm.fsm.run import (
     Attempt,
@@ -223,6 +223,7 @@ def supervise_run(
     on_last_gpu: bool = False,
     capacity_memory: CapacityPolicy | bool = True,
     on_attempt_end: AttemptHook | None = None,
+    detach: bool = False,
 ) -> RunResult:
     """Run one training job to a result: the GPU walk, retries, cleanup; every step an event.
 
@@ -245,10 +246,20 @@ def supervise_run(
     evidence (`CandidatesRanked`) before the first attempt. `on_attempt_end(run, attempt)`
     is called after each attempt's end is recorded by this call (an exception from it
     stops the call; calling again resumes the run).
+
+    `detach=True` hands the run to a fleet (`flashfsm.fleet`): its `RunStarted` (and
+    ranking) is recorded as a hand-off and the call returns at once with a pending result
+    (`ok=False`, `failure=None`, no attempt); a replica alive on the same store drives it.
+    The store must keep leases (SQLite, PostgreSQL).
     """
     opened = resolve_store(store)
     name = stream or run_stream(run_id)
-    writer = StreamWriter(opened, name, RUN, FOLD_CANCELS)
+    target: EventStore = opened
+    if detach:
+        if not isinstance(opened, LeaseStore):
+            raise ValueError(f"{opened!r} cannot hand a run to a fleet: it keeps no leases")
+        target = FencedStore(opened, lambda _stream: HANDOFF)
+    writer = StreamWriter(target, name, RUN, FOLD_CANCELS)
     writer.open()
     say = log or (lambda line: logger.info("%s", line))
 
@@ -282,6 +293,10 @@ def supervise_run(
             ranked = ranking_for(opened, tuple(candidates), at, policy, exclude=(name,))
             drafts.append(Draft(CandidatesRanked, ranked))
         writer.append(lambda _state: _stamp(writer, drafts, at))
+    if detach:
+        if writer.state.done:
+            return RunResult.from_event(writer.state.result)
+        return RunResult(False, None, "handed to the fleet", 0, None, name)
 
     def cancelled() -> bool:  # asked before each status fetch of a watch
         writer.catch_up()

@@ -137,8 +137,9 @@ def drop_table(dsn: str, table: str) -> None:
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
-        snapshots = sql.Identifier(f"{table}_snapshots")
-        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(snapshots))
+        for suffix in ("snapshots", "open", "replicas"):
+            extra = sql.Identifier(f"{table}_{suffix}")
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(extra))
 
 
 def run_cleanups(cleanups: list[Callable[[], None]]) -> None:

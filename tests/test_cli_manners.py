@@ -384,8 +384,9 @@ CASES = [
 ]
 
 #: The commands that read a source or a store (`demo`, `simulator` and `diagram` bring
-#: their own).
-READERS = [name for name, _ in COMMANDS if name not in ("demo", "simulator", "diagram")]
+#: their own; `supervise` and `runs` are a fleet's writers: tests/test_fleet.py).
+OWN_INPUT = ("demo", "simulator", "diagram", "supervise", "runs")
+READERS = [name for name, _ in COMMANDS if name not in OWN_INPUT]
 
 
 def command_line(command: str, case: Case, target: str, place: Place) -> list[str] | None:

@@ -61,16 +61,19 @@ from flashfsm.events.errors import (
     ConcurrencyError,
     CorruptLogError,
     DuplicateEventError,
+    StaleLease,
     StoreError,
     StoreFullError,
 )
 from flashfsm.events.models import Event
-from flashfsm.events.store import check_batch
+from flashfsm.events.store import HANDOFF, Census, Lease, OpenStream, check_batch, index_marks
 from flashfsm.fsm.snapshot import DEFAULT_SNAPSHOT_EVERY
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_TABLE = "flashfsm_events"
+#: The server's clock in seconds since the epoch: every lease time is read from it.
+_NOW = sql.SQL("extract(epoch from clock_timestamp())::float8")
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 _TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,49}$")
 
@@ -104,6 +107,8 @@ class PostgresStore:
         #: Events between two snapshots of a watched job stream (None: never written).
         self.snapshot_every = snapshot_every
         self._snap = sql.Identifier(f"{table}_snapshots")
+        self._open = sql.Identifier(f"{table}_open")
+        self._replicas = sql.Identifier(f"{table}_replicas")
         self._checksum = sql.SQL("checksum")  # NULL for a table made before checksums
         self._t = sql.Identifier(table)
         self._followers: weakref.WeakSet[psycopg.Connection] = weakref.WeakSet()
@@ -213,11 +218,60 @@ class PostgresStore:
                     " version INTEGER NOT NULL, body BYTEA NOT NULL)"
                 ).format(s=self._snap)
             )
+            (made,) = conn.execute(  # type: ignore[misc]
+                "SELECT to_regclass(%s)", (f'"{self.table}_replicas"',)
+            ).fetchone()
+            if made is None:
+                self._create_index(conn)
+
+    def _create_index(self, conn: psycopg.Connection) -> None:
+        """The open-streams index (filled from the log) and the replicas' heartbeats."""
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {o} (stream TEXT PRIMARY KEY, kind TEXT NOT NULL,"
+                " parent TEXT, handoff BOOLEAN NOT NULL DEFAULT false,"
+                " opened_at DOUBLE PRECISION NOT NULL, owner TEXT,"
+                " expires_at DOUBLE PRECISION, token BIGINT NOT NULL DEFAULT 0)"
+            ).format(o=self._open)
+        )
+        conn.execute(
+            sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {o} (parent)").format(
+                i=sql.Identifier(f"{self.table}_open_parent"), o=self._open
+            )
+        )
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {o} (stream, kind, opened_at)"
+                " SELECT stream, CASE min(kind) WHEN 'RunStarted' THEN 'run' ELSE 'job' END,"
+                " min(at) FROM {t} WHERE kind IN ('JobSubmitted', 'RunStarted') AND stream NOT IN"
+                " (SELECT stream FROM {t} WHERE kind IN ('Concluded', 'RunConcluded'))"
+                " GROUP BY stream ON CONFLICT (stream) DO NOTHING"
+            ).format(o=self._open, t=self._t)
+        )
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {r} (owner TEXT PRIMARY KEY,"
+                " seen_at DOUBLE PRECISION NOT NULL, expires_at DOUBLE PRECISION NOT NULL)"
+            ).format(r=self._replicas)
+        )
 
     # -- the protocol ------------------------------------------------------------------
 
-    def append(self, stream: str, events: Sequence[Event], expected_seq: int) -> None:
-        """Append a batch in one transaction under the stream's advisory lock."""
+    def append(
+        self,
+        stream: str,
+        events: Sequence[Event],
+        expected_seq: int,
+        *,
+        lease: Lease | None = None,
+    ) -> None:
+        """Append a batch in one transaction under the stream's advisory lock.
+
+        Under a `lease` (see `LeaseStore.append`), the leased stream's index row is read
+        `FOR SHARE` in the same transaction: a claim (`FOR UPDATE SKIP LOCKED`) passes the
+        row by until this commit, and a token already changed refuses the batch
+        (`StaleLease`).
+        """
         if self.read_only:
             raise StoreError(f"{self!r} was opened read-only")
         if not events:
@@ -252,11 +306,177 @@ class PostgresStore:
                         (stream,),
                     ).fetchone()  # type: ignore[misc]
                     check_batch(stream, events, expected_seq, 0 if last is None else last + 1)
+                    if lease is not None and lease != HANDOFF:
+                        self._check_fence(conn, stream, lease)
                     conn.execute(insert, (stream, *columns, self.channel, stream))
+                    self._index(conn, stream, events, lease)
             except psycopg.errors.UniqueViolation as exc:
                 raise self._unique_error(conn, exc, stream, events, expected_seq) from None
             except psycopg.errors.DiskFull:
                 raise StoreFullError(self.where, stream, "the server's disk is full") from None
+
+    def _check_fence(self, conn: psycopg.Connection, stream: str, lease: Lease) -> None:
+        row = conn.execute(
+            sql.SQL("SELECT token FROM {o} WHERE stream = %s FOR SHARE").format(o=self._open),
+            (lease.stream,),
+        ).fetchone()
+        current = None if row is None else int(row[0])
+        if current != lease.token:
+            raise StaleLease(stream, lease.stream, lease.token, current)
+
+    def _index(
+        self, conn: psycopg.Connection, stream: str, events: Sequence[Event], lease: Lease | None
+    ) -> None:
+        """Keep the open-streams index in step with an append (inside its transaction)."""
+        opened, closed = index_marks(events)
+        if closed:
+            conn.execute(
+                sql.SQL("DELETE FROM {o} WHERE stream = %s OR parent = %s").format(o=self._open),
+                (stream, stream),
+            )
+        elif opened is not None:
+            handoff = lease == HANDOFF
+            parent = (
+                lease.stream
+                if lease is not None and not handoff and lease.stream != stream
+                else None
+            )
+            conn.execute(
+                sql.SQL(
+                    "INSERT INTO {o} (stream, kind, parent, handoff, opened_at)"
+                    " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (stream) DO NOTHING"
+                ).format(o=self._open),
+                (stream, opened, parent, handoff, events[0].at),
+            )
+
+    # -- leases (`flashfsm.events.store.LeaseStore`) ------------------------------------
+
+    def _refuse_write(self) -> None:
+        if self.read_only:
+            raise StoreError(f"{self!r} was opened read-only")
+
+    def claim(
+        self, owner: str, ttl_s: float, limit: int, kinds: Sequence[str] = ("job", "run")
+    ) -> list[Lease]:
+        """Lease free handed-off open streams to `owner` (see `LeaseStore.claim`):
+        `SELECT … FOR UPDATE SKIP LOCKED`, so replicas claiming at once never wait on, nor
+        take, the same rows."""
+        self._refuse_write()
+        if limit <= 0:
+            return []
+        query = sql.SQL(
+            "WITH picked AS (SELECT stream FROM {o} WHERE handoff AND parent IS NULL"
+            " AND kind = ANY(%s) AND (owner IS NULL OR expires_at <= {now})"
+            " ORDER BY opened_at, stream LIMIT %s"
+            " FOR UPDATE SKIP LOCKED)"
+            " UPDATE {o} AS o SET owner = %s, expires_at = {now} + %s, token = o.token + 1"
+            " FROM picked WHERE o.stream = picked.stream RETURNING o.stream, o.token, o.kind"
+        ).format(o=self._open, now=_NOW)
+        with self._pool.connection() as conn:
+            rows = conn.execute(query, (list(kinds), limit, owner, ttl_s)).fetchall()
+        return [Lease(stream, int(token), kind) for stream, token, kind in rows]
+
+    def renew(self, owner: str, leases: Sequence[Lease], ttl_s: float) -> list[Lease]:
+        """Extend `owner`'s unexpired leases (see `LeaseStore.renew`)."""
+        self._refuse_write()
+        if not leases:
+            return []
+        query = sql.SQL(
+            "UPDATE {o} AS o SET expires_at = {now} + %s"
+            " FROM unnest(%s::text[], %s::bigint[]) AS l(stream, token)"
+            " WHERE o.stream = l.stream AND o.token = l.token AND o.owner = %s"
+            " AND o.expires_at > {now} RETURNING o.stream"
+        ).format(o=self._open, now=_NOW)
+        with self._pool.connection() as conn:
+            rows = conn.execute(
+                query,
+                (
+                    ttl_s,
+                    [lease.stream for lease in leases],
+                    [lease.token for lease in leases],
+                    owner,
+                ),
+            ).fetchall()
+        kept = {row[0] for row in rows}
+        return [lease for lease in leases if lease.stream in kept]
+
+    def release(self, owner: str, leases: Sequence[Lease]) -> None:
+        """Give leases back (see `LeaseStore.release`)."""
+        self._refuse_write()
+        if not leases:
+            return
+        query = sql.SQL(
+            "UPDATE {o} AS o SET owner = NULL, expires_at = NULL"
+            " FROM unnest(%s::text[], %s::bigint[]) AS l(stream, token)"
+            " WHERE o.stream = l.stream AND o.token = l.token AND o.owner = %s"
+        ).format(o=self._open)
+        with self._pool.connection() as conn:
+            conn.execute(
+                query,
+                ([lease.stream for lease in leases], [lease.token for lease in leases], owner),
+            )
+
+    def beat(self, owner: str, ttl_s: float) -> Census:
+        """Record `owner`'s heartbeat (see `LeaseStore.beat`)."""
+        self._refuse_write()
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute(
+                sql.SQL(
+                    "INSERT INTO {r} (owner, seen_at, expires_at) VALUES (%s, {now}, {now} + %s)"
+                    " ON CONFLICT (owner) DO UPDATE SET seen_at = excluded.seen_at,"
+                    " expires_at = excluded.expires_at"
+                ).format(r=self._replicas, now=_NOW),
+                (owner, ttl_s),
+            )
+            conn.execute(
+                sql.SQL("DELETE FROM {r} WHERE expires_at < {now} - 86400").format(
+                    r=self._replicas, now=_NOW
+                )
+            )
+            (replicas,) = conn.execute(  # type: ignore[misc]
+                sql.SQL("SELECT count(*) FROM {r} WHERE expires_at > {now}").format(
+                    r=self._replicas, now=_NOW
+                )
+            ).fetchone()
+            claimable, held = conn.execute(  # type: ignore[misc]
+                sql.SQL(
+                    "SELECT count(*), count(*) FILTER (WHERE owner = %s AND expires_at > {now})"
+                    " FROM {o} WHERE handoff AND parent IS NULL"
+                ).format(o=self._open, now=_NOW),
+                (owner,),
+            ).fetchone()
+        return Census(int(replicas), int(claimable), int(held))
+
+    def leave(self, owner: str) -> None:
+        """Forget `owner` and free its leases (see `LeaseStore.leave`)."""
+        self._refuse_write()
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute(
+                sql.SQL("DELETE FROM {r} WHERE owner = %s").format(r=self._replicas), (owner,)
+            )
+            conn.execute(
+                sql.SQL("UPDATE {o} SET owner = NULL, expires_at = NULL WHERE owner = %s").format(
+                    o=self._open
+                ),
+                (owner,),
+            )
+
+    def open_streams(self) -> list[OpenStream]:
+        """The open-streams index, oldest first (empty when the table does not exist: a
+        read-only open never makes it)."""
+        query = sql.SQL(
+            "SELECT stream, kind, parent, handoff, opened_at, owner, expires_at - {now}, token"
+            " FROM {o} ORDER BY opened_at, stream"
+        ).format(o=self._open, now=_NOW)
+        with self._pool.connection() as conn:
+            try:
+                rows = conn.execute(query).fetchall()
+            except psycopg.errors.UndefinedTable:
+                return []
+        return [
+            OpenStream(s, k, p, bool(h), float(at), o, None if e is None else float(e), int(t))
+            for s, k, p, h, at, o, e, t in rows
+        ]
 
     def _unique_error(
         self,

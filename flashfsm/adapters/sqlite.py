@@ -86,11 +86,21 @@ from flashfsm.events.errors import (
     ConcurrencyError,
     CorruptLogError,
     DuplicateEventError,
+    StaleLease,
     StoreError,
     StoreFullError,
 )
 from flashfsm.events.models import Event
-from flashfsm.events.store import check_batch, first_misplaced, follow_by_polling
+from flashfsm.events.store import (
+    HANDOFF,
+    Census,
+    Lease,
+    OpenStream,
+    check_batch,
+    first_misplaced,
+    follow_by_polling,
+    index_marks,
+)
 from flashfsm.fsm.snapshot import DEFAULT_SNAPSHOT_EVERY
 
 SCHEMA_VERSION = 2
@@ -126,6 +136,46 @@ _SAVE_SNAPSHOT = (
 )
 _LOAD_SNAPSHOT = "SELECT seq, version, body FROM snapshots WHERE stream = ?"
 
+# The open-streams index and the fleet's leases (`flashfsm.events.store.LeaseStore`): a
+# cache of the log kept in the appends' own transactions, so, like snapshots, no schema
+# version (a writer open creates the tables and fills the index from the log once).
+_OPEN_STREAMS = """
+CREATE TABLE IF NOT EXISTS open_streams (
+    stream TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    parent TEXT,
+    handoff INTEGER NOT NULL DEFAULT 0,
+    opened_at REAL NOT NULL,
+    owner TEXT,
+    expires_at REAL,
+    token INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID
+"""
+_OPEN_BY_PARENT = "CREATE INDEX IF NOT EXISTS open_streams_parent ON open_streams (parent)"
+_REPLICAS = """
+CREATE TABLE IF NOT EXISTS replicas (
+    owner TEXT PRIMARY KEY,
+    seen_at REAL NOT NULL,
+    expires_at REAL NOT NULL
+) WITHOUT ROWID
+"""
+# Streams opened and not closed when the index is first made (whoever opened them watches
+# them: none is handed to a fleet).
+_FILL_OPEN = """
+INSERT OR IGNORE INTO open_streams (stream, kind, opened_at)
+SELECT stream, CASE kind WHEN 'RunStarted' THEN 'run' ELSE 'job' END, min(at) FROM events
+WHERE kind IN ('JobSubmitted', 'RunStarted') AND stream NOT IN
+    (SELECT stream FROM events WHERE kind IN ('Concluded', 'RunConcluded'))
+GROUP BY stream
+"""
+#: The database's clock, in seconds since the epoch (every lease time is read from it).
+_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
+_CLOSE = "DELETE FROM open_streams WHERE stream = ? OR parent = ?"
+_OPEN = (
+    "INSERT INTO open_streams (stream, kind, parent, handoff, opened_at) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT (stream) DO NOTHING"
+)
+
 _INSERT = (
     "INSERT INTO events (stream, seq, id, at, kind, body, checksum) VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
@@ -137,6 +187,34 @@ Row = tuple[int, bytes, "int | None"]
 def _row(stream: str, event: Event) -> tuple[str, int, str, float, str, bytes, int]:
     body = encode(event)
     return (stream, event.seq, event.id, event.at, event.kind, body, checksum(body))
+
+
+def _stale(conn: sqlite3.Connection, stream: str, lease: Lease | None) -> StaleLease | None:
+    """The fencing check of an append under `lease` (inside its transaction)."""
+    if lease is None or lease == HANDOFF:
+        return None
+    row = conn.execute(
+        "SELECT token FROM open_streams WHERE stream = ?", (lease.stream,)
+    ).fetchone()
+    current = None if row is None else int(row[0])
+    return (
+        None if current == lease.token else StaleLease(stream, lease.stream, lease.token, current)
+    )
+
+
+def _index(
+    conn: sqlite3.Connection, stream: str, events: Sequence[Event], lease: Lease | None
+) -> None:
+    """Keep the open-streams index in step with an append (inside its transaction)."""
+    opened, closed = index_marks(events)
+    if closed:
+        conn.execute(_CLOSE, (stream, stream))
+    elif opened is not None:
+        handoff = lease == HANDOFF
+        parent = (
+            lease.stream if lease is not None and not handoff and lease.stream != stream else None
+        )
+        conn.execute(_OPEN, (stream, opened, parent, int(handoff), events[0].at))
 
 
 def _is_full(exc: BaseException) -> bool:
@@ -279,6 +357,19 @@ class SqliteStore:
             found = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'snapshots'"
             if conn.execute(found).fetchone() is None:
                 conn.execute(_SNAPSHOTS)  # (IF NOT EXISTS: another process may have made it)
+            found = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'replicas'"
+            if conn.execute(found).fetchone() is None:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    if conn.execute(found).fetchone() is None:  # (another process made it?)
+                        conn.execute(_OPEN_STREAMS)
+                        conn.execute(_OPEN_BY_PARENT)
+                        conn.execute(_FILL_OPEN)
+                        conn.execute(_REPLICAS)  # (last: its presence says all is made)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
 
     # -- read-only ---------------------------------------------------------------------
 
@@ -360,8 +451,16 @@ class SqliteStore:
 
     # -- the protocol ------------------------------------------------------------------
 
-    def append(self, stream: str, events: Sequence[Event], expected_seq: int) -> None:
-        """Append a batch atomically in one IMMEDIATE transaction (see `EventStore.append`)."""
+    def append(
+        self,
+        stream: str,
+        events: Sequence[Event],
+        expected_seq: int,
+        *,
+        lease: Lease | None = None,
+    ) -> None:
+        """Append a batch atomically in one IMMEDIATE transaction (see `EventStore.append`;
+        `lease` fences it, see `LeaseStore.append`)."""
         self._refuse_write()
         if not events:
             return
@@ -373,10 +472,14 @@ class SqliteStore:
                     "SELECT max(seq) FROM events WHERE stream = ?", (stream,)
                 ).fetchone()
                 check_batch(stream, events, expected_seq, 0 if last is None else last + 1)
+                stale = _stale(conn, stream, lease)
+                if stale is not None:
+                    raise stale
                 try:
                     conn.executemany(_INSERT, rows)
                 except sqlite3.IntegrityError as exc:
                     raise self._integrity_error(conn, stream, events, expected_seq) from exc
+                _index(conn, stream, events, lease)
                 conn.execute("COMMIT")
             except BaseException as exc:
                 self._rollback(conn)
@@ -392,26 +495,30 @@ class SqliteStore:
                 conn.execute("ROLLBACK")
 
     def append_many(
-        self, batches: Sequence[tuple[str, Sequence[Event], int]]
+        self,
+        batches: Sequence[tuple[str, Sequence[Event], int]],
+        leases: Sequence[Lease | None] | None = None,
     ) -> list[StoreError | ValueError | None]:
         """Group commit: many streams' batches in ONE transaction (one fsync).
 
         Each batch keeps `append`'s all-or-nothing contract through its own savepoint, so
         one stale batch fails alone; returns, per batch, None or the error it raised.
+        `leases` (one per batch, or None) fences each batch as `append`'s `lease` does.
         """
         self._refuse_write()
         outcomes: list[StoreError | ValueError | None] = []
         if not batches:
             return outcomes
+        fences = list(leases) if leases is not None else [None] * len(batches)
         with self._connection() as conn:
             try:
                 conn.execute("BEGIN IMMEDIATE")
-                fast = self._append_all_in(conn, batches)
+                fast = self._append_all_in(conn, batches, fences)
                 if fast is not None:
                     outcomes = fast
                 else:
-                    for stream, events, expected_seq in batches:
-                        outcomes.append(self._append_in(conn, stream, events, expected_seq))
+                    for (stream, events, expected_seq), lease in zip(batches, fences, strict=True):
+                        outcomes.append(self._append_in(conn, stream, events, expected_seq, lease))
                 conn.execute("COMMIT")
             except BaseException as exc:
                 self._rollback(conn)
@@ -422,7 +529,10 @@ class SqliteStore:
         return outcomes
 
     def _append_all_in(
-        self, conn: sqlite3.Connection, batches: Sequence[tuple[str, Sequence[Event], int]]
+        self,
+        conn: sqlite3.Connection,
+        batches: Sequence[tuple[str, Sequence[Event], int]],
+        leases: Sequence[Lease | None],
     ) -> list[StoreError | ValueError | None] | None:
         """The group's fast path: one query for every stream's next seq, one insert.
 
@@ -446,17 +556,22 @@ class SqliteStore:
             )
         outcomes: list[StoreError | ValueError | None] = []
         rows: list[tuple[str, int, str, float, str, bytes, int]] = []
-        for stream, events, expected_seq in batches:
+        taken: list[tuple[str, Sequence[Event], Lease | None]] = []
+        for (stream, events, expected_seq), lease in zip(batches, leases, strict=True):
             if not events:
                 outcomes.append(None)
                 continue
             try:
                 check_batch(stream, events, expected_seq, next_seq.get(stream, 0))
+                stale = _stale(conn, stream, lease)
+                if stale is not None:
+                    raise stale
             except (StoreError, ValueError) as error:
                 outcomes.append(error)
                 continue
             rows.extend(_row(stream, e) for e in events)
             next_seq[stream] = expected_seq + len(events)
+            taken.append((stream, events, lease))
             outcomes.append(None)
         conn.execute("SAVEPOINT group_insert")
         try:
@@ -465,11 +580,18 @@ class SqliteStore:
             conn.execute("ROLLBACK TO group_insert")
             conn.execute("RELEASE group_insert")
             return None
+        for stream, events, lease in taken:
+            _index(conn, stream, events, lease)
         conn.execute("RELEASE group_insert")
         return outcomes
 
     def _append_in(
-        self, conn: sqlite3.Connection, stream: str, events: Sequence[Event], expected_seq: int
+        self,
+        conn: sqlite3.Connection,
+        stream: str,
+        events: Sequence[Event],
+        expected_seq: int,
+        lease: Lease | None,
     ) -> StoreError | ValueError | None:
         if not events:
             return None
@@ -479,6 +601,9 @@ class SqliteStore:
                 "SELECT max(seq) FROM events WHERE stream = ?", (stream,)
             ).fetchone()
             check_batch(stream, events, expected_seq, 0 if last is None else last + 1)
+            stale = _stale(conn, stream, lease)
+            if stale is not None:
+                raise stale
             rows = [_row(stream, e) for e in events]
             try:
                 conn.executemany(_INSERT, rows)
@@ -487,6 +612,7 @@ class SqliteStore:
                 conn.execute("ROLLBACK TO batch")
                 conn.execute("RELEASE batch")
                 return error
+            _index(conn, stream, events, lease)
         except (StoreError, ValueError) as error:
             conn.execute("ROLLBACK TO batch")
             conn.execute("RELEASE batch")
@@ -630,6 +756,126 @@ class SqliteStore:
             return self._query(load)
         with self._connection() as conn:
             return load(conn)
+
+    # -- leases (`flashfsm.events.store.LeaseStore`) ------------------------------------
+
+    def _write(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run `work` in one IMMEDIATE transaction."""
+        self._refuse_write()
+        with self._connection() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = work(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                self._rollback(conn)
+                raise
+        return result
+
+    def claim(
+        self, owner: str, ttl_s: float, limit: int, kinds: Sequence[str] = ("job", "run")
+    ) -> list[Lease]:
+        """Lease free handed-off open streams to `owner` (see `LeaseStore.claim`)."""
+        if limit <= 0:
+            return []
+        marks = ",".join("?" * len(kinds))
+        rows = self._write(
+            lambda conn: conn.execute(
+                f"UPDATE open_streams SET owner = ?, expires_at = {_NOW} + ?, token = token + 1 "
+                "WHERE stream IN (SELECT stream FROM open_streams WHERE handoff = 1 "
+                f"AND parent IS NULL AND kind IN ({marks}) "
+                f"AND (owner IS NULL OR expires_at <= {_NOW}) "
+                "ORDER BY opened_at, stream LIMIT ?) RETURNING stream, token, kind",
+                (owner, ttl_s, *kinds, limit),
+            ).fetchall()
+        )
+        return [Lease(stream, token, kind) for stream, token, kind in rows]
+
+    def renew(self, owner: str, leases: Sequence[Lease], ttl_s: float) -> list[Lease]:
+        """Extend `owner`'s unexpired leases (see `LeaseStore.renew`)."""
+        wanted = {(lease.stream, lease.token): lease for lease in leases}
+
+        def renew(conn: sqlite3.Connection) -> list[Lease]:
+            held = conn.execute(
+                f"SELECT stream, token FROM open_streams WHERE owner = ? AND expires_at > {_NOW}",
+                (owner,),
+            ).fetchall()
+            kept = [wanted[key] for key in map(tuple, held) if key in wanted]
+            conn.executemany(
+                f"UPDATE open_streams SET expires_at = {_NOW} + ? WHERE stream = ?",
+                [(ttl_s, lease.stream) for lease in kept],
+            )
+            return kept
+
+        return self._write(renew)
+
+    def release(self, owner: str, leases: Sequence[Lease]) -> None:
+        """Give leases back (see `LeaseStore.release`)."""
+        self._write(
+            lambda conn: conn.executemany(
+                "UPDATE open_streams SET owner = NULL, expires_at = NULL "
+                "WHERE stream = ? AND token = ? AND owner = ?",
+                [(lease.stream, lease.token, owner) for lease in leases],
+            )
+        )
+
+    def beat(self, owner: str, ttl_s: float) -> Census:
+        """Record `owner`'s heartbeat (see `LeaseStore.beat`)."""
+
+        def beat(conn: sqlite3.Connection) -> Census:
+            conn.execute(
+                f"INSERT INTO replicas (owner, seen_at, expires_at) VALUES (?, {_NOW}, {_NOW} + ?)"
+                " ON CONFLICT (owner) DO UPDATE SET seen_at = excluded.seen_at,"
+                " expires_at = excluded.expires_at",
+                (owner, ttl_s),
+            )
+            conn.execute(f"DELETE FROM replicas WHERE expires_at < {_NOW} - 86400")
+            (replicas,) = conn.execute(
+                f"SELECT count(*) FROM replicas WHERE expires_at > {_NOW}"
+            ).fetchone()
+            claimable, held = conn.execute(
+                f"SELECT count(*), coalesce(sum(owner = ? AND expires_at > {_NOW}), 0) "
+                "FROM open_streams WHERE handoff = 1 AND parent IS NULL",
+                (owner,),
+            ).fetchone()
+            return Census(int(replicas), int(claimable), int(held))
+
+        return self._write(beat)
+
+    def leave(self, owner: str) -> None:
+        """Forget `owner` and free its leases (see `LeaseStore.leave`)."""
+
+        def leave(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM replicas WHERE owner = ?", (owner,))
+            conn.execute(
+                "UPDATE open_streams SET owner = NULL, expires_at = NULL WHERE owner = ?", (owner,)
+            )
+
+        self._write(leave)
+
+    def open_streams(self) -> list[OpenStream]:
+        """The open-streams index, oldest first (empty for a file without one: a read-only
+        open never makes it)."""
+
+        def rows(conn: sqlite3.Connection) -> list[OpenStream]:
+            try:
+                found = conn.execute(
+                    "SELECT stream, kind, parent, handoff, opened_at, owner, "
+                    f"expires_at - {_NOW}, token FROM open_streams ORDER BY opened_at, stream"
+                ).fetchall()
+            except sqlite3.OperationalError as exc:
+                if "no such table" in str(exc):
+                    return []
+                raise
+            return [
+                OpenStream(s, k, p, bool(h), float(at), o, e, int(t))
+                for s, k, p, h, at, o, e, t in found
+            ]
+
+        if self.read_only:
+            return self._query(rows)
+        with self._connection() as conn:
+            return rows(conn)
 
     def close(self) -> None:
         """Close the connections; the store cannot be used afterwards.

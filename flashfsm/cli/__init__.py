@@ -13,7 +13,8 @@ verdict (`replay`, `explain`, `watch`) exit with its code. Credentials (the RunP
 `sweep`) come only from the environment.
 
 The commands live by group: `logs` (replay, explain, why-not, whatif, timeline, watch), `cost`,
-`store` (ls, export, import, sweep) and `tools` (demo, simulator, diagram); what they
+`store` (ls, export, import, sweep), `fleet` (supervise, runs) and `tools` (demo,
+simulator, diagram); what they
 share is in `common`. This module builds the one `app` from them.
 """
 
@@ -23,7 +24,7 @@ from typing import Annotated
 
 import typer
 
-from flashfsm.cli import cost, logs, store, tools
+from flashfsm.cli import cost, fleet, logs, store, tools
 from flashfsm.cli.common import (
     EXIT_CODE_TABLE,
     EXIT_CODES,
@@ -104,6 +105,8 @@ COMMANDS = (
     ("export", store.export_command),
     ("import", store.import_command),
     ("sweep", store.sweep_command),
+    ("supervise", fleet.supervise_command),
+    ("runs", fleet.runs_command),
 )
 for _name, _command in COMMANDS:
     app.command(_name, cls=PlainCommand)(_command)

@@ -163,10 +163,19 @@ def ls_table(rows: list[dict[str, Any]], width: int) -> Table:
     return build(shown, short, fold=True)
 
 
-def ls_command(store: StoreOption = None, as_json: JsonOption = False) -> None:
+def ls_command(
+    store: StoreOption = None,
+    as_json: JsonOption = False,
+    owner: Annotated[
+        bool, typer.Option("--owner", help="The open streams, with their owner and lease.")
+    ] = False,
+) -> None:
     """The store's streams: job, run or sweeper, with their state, verdict and time span."""
     url = store_url(store)
     opened = open_reader(url)
+    if owner:
+        _ls_owners(url, opened, as_json)
+        return
     try:
         with UsageErrors():
             rows = [stream_row(name, opened.read(name)) for name in opened.streams()]
@@ -180,6 +189,50 @@ def ls_command(store: StoreOption = None, as_json: JsonOption = False) -> None:
         return
     say(f"{display_url(url)}: {len(rows)} stream(s)")
     console.print(ls_table(rows, console.width))
+
+
+def _ls_owners(url: str, opened: Any, as_json: bool) -> None:
+    """`ls --owner`: the open-streams index, who holds each stream and for how long."""
+    listing = getattr(opened, "open_streams", None)
+    try:
+        if listing is None:
+            raise fail(f"{display_url(url)} keeps no open-streams index (SQLite, PostgreSQL do)")
+        with UsageErrors():
+            rows = [
+                {
+                    "stream": o.stream,
+                    "kind": o.kind,
+                    "parent": o.parent,
+                    "handoff": o.handoff,
+                    "owner": o.owner if o.expires_in is not None and o.expires_in > 0 else None,
+                    "lease_left_s": None if o.expires_in is None else round(o.expires_in, 3),
+                    "token": o.token,
+                }
+                for o in listing()
+            ]
+    finally:
+        opened.close()
+    if as_json:
+        emit_json({"store": display_url(url), "open": rows})
+        return
+    if not rows:
+        say(f"{display_url(url)}: no open streams")
+        return
+    say(f"{display_url(url)}: {len(rows)} open stream(s)")
+    table = Table(box=SIMPLE_HEAD, pad_edge=False)
+    for column in ("stream", "kind", "owner", "lease", "token"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        if row["parent"]:
+            held = f"(of {row['parent']})"
+        elif not row["handoff"]:
+            held = "(its opener)"
+        else:
+            held = row["owner"] or "-"
+        left = row["lease_left_s"]
+        lease = "-" if left is None else f"{left:.1f} s" if left > 0 else "expired"
+        table.add_row(row["stream"], row["kind"], held, lease, str(row["token"]))
+    console.print(table)
 
 
 # --- copies ---------------------------------------------------------------------------------

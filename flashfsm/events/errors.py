@@ -86,3 +86,21 @@ class StoreFullError(StoreError):
         super().__init__(f"{where}: cannot append to stream {stream!r}: {detail}")
         self.where = where
         self.stream = stream
+
+
+class StaleLease(StoreError):
+    """An append under a lease another replica has taken since (its fencing token is stale).
+
+    Raised by the store inside the append's own transaction, so nothing of the batch is
+    stored: a paused or partitioned replica can never write after losing its lease.
+    """
+
+    def __init__(self, stream: str, leased: str, token: int, current: int | None):
+        now = "closed" if current is None else f"token {current}"
+        super().__init__(
+            f"stream {stream!r}: the lease on {leased!r} with token {token} is stale ({now})"
+        )
+        self.stream = stream
+        self.leased = leased
+        self.token = token
+        self.current = current

@@ -9,9 +9,10 @@ slower one gets a `ConcurrencyError` and must re-read. Event ids are unique acro
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from flashfsm.events.errors import ConcurrencyError, DuplicateEventError
+from flashfsm.events.errors import ConcurrencyError, DuplicateEventError, StaleLease
 from flashfsm.events.models import Event
 
 
@@ -62,6 +63,125 @@ class SnapshotStore(Protocol):
 
     def load_snapshot(self, stream: str) -> tuple[int, int, bytes] | None:
         """The snapshot kept for `stream`: `(seq, version, body)`, or None."""
+        ...
+
+
+# --- the open-streams index and leases ------------------------------------------------------
+#
+# A store that can host a fleet (`LeaseStore`: SQLite, PostgreSQL) keeps an index of its
+# open streams, updated in the same transaction as the appends that open and close them:
+# an event of a kind in `OPENED_BY` opens its stream, one in `CLOSED_BY` closes it. Each
+# open stream a writer handed to the fleet (`HANDOFF`) can be leased to one replica at a
+# time; every claim gives the lease a new fencing token, and an append made under a lease
+# whose token is no longer the stream's is refused (`StaleLease`) in its own transaction.
+
+#: Event kinds that open a stream, and the kind of stream they open.
+OPENED_BY = {"JobSubmitted": "job", "RunStarted": "run"}
+#: Event kinds that close a stream (its verdict).
+CLOSED_BY = frozenset({"Concluded", "RunConcluded"})
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A replica's hold on an open stream: the stream, its kind and the fencing token.
+
+    Appends to the stream, and to the streams it opens (a run's attempts), carry it. A
+    stream opened under a lease belongs to the leased one (its `parent`): it is never
+    leased on its own, and closing the parent closes it.
+    """
+
+    stream: str
+    token: int
+    kind: str = "job"
+
+
+#: Appending with this in place of a lease hands the stream the batch opens to the fleet
+#: (intake): it is listed as open with no owner, and the next replica to claim takes it.
+HANDOFF = Lease("", 0, "handoff")
+
+
+@dataclass(frozen=True, slots=True)
+class OpenStream:
+    """One row of the open-streams index, as `LeaseStore.open_streams` reads it.
+
+    `handoff`: the stream waits for, or is watched by, a fleet replica (else whoever
+    opened it watches it). `owner` and `expires_in` (seconds, by the database's clock;
+    negative once expired) describe its lease; `token` counts its claims.
+    """
+
+    stream: str
+    kind: str
+    parent: str | None
+    handoff: bool
+    opened_at: float
+    owner: str | None
+    expires_in: float | None
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class Census:
+    """What one replica's heartbeat learns: live replicas (itself included), open streams
+    that a replica may lease, and how many of those this replica holds."""
+
+    replicas: int
+    claimable: int
+    held: int
+
+
+def index_marks(events: Sequence[Event]) -> tuple[str | None, bool]:
+    """Whether a batch opens its stream (the stream's kind, else None) and whether it
+    closes it: what a store's append does to its open-streams index."""
+    opened: str | None = None
+    closed = False
+    for event in events:
+        kind = event.kind
+        if kind in CLOSED_BY:
+            closed = True
+        elif kind in OPENED_BY:
+            opened = OPENED_BY[kind]
+    return opened, closed
+
+
+@runtime_checkable
+class LeaseStore(Protocol):
+    """What a store offers to host a fleet of supervisor replicas (SQLite, PostgreSQL).
+
+    Times of leases and heartbeats come from the database's clock, never a replica's.
+    """
+
+    def append(
+        self, stream: str, events: Sequence[Event], expected_seq: int, *, lease: Lease | None = None
+    ) -> None:
+        """`EventStore.append`, fenced: with a lease, `StaleLease` when its token is stale."""
+        ...
+
+    def claim(
+        self, owner: str, ttl_s: float, limit: int, kinds: Sequence[str] = ("job", "run")
+    ) -> list[Lease]:
+        """Lease to `owner` for `ttl_s` at most `limit` handed-off open streams of `kinds`
+        that nobody holds (or whose lease expired), oldest first, each with a new fencing
+        token."""
+        ...
+
+    def renew(self, owner: str, leases: Sequence[Lease], ttl_s: float) -> list[Lease]:
+        """Extend the leases `owner` still holds unexpired; returns those (the rest are lost)."""
+        ...
+
+    def release(self, owner: str, leases: Sequence[Lease]) -> None:
+        """Give the leases back (a replica draining or shedding load)."""
+        ...
+
+    def beat(self, owner: str, ttl_s: float) -> Census:
+        """Record that `owner` is alive for `ttl_s`; the fleet as it stands."""
+        ...
+
+    def leave(self, owner: str) -> None:
+        """Forget `owner`'s heartbeat and release every lease it holds."""
+        ...
+
+    def open_streams(self) -> list[OpenStream]:
+        """The open-streams index, oldest first."""
         ...
 
 
@@ -151,3 +271,45 @@ def append_many(
         except (ConcurrencyError, DuplicateEventError, ValueError) as exc:
             outcomes.append(exc)
     return outcomes
+
+
+class FencedStore:
+    """A store seen through leases: every append carries the lease `lease_of(stream)` gives
+    for its stream (None: unfenced), so the store fences it (`LeaseStore.append`).
+
+    Reads, snapshots and everything else go to the store as they are. A fleet replica gives
+    its supervisor one of these over its held leases; a run driven by a replica, one that
+    fences every stream with the run's lease; intake, one that hands off (`HANDOFF`).
+    """
+
+    def __init__(self, store: EventStore, lease_of: Callable[[str], Lease | None]):
+        self.inner = store
+        self.lease_of = lease_of
+
+    def __repr__(self) -> str:
+        return f"FencedStore({self.inner!r})"
+
+    def append(self, stream: str, events: Sequence[Event], expected_seq: int) -> None:
+        """The store's append, under the stream's lease."""
+        self.inner.append(stream, events, expected_seq, lease=self.lease_of(stream))  # type: ignore[call-arg]
+
+    def append_many(
+        self, batches: Sequence[tuple[str, Sequence[Event], int]]
+    ) -> list[Exception | None]:
+        """A group commit, each batch under its stream's lease (one transaction when the
+        store can, else batch by batch)."""
+        leases = [self.lease_of(stream) for stream, _, _ in batches]
+        grouped = getattr(self.inner, "append_many", None)
+        if grouped is not None:
+            return list(grouped(batches, leases))
+        outcomes: list[Exception | None] = []
+        for (stream, events, expected_seq), lease in zip(batches, leases, strict=True):
+            try:
+                self.inner.append(stream, events, expected_seq, lease=lease)  # type: ignore[call-arg]
+                outcomes.append(None)
+            except (ConcurrencyError, DuplicateEventError, StaleLease, ValueError) as exc:
+                outcomes.append(exc)
+        return outcomes
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)

@@ -1,0 +1,181 @@
+"""The fleet's commands: `supervise` (one replica) and `runs add` (intake).
+
+`supervise` writes (it is a replica: heartbeats, leases, every watch's events), so its
+store is created when missing, as `sweep`'s is. `runs add` records one hand-off. The
+listing of who holds what is `ls --owner` (a read, in `flashfsm.cli.store`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from flashfsm.adapters.urls import display_url
+from flashfsm.cli.common import (
+    JsonOption,
+    StoreOption,
+    UsageErrors,
+    emit_json,
+    fail,
+    message,
+    open_store_or_fail,
+    say,
+    store_url,
+)
+from flashfsm.events.errors import FlashFsmError
+from flashfsm.events.models import Candidate
+from flashfsm.fleet import DEFAULT_LEASE_S, Fleet, FleetStats, hand_off_job
+
+#: The most a `runs add` file may hold (a handle or a run description is a few hundred bytes).
+MAX_ADD_BYTES = 1 << 20
+
+
+def _factory(spec: str) -> Any:
+    """The `module:function` named by `--run-adapters`."""
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise fail(f"--run-adapters {spec!r}: expected MODULE:FUNCTION")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise fail(f"--run-adapters {spec!r}: {type(exc).__name__}: {exc}") from None
+
+
+def supervise_command(
+    store: StoreOption = None,
+    lease_s: Annotated[
+        float, typer.Option("--lease", metavar="SECONDS", help="How long a lease lasts.")
+    ] = DEFAULT_LEASE_S,
+    interval_s: Annotated[
+        float, typer.Option("--interval", metavar="SECONDS", help="Poll interval of each job.")
+    ] = 10.0,
+    owner: Annotated[
+        str | None, typer.Option(metavar="NAME", help="This replica's name (default: unique).")
+    ] = None,
+    max_streams: Annotated[
+        int | None, typer.Option(metavar="N", help="Hold at most N streams.")
+    ] = None,
+    run_adapters: Annotated[
+        str | None,
+        typer.Option(
+            metavar="MODULE:FUNCTION",
+            help="Drive handed-off runs with the adapters this makes (else leave runs).",
+        ),
+    ] = None,
+    until_idle: Annotated[
+        bool, typer.Option("--until-idle", help="Stop once no open stream is left.")
+    ] = False,
+) -> None:
+    """Run one fleet replica: watch the store's open jobs and runs (SIGTERM drains).
+
+    RUNPOD_API_KEY (and RUNPOD_*_BASE_URL) come from the environment.
+    """
+    from flashfsm.adapters.runpod import AsyncRunpodClient
+
+    if lease_s <= 0 or interval_s <= 0:
+        raise fail("--lease and --interval must be positive")
+    factory = _factory(run_adapters) if run_adapters else None
+    url = store_url(store)
+    opened = open_store_or_fail(url)
+    logging.getLogger("flashfsm.fleet").setLevel(logging.INFO)
+
+    async def main() -> FleetStats:
+        async with AsyncRunpodClient.from_env() as client:
+            fleet = Fleet(
+                opened,
+                client,
+                owner=owner,
+                lease_s=lease_s,
+                interval_s=interval_s,
+                max_streams=max_streams,
+                run_adapters=factory,
+            )
+            fleet.install_signal_handlers()
+            say(f"replica {fleet.owner} on {display_url(url)}: lease {lease_s:g} s")
+            idle = (lambda: not fleet.leases.open_streams()) if until_idle else None
+            return await fleet.run(until=idle)
+
+    try:
+        with UsageErrors():
+            stats = asyncio.run(main())
+    except (ValueError, FlashFsmError) as exc:
+        raise fail(message(exc)) from None
+    finally:
+        opened.close()
+    say(
+        f"drained: {stats.claimed} claimed, {stats.finished} finished, {stats.lost} lost, "
+        f"{stats.failed} failed"
+    )
+
+
+def runs_command(
+    action: Annotated[str, typer.Argument(metavar="ACTION", help="add")],
+    file: Annotated[
+        Path, typer.Argument(metavar="FILE", help="A JSON job handle or run description.")
+    ],
+    store: StoreOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Hand a job or a run to the fleet: record it and return (`runs add FILE.json`).
+
+    A job handle has endpoint_id and job_id; a run has run_id and candidates (as
+    supervise_run takes them), and may set max_retries, budget_s, phase and seed.
+    """
+    if action != "add":
+        raise fail(f"unknown action {action!r}: the one action is 'add'")
+    try:
+        if file.stat().st_size > MAX_ADD_BYTES:
+            raise fail(f"{file}: larger than {MAX_ADD_BYTES} bytes")
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise fail(f"{file}: {message(exc)}") from None
+    if not isinstance(data, dict):
+        raise fail(f"{file}: expected a JSON object")
+    url = store_url(store)
+    opened = open_store_or_fail(url)
+    try:
+        with UsageErrors():
+            stream, kind = _add(opened, data)
+    except (ValueError, FlashFsmError, TypeError) as exc:
+        raise fail(f"{file}: {message(exc)}") from None
+    finally:
+        opened.close()
+    if as_json:
+        emit_json({"store": display_url(url), "stream": stream, "kind": kind})
+    else:
+        say(f"{kind} handed to the fleet as {stream} in {display_url(url)}")
+
+
+def _add(store: Any, data: dict[str, Any]) -> tuple[str, str]:
+    """Record one hand-off from a `runs add` file: (stream, kind)."""
+    from flashfsm.runs import supervise_run
+
+    if "run_id" in data:
+        known = {"run_id", "candidates", "max_retries", "budget_s", "phase", "seed", "stream"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown run fields {unknown}")
+        raw = data.get("candidates")
+        if not isinstance(raw, list) or not raw:
+            raise ValueError("a run needs a non-empty list of candidates")
+        candidates = [Candidate.model_validate(c) for c in raw]
+        result = supervise_run(
+            str(data["run_id"]),
+            candidates,
+            None,  # type: ignore[arg-type]  (a hand-off deploys nothing)
+            max_retries=int(data.get("max_retries", 2)),
+            budget_s=data.get("budget_s"),
+            phase=data.get("phase"),
+            seed=data.get("seed"),
+            store=store,
+            stream=data.get("stream"),
+            detach=True,
+        )
+        return result.stream, "run"
+    return hand_off_job(data, store, stream=data.get("stream")), "job"

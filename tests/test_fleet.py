@@ -1,0 +1,363 @@
+"""The fleet's store layer (open-streams index, leases, fencing) and replicas in one process.
+
+Every store-level test runs on SQLite and, when `FLASHFSM_TEST_POSTGRES_DSN` is set, on
+PostgreSQL: the two implement one contract (`flashfsm.events.store.LeaseStore`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from flashfsm import AsyncRunpodClient, JobHandle, replay
+from flashfsm.adapters.simulator import Simulator
+from flashfsm.events.errors import ConcurrencyError, StaleLease
+from flashfsm.events.models import Candidate, JobSubmitted, WatchStarted
+from flashfsm.events.store import HANDOFF, FencedStore, Lease, LeaseStore
+from flashfsm.fleet import Fleet, hand_off_job
+from flashfsm.runs import supervise_run
+from tests.store_support import PG_ENV, make_backend, make_event, postgres_dsn, run_cleanups
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def leases(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LeaseStore]:
+    if request.param == "postgres" and postgres_dsn() is None:
+        pytest.skip(f"{PG_ENV} not set")
+    cleanups: list = []
+    try:
+        store = make_backend(request.param, tmp_path, cleanups).open()
+        assert isinstance(store, LeaseStore)
+        yield store
+    finally:
+        run_cleanups(cleanups)
+
+
+def submitted(stream: str, seq: int = 0, job: str = "j1") -> JobSubmitted:
+    return JobSubmitted(
+        stream=stream, seq=seq, id=f"{stream}-{seq}", at=100.0 + seq, endpoint_id="ep", job_id=job
+    )
+
+
+def concluded(stream: str, seq: int):
+    from flashfsm.events.models import Concluded
+
+    return Concluded(
+        stream=stream,
+        seq=seq,
+        id=f"{stream}-{seq}",
+        at=200.0,
+        state="SUCCEEDED",
+        ok=True,
+        detail="done",
+        rule="completed",
+    )
+
+
+def hand_off(store: LeaseStore, stream: str) -> None:
+    FencedStore(store, lambda _s: HANDOFF).append(stream, [submitted(stream)], 0)
+
+
+# --- the index ----------------------------------------------------------------------------
+
+
+def test_the_index_opens_and_closes_a_stream_in_the_appends_own_transaction(leases):
+    hand_off(leases, "job-a")
+    leases.append("job-b", [submitted("job-b")], 0)  # opened by its own watcher
+    rows = {o.stream: o for o in leases.open_streams()}
+    assert set(rows) == {"job-a", "job-b"}
+    assert rows["job-a"].handoff and rows["job-a"].kind == "job" and rows["job-a"].owner is None
+    assert not rows["job-b"].handoff
+    leases.append("job-a", [concluded("job-a", 1)], 1)
+    assert [o.stream for o in leases.open_streams()] == ["job-b"]
+
+
+def test_a_refused_append_leaves_the_index_as_it_was(leases):
+    hand_off(leases, "job-a")
+    with pytest.raises(ConcurrencyError):
+        leases.append("job-a", [concluded("job-a", 5)], 5)  # a stale expected seq
+    assert [o.stream for o in leases.open_streams()] == ["job-a"]
+
+
+def test_only_handed_off_streams_are_claimed_and_each_claim_bumps_the_token(leases):
+    hand_off(leases, "job-a")
+    leases.append("job-b", [submitted("job-b")], 0)
+    [lease] = leases.claim("r1", 30, 10)
+    assert lease.stream == "job-a" and lease.token == 1
+    assert leases.claim("r2", 30, 10) == []  # held, and job-b is its opener's
+    leases.release("r1", [lease])
+    [again] = leases.claim("r2", 30, 10)
+    assert again.token == 2
+
+
+def test_an_expired_lease_is_taken_by_another_replica_and_the_old_token_is_fenced(leases):
+    hand_off(leases, "job-a")
+    [old] = leases.claim("r1", 0.2, 10)
+    time.sleep(0.3)  # the lease expires by the database's clock
+    assert leases.renew("r1", [old], 30) == []
+    [new] = leases.claim("r2", 30, 10)
+    assert new.token == old.token + 1
+    with pytest.raises(StaleLease):
+        leases.append("job-a", [make_event("job-a", 1)], 1, lease=old)
+    assert len(leases.read("job-a")) == 1  # nothing of the refused batch
+    leases.append("job-a", [make_event("job-a", 1)], 1, lease=new)
+    assert leases.renew("r2", [new], 30) == [new]
+
+
+def test_a_group_commit_refuses_only_the_stale_batch(leases):
+    # (SQLite writes the group in one transaction; Postgres batch by batch: one contract)
+    for stream in ("job-a", "job-b"):
+        hand_off(leases, stream)
+    a, b = sorted(leases.claim("r1", 30, 10), key=lambda lease: lease.stream)
+    held = {"job-a": a, "job-b": Lease(b.stream, b.token - 1)}  # job-b's token is stale
+    outcomes = FencedStore(leases, held.get).append_many(
+        [("job-a", [make_event("job-a", 1)], 1), ("job-b", [make_event("job-b", 1)], 1)]
+    )
+    assert outcomes[0] is None and isinstance(outcomes[1], StaleLease)
+    assert len(leases.read("job-a")) == 2 and len(leases.read("job-b")) == 1
+
+
+def test_streams_a_leased_run_opens_are_its_own_and_close_with_it(leases):
+    from flashfsm.events.models import RunConcluded, RunStarted
+
+    run = RunStarted(
+        stream="run-x", seq=0, id="r0", at=1.0, run_id="x", candidates=(Candidate(gpu_class="L4"),)
+    )
+    FencedStore(leases, lambda _s: HANDOFF).append("run-x", [run], 0)
+    [lease] = leases.claim("r1", 30, 10)
+    assert lease.kind == "run"
+    FencedStore(leases, lambda _s: lease).append("job-x-a0", [submitted("job-x-a0")], 0)
+    rows = {o.stream: o for o in leases.open_streams()}
+    assert rows["job-x-a0"].parent == "run-x"
+    assert leases.claim("r2", 30, 10) == []  # an attempt is never leased alone
+    done = RunConcluded(stream="run-x", seq=1, id="r1", at=2.0, ok=True, attempts=1)
+    FencedStore(leases, lambda _s: lease).append("run-x", [done], 1)
+    assert leases.open_streams() == []
+
+
+def test_replicas_count_live_heartbeats_and_leaving_frees_every_lease(leases):
+    for stream in ("job-a", "job-b", "job-c"):
+        hand_off(leases, stream)
+    assert leases.beat("r1", 30).replicas == 1
+    leases.claim("r1", 30, 2)
+    census = leases.beat("r2", 30)
+    assert (census.replicas, census.claimable, census.held) == (2, 3, 0)
+    assert leases.beat("r1", 30).held == 2
+    leases.leave("r1")
+    assert leases.beat("r2", 30).replicas == 1
+    assert {lease.stream for lease in leases.claim("r2", 30, 10)} == {"job-a", "job-b", "job-c"}
+
+
+def test_concurrent_claims_never_hand_one_stream_to_two_replicas(leases):
+    for n in range(60):
+        hand_off(leases, f"job-{n:02d}")
+    won: dict[str, list[str]] = {}
+    barrier = threading.Barrier(3)
+
+    def claim(owner: str) -> None:
+        barrier.wait()
+        got: list[str] = []
+        for _ in range(10):
+            got += [lease.stream for lease in leases.claim(owner, 30, 4)]
+        won[owner] = got
+
+    threads = [threading.Thread(target=claim, args=(f"r{n}",)) for n in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    every = [s for got in won.values() for s in got]
+    assert len(every) == len(set(every)) == 60
+
+
+def test_a_read_only_store_lists_no_index_it_would_have_to_make(tmp_path: Path):
+    from flashfsm.adapters.sqlite import SqliteStore
+
+    path = tmp_path / "old.db"
+    import sqlite3
+
+    sqlite3.connect(path).close()  # an empty file
+    assert SqliteStore(path, read_only=True).open_streams() == []
+    assert path.stat().st_size == 0  # nothing made
+
+
+# --- intake -------------------------------------------------------------------------------
+
+
+def test_hand_off_job_records_the_submission_once_and_refuses_another_job(leases):
+    handle = JobHandle("ep", "flash-ep", "job-1")
+    assert hand_off_job(handle, leases, clock=lambda: 5.0) == "job-job-1"
+    assert hand_off_job(handle, leases, clock=lambda: 6.0) == "job-job-1"  # harmless twice
+    [event] = leases.read("job-job-1")
+    assert isinstance(event, JobSubmitted) and event.at == 5.0
+    with pytest.raises(ValueError, match="records job"):
+        hand_off_job(JobHandle("ep", "flash-ep", "job-2"), leases, stream="job-job-1")
+
+
+def test_hand_off_refuses_a_store_that_cannot_host_a_fleet():
+    from flashfsm import MemoryStore
+
+    with pytest.raises(ValueError, match="cannot host a fleet"):
+        hand_off_job(JobHandle("ep", "flash-ep", "job-1"), MemoryStore())
+
+
+def test_a_detached_run_is_recorded_and_handed_off_without_deploying(leases):
+    result = supervise_run(
+        "r1",
+        [Candidate(gpu_class="L4")],
+        None,
+        store=leases,  # type: ignore[arg-type]
+        detach=True,
+        capacity_memory=False,
+        clock=lambda: 7.0,
+    )
+    assert (result.ok, result.failure, result.attempts) == (False, None, 0)
+    [row] = leases.open_streams()
+    assert (row.stream, row.kind, row.handoff) == (result.stream, "run", True)
+    assert [e.kind for e in leases.read(result.stream)] == ["RunStarted"]
+
+
+# --- replicas in one process ----------------------------------------------------------------
+
+
+def _fleet_run(store, sim, owners, **options):
+    env = sim.env()
+
+    async def main():
+        async with AsyncRunpodClient(
+            sim.accounts[0].key,
+            endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
+            api_base_url=env["RUNPOD_API_BASE_URL"],
+        ) as client:
+            fleets = [
+                Fleet(
+                    store,
+                    client,
+                    owner=owner,
+                    lease_s=3,
+                    tick_s=0.2,
+                    clock=sim.clock.now,
+                    sleep=sim.clock.async_sleep,
+                    **options,
+                )
+                for owner in owners
+            ]
+            idle = lambda: not store.open_streams()  # noqa: E731
+            await asyncio.wait_for(asyncio.gather(*(f.run(until=idle) for f in fleets)), 120)
+            return fleets
+
+    return asyncio.run(main())
+
+
+def test_two_replicas_watch_handed_off_jobs_to_the_verdicts_one_supervisor_reaches(leases):
+    with Simulator(speed=0) as sim:
+        for scenario in ("success", "crash_loop", "no_capacity", "failed"):
+            endpoint = sim.add_endpoint(f"flash-{scenario}", scenario=scenario)
+            handle = JobHandle(endpoint, f"flash-{scenario}", sim.submit(endpoint, {}))
+            hand_off_job(handle, leases, stream=f"job-{scenario}", clock=sim.clock.now)
+        fleets = _fleet_run(leases, sim, ["r1", "r2"])
+    verdicts = {s: replay(leases.read(s)).verdict for s in leases.streams()}
+    assert {s: (v.state, v.rule) for s, v in verdicts.items()} == {
+        "job-success": ("SUCCEEDED", "completed"),
+        "job-crash_loop": ("STALLED", "unhealthy_worker"),
+        "job-no_capacity": ("NO_CAPACITY", "queue_grace"),
+        "job-failed": ("FAILED", "worker_failed"),
+    }
+    assert sum(f.stats.claimed for f in fleets) == 4 and all(f.stats.claimed for f in fleets)
+    for stream in verdicts:
+        watchers = [e.watcher for e in leases.read(stream) if isinstance(e, WatchStarted)]
+        assert len(watchers) == 1 and watchers[0] in {"r1", "r2"}
+
+
+def test_a_draining_replica_releases_its_leases_and_a_peer_reattaches_by_replay(leases):
+    with Simulator(speed=0) as sim:
+        endpoint = sim.add_endpoint("flash-requeue", scenario="worker_death")
+        handle = JobHandle(endpoint, "flash-requeue", sim.submit(endpoint, {}))
+        stream = hand_off_job(handle, leases, clock=sim.clock.now)
+        env = sim.env()
+
+        async def main():
+            async with AsyncRunpodClient(
+                sim.accounts[0].key,
+                endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
+                api_base_url=env["RUNPOD_API_BASE_URL"],
+            ) as client:
+                kw = dict(lease_s=30, tick_s=0.2, clock=sim.clock.now, sleep=sim.clock.async_sleep)
+                first = Fleet(leases, client, owner="first", **kw)
+                events_then = 0
+
+                def watched_a_while() -> bool:
+                    nonlocal events_then
+                    events_then = len(leases.read(stream))
+                    return events_then >= 6
+
+                await asyncio.wait_for(first.run(until=watched_a_while), 60)
+                row = next(o for o in leases.open_streams() if o.stream == stream)
+                assert row.owner is None  # released at once, not left to expire (30 s)
+                second = Fleet(leases, client, owner="second", **kw)
+                await asyncio.wait_for(second.run(until=lambda: not leases.open_streams()), 120)
+                return events_then
+
+        events_then = asyncio.run(main())
+    events = leases.read(stream)
+    watches = [e for e in events if isinstance(e, WatchStarted)]
+    assert [(w.watcher, w.reattach) for w in watches] == [("first", False), ("second", True)]
+    assert watches[1].seq >= events_then  # the second began where the log stopped
+    assert replay(events).verdict.rule == "completed"
+
+
+# --- the commands ---------------------------------------------------------------------------
+
+
+def test_runs_add_hands_off_a_job_and_ls_owner_lists_it_unowned(tmp_path: Path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from flashfsm.cli import app
+
+    url = f"sqlite:///{tmp_path}/fleet.db"
+    handle = tmp_path / "job.json"
+    handle.write_text(json.dumps(JobHandle("ep-1", "flash-a", "job-7").to_dict()))
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"run_id": "r9", "candidates": [{"gpu_class": "L4"}]}))
+    runner = CliRunner()
+    added = runner.invoke(app, ["runs", "add", str(handle), "--store", url])
+    assert added.exit_code == 0 and "job-job-7" in added.output, added.output
+    added = runner.invoke(app, ["runs", "add", str(run), "--store", url, "--json"])
+    assert added.exit_code == 0 and json.loads(added.output)["kind"] == "run", added.output
+    listed = runner.invoke(app, ["ls", "--owner", "--store", url, "--json"])
+    rows = {r["stream"]: r for r in json.loads(listed.output)["open"]}
+    assert set(rows) == {"job-job-7", "run-r9"}
+    assert all(r["handoff"] and r["owner"] is None for r in rows.values())
+    text = runner.invoke(app, ["ls", "--owner", "--store", url], env={"COLUMNS": "80"})
+    assert text.exit_code == 0 and "2 open stream(s)" in text.output
+    assert all(len(line) <= 80 for line in text.output.splitlines())
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["runs", "add", "/nonexistent/job.json"], "No such file"),
+        (["runs", "remove", "x.json"], "unknown action"),
+        (["supervise", "--lease", "0"], "must be positive"),
+        (["supervise", "--run-adapters", "nomodule"], "MODULE:FUNCTION"),
+        (["ls", "--owner", "--store", "jsonl:///tmp"], "no open-streams index"),
+    ],
+)
+def test_the_fleet_commands_refuse_bad_input_in_one_line(tmp_path: Path, args, says):
+    from typer.testing import CliRunner
+
+    from flashfsm.cli import app
+
+    before = sorted(tmp_path.rglob("*"))
+    result = CliRunner().invoke(
+        app, [*args, "--store", f"sqlite:///{tmp_path}/f.db"] if "--store" not in args else args
+    )
+    assert result.exit_code == 1, result.output
+    assert says in result.output and len(result.output.strip().splitlines()) == 1, result.output
+    assert sorted(tmp_path.rglob("*")) == before  # nothing made
