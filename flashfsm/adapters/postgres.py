@@ -66,7 +66,7 @@ from flashfsm.events.errors import (
     StoreFullError,
 )
 from flashfsm.events.models import Event
-from flashfsm.events.store import HANDOFF, Census, Lease, OpenStream, check_batch, index_marks
+from flashfsm.events.store import HANDOFF, Census, Lease, OpenStream, check_batch, index_change
 from flashfsm.fsm.snapshot import DEFAULT_SNAPSHOT_EVERY
 
 logger = logging.getLogger(__name__)
@@ -328,25 +328,19 @@ class PostgresStore:
         self, conn: psycopg.Connection, stream: str, events: Sequence[Event], lease: Lease | None
     ) -> None:
         """Keep the open-streams index in step with an append (inside its transaction)."""
-        opened, closed = index_marks(events)
-        if closed:
+        change = index_change(stream, events, lease)
+        if change is True:
             conn.execute(
                 sql.SQL("DELETE FROM {o} WHERE stream = %s OR parent = %s").format(o=self._open),
                 (stream, stream),
             )
-        elif opened is not None:
-            handoff = lease == HANDOFF
-            parent = (
-                lease.stream
-                if lease is not None and not handoff and lease.stream != stream
-                else None
-            )
+        elif change:
             conn.execute(
                 sql.SQL(
                     "INSERT INTO {o} (stream, kind, parent, handoff, opened_at)"
                     " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (stream) DO NOTHING"
                 ).format(o=self._open),
-                (stream, opened, parent, handoff, events[0].at),
+                change,
             )
 
     # -- leases (`flashfsm.events.store.LeaseStore`) ------------------------------------

@@ -99,7 +99,7 @@ from flashfsm.events.store import (
     check_batch,
     first_misplaced,
     follow_by_polling,
-    index_marks,
+    index_change,
 )
 from flashfsm.fsm.snapshot import DEFAULT_SNAPSHOT_EVERY
 
@@ -206,15 +206,12 @@ def _index(
     conn: sqlite3.Connection, stream: str, events: Sequence[Event], lease: Lease | None
 ) -> None:
     """Keep the open-streams index in step with an append (inside its transaction)."""
-    opened, closed = index_marks(events)
-    if closed:
+    change = index_change(stream, events, lease)
+    if change is True:
         conn.execute(_CLOSE, (stream, stream))
-    elif opened is not None:
-        handoff = lease == HANDOFF
-        parent = (
-            lease.stream if lease is not None and not handoff and lease.stream != stream else None
-        )
-        conn.execute(_OPEN, (stream, opened, parent, int(handoff), events[0].at))
+    elif change:
+        stream, kind, parent, handoff, opened_at = change
+        conn.execute(_OPEN, (stream, kind, parent, int(handoff), opened_at))
 
 
 def _is_full(exc: BaseException) -> bool:

@@ -129,18 +129,25 @@ class Census:
     held: int
 
 
-def index_marks(events: Sequence[Event]) -> tuple[str | None, bool]:
-    """Whether a batch opens its stream (the stream's kind, else None) and whether it
-    closes it: what a store's append does to its open-streams index."""
+def index_change(
+    stream: str, events: Sequence[Event], lease: Lease | None
+) -> tuple[str, str, str | None, bool, float] | bool | None:
+    """What an append of `events` to `stream` under `lease` does to the open-streams index
+    (every store applies it in the append's own transaction): True closes the stream (and
+    the streams it opened), a row `(stream, kind, parent, handoff, opened_at)` opens it
+    (when it is not open yet), None changes nothing."""
     opened: str | None = None
-    closed = False
     for event in events:
         kind = event.kind
         if kind in CLOSED_BY:
-            closed = True
-        elif kind in OPENED_BY:
+            return True
+        if kind in OPENED_BY:
             opened = OPENED_BY[kind]
-    return opened, closed
+    if opened is None:
+        return None
+    handoff = lease == HANDOFF
+    parent = lease.stream if lease is not None and not handoff and lease.stream != stream else None
+    return (stream, opened, parent, handoff, events[0].at)
 
 
 @runtime_checkable
