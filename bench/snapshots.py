@@ -23,16 +23,20 @@ replay; snapshot writes < 5% of the write loop's CPU.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import tempfile
 import time
+import uuid
 from pathlib import Path
+from typing import Any
 
 from common import Row, Section, bench_main, fmt, training_log
 
 from flashfsm.adapters.sqlite import SqliteStore
 from flashfsm.events.models import StatusObserved, WatchStarted
-from flashfsm.events.store import append_many
+from flashfsm.events.store import HANDOFF, FencedStore, append_many
+from flashfsm.fleet import Fleet
 from flashfsm.fsm.job import JobState, evolve
 from flashfsm.fsm.snapshot import FOLD_VERSION, encode_snapshot
 from flashfsm.ids import new_id
@@ -40,19 +44,27 @@ from flashfsm.writer import JOB, NEWER_WATCH_WINS, Fold, Replay, StreamWriter, r
 
 EVENTS = 1_000
 INTERVALS = (500, 100)
+#: The snapshot intervals a replica's restart is measured at.
+RESTART_EVERY = (500, 50)
 GOAL_S, GOAL_RATIO, GOAL_CPU = 5.0, 20.0, 0.05
 FULL = Fold("job", JobState, evolve)  # the job fold without snapshots
 PG_ENV = "FLASHFSM_TEST_POSTGRES_DSN"
 
 
 def fill(store: object, n: int, every: int) -> list[str]:
-    """N streams of `EVENTS` events, each with the snapshot the watch would have left."""
+    """N streams of `EVENTS` events, each with the snapshot the watch would have left, each
+    its own job, handed to a fleet (the leases of the replica that died have expired)."""
     template = list(training_log("job-0", EVENTS))
+    handed = FencedStore(store, lambda _stream: HANDOFF)  # type: ignore[arg-type]
     names = []
     for i in range(n):
         stream = f"job-{i}"
         events = [e.model_copy(update={"stream": stream, "id": new_id(e.at)}) for e in template]
-        store.append(stream, events, 0)  # type: ignore[attr-defined]
+        # (50 jobs to an endpoint, as in bench/fleet.py: RunPod's rate limits are per endpoint)
+        events[0] = events[0].model_copy(
+            update={"job_id": f"job-{i}", "endpoint_id": f"ep-{i // 50}"}
+        )
+        handed.append(stream, events, 0)
         behind = i % every  # the fleet's phases, spread evenly
         writer = StreamWriter(None, stream, JOB, NEWER_WATCH_WINS)
         writer.took(events[: EVENTS - behind])
@@ -121,6 +133,91 @@ def measure_reattach(section: Section, name: str, open_store: object, n: int) ->
         )
 
 
+class FirstPolls:
+    """A RunPod client answering at once, that notes when every job has been polled."""
+
+    def __init__(self, jobs: int):
+        self.jobs = jobs
+        self.seen: set[str] = set()
+        self.all_polled = asyncio.Event()
+
+    async def job_status(self, endpoint_id: str, job_id: str) -> dict[str, Any]:
+        self.seen.add(job_id)
+        if len(self.seen) >= self.jobs:
+            self.all_polled.set()
+        return {"id": job_id, "status": "IN_PROGRESS"}
+
+    async def endpoint_health(self, endpoint_id: str) -> dict[str, Any]:
+        return {"jobs": {"inQueue": 0, "inProgress": 1}, "workers": {"idle": 0, "running": 1}}
+
+
+class WithoutSnapshots:
+    """A store whose snapshots are hidden: every reattach replays in full."""
+
+    def __init__(self, store: object):
+        self.inner = store
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("load_snapshot", "save_snapshot"):
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+def restart(store: object, jobs: int) -> float:
+    """A replica starting on `jobs` expired leases: seconds until it has polled every job
+    again (claim, reattach by replay, `WatchStarted`, first status call), then it drains."""
+    client = FirstPolls(jobs)
+
+    async def main() -> float:
+        fleet = Fleet(
+            store,  # type: ignore[arg-type]
+            client,
+            owner=f"bench-{uuid.uuid4().hex[:6]}",
+            lease_s=600,
+            tick_s=0.02,
+            claim_batch=jobs,
+            spread=0,
+        )
+        start = time.perf_counter()
+        task = asyncio.create_task(fleet.run())
+        await asyncio.wait_for(client.all_polled.wait(), 600)
+        took = time.perf_counter() - start
+        fleet.stop()
+        await task
+        return took
+
+    return asyncio.run(main())
+
+
+def measure_restart(section: Section, name: str, open_store: object, n: int, every: int) -> None:
+    store = open_store()  # type: ignore[operator]
+    t0 = time.perf_counter()
+    fill(store, n, every)
+    fill_s = time.perf_counter() - t0
+    full_s = restart(WithoutSnapshots(store), n)  # first, so snapshots get no warmer cache
+    snap_s = restart(store, n)
+    store.close()  # type: ignore[attr-defined]
+    ratio = full_s / snap_s
+    label = f"{name}, {n:,} jobs × {EVENTS:,} events, snapshot every {every}"
+    section.rows.append(
+        Row(
+            f"replica restart polling again, {label}",
+            snap_s,
+            "s",
+            f"≤ {GOAL_S:g} s, ≥ {GOAL_RATIO:g}×",
+            snap_s <= GOAL_S and ratio >= GOAL_RATIO,
+            "full replay",
+            full_s,
+            f"{fmt(ratio)}×",
+        )
+    )
+    section.details.append(
+        f"fleet restart, {label}: a `Fleet` replica claims every expired lease, reattaches "
+        f"and polls each job once (a client that answers at once): {fmt(snap_s)} s from "
+        f"snapshots, {fmt(full_s)} s replaying in full, {fmt(ratio)}× (fill {fmt(fill_s)} s)"
+    )
+
+
 def measure_writes(section: Section, root: Path, streams: int, rounds: int) -> None:
     """The write loop's CPU, and the share of it spent on snapshots."""
     for every in INTERVALS:
@@ -187,6 +284,10 @@ def run(quick: bool) -> list[Section]:
         measure_reattach(section, "SQLite", sqlite, n)
         for path in root.glob("events-*.db*"):
             path.unlink()
+        for every in RESTART_EVERY:
+            measure_restart(section, "SQLite", sqlite, n, every)
+            for path in root.glob("events-*.db*"):
+                path.unlink()
         dsn = os.environ.get(PG_ENV)
         if dsn:
             from flashfsm.adapters.postgres import PostgresStore
@@ -199,6 +300,8 @@ def run(quick: bool) -> list[Section]:
 
             try:
                 measure_reattach(section, "Postgres", postgres, n)
+                for every in RESTART_EVERY:
+                    measure_restart(section, "Postgres", postgres, n, every)
             finally:
                 _drop(dsn, tables)
         else:
@@ -214,7 +317,7 @@ def _drop(dsn: str, tables: list[str]) -> None:
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         for table in tables:
-            for name in (table, f"{table}_snapshots"):
+            for name in (table, *(f"{table}_{x}" for x in ("snapshots", "open", "replicas"))):
                 conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(name)))
 
 

@@ -10,13 +10,14 @@ Each replica (`Fleet`, `flashfsm supervise`) runs one asyncio loop. Every `tick_
 
 1. **heartbeat** (`LeaseStore.beat`): the replica says it is alive for `lease_s` and learns
    how many replicas are, and how many streams are open;
-2. **renew** every lease it holds, by the database's clock; a lease the store no longer
-   renews (it expired, another replica took it) is lost, and its watch is stopped at
-   once. A renewal that fails (the database is unreachable) stops every watch at once:
-   the replica cannot know its leases outlive the failure;
+2. **renew** every lease it holds (every third of a lease), by the database's clock; a
+   lease the store no longer renews (it expired, another replica took it) is lost, and
+   its watch is stopped at once. A renewal that fails (the database is unreachable)
+   stops every watch at once: the replica cannot know its leases outlive the failure;
 3. **balance**: its fair share is the open streams over the live replicas, rounded up; it
-   gives back (releases) leases beyond its share plus a slack (a fifth of it, at least
-   one: handing a stream over costs a reattach, so small imbalances stay), so a replica that
+   gives back (releases) leases beyond its share plus a slack (a tenth of it, at least
+   one: handing a stream over costs a reattach, so small imbalances stay; with three
+   replicas none holds more than 37 % or, once they settle, less than 26 %), so a replica that
    joins finds work, and claims (`SELECT … FOR UPDATE SKIP LOCKED` on PostgreSQL) free
    or expired streams up to its share — at most `claim_batch` per tick, so a replica that
    starts first does not take everything in its first breath;
@@ -70,11 +71,12 @@ from flashfsm.events.store import (
     LeaseStore,
     iter_events,
 )
+from flashfsm.fsm.job import JobState
 from flashfsm.runs import RunAdapters, supervise_run
 from flashfsm.shell import resolve_store
 from flashfsm.supervisor import JobSpec, Supervisor
 from flashfsm.watch import JobHandle, default_stream
-from flashfsm.writer import JOB, NEWER_WATCH_WINS, StreamWriter
+from flashfsm.writer import JOB, NEWER_WATCH_WINS, Replay, StreamWriter, perform
 
 logger = logging.getLogger("flashfsm.fleet")
 
@@ -164,6 +166,63 @@ class FleetStats:
     claims: list[tuple[str, float]] = field(default_factory=list)  # (stream, time.time())
 
 
+class _Batched:
+    """Runs `work(key)` for many keys per worker-thread call: a replica that claims
+    thousands of streams at once replays them a batch at a time in one thread, instead of
+    one thread hop (and one fight for the interpreter lock) per stream."""
+
+    def __init__(self, work: Callable[[str], Any], batch: int = 100):
+        self.work = work
+        self.batch = batch
+        self._pending: list[tuple[str, asyncio.Future[Any]]] = []
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def __call__(self, key: str) -> Any:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending.append((key, future))
+        if self._wake is None:
+            self._wake = asyncio.Event()
+        self._wake.set()
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name="flashfsm-fleet-replays")
+        return await future
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._pending:
+                chunk, self._pending = self._pending[: self.batch], self._pending[self.batch :]
+                keys = [key for key, future in chunk if not future.done()]
+                outcomes = dict(zip(keys, await asyncio.to_thread(self._many, keys), strict=True))
+                for key, future in chunk:
+                    if future.done() or key not in outcomes:
+                        continue
+                    ok, value = outcomes[key]
+                    if ok:
+                        future.set_result(value)
+                    else:
+                        future.set_exception(value)
+
+    def _many(self, keys: list[str]) -> list[tuple[bool, Any]]:
+        out: list[tuple[bool, Any]] = []
+        for key in keys:
+            try:
+                out.append((True, self.work(key)))
+            except Exception as exc:
+                out.append((False, exc))
+        return out
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+
 @dataclass
 class _Held:
     lease: Lease
@@ -220,6 +279,8 @@ class Fleet:
         )
         self.stats = FleetStats()
         self._stopping: asyncio.Event | None = None
+        self._renewed_at = -math.inf  # (monotonic) when the held leases were last renewed
+        self._replays = _Batched(self._job_spec)
 
     def __repr__(self) -> str:
         return f"Fleet({self.owner!r}, {len(self._held)} streams)"
@@ -266,9 +327,16 @@ class Fleet:
 
     async def _tick(self, *, claim: bool = True) -> None:
         leases = [held.lease for held in self._held.values()]
+        # Renewals every third of a lease (a tick may be much shorter: it is how often the
+        # replica looks for free work, and renewing thousands of leases costs a write each).
+        started = time.monotonic()
+        renew = started - self._renewed_at >= self.lease_s / 3
         try:
             census = await asyncio.to_thread(self.leases.beat, self.owner, self.lease_s)
-            kept = await asyncio.to_thread(self.leases.renew, self.owner, leases, self.lease_s)
+            kept = leases
+            if renew and leases:
+                kept = await asyncio.to_thread(self.leases.renew, self.owner, leases, self.lease_s)
+                self._renewed_at = started
         except Exception as exc:  # the database is unreachable: any driver's error
             self._renew_failed(exc)
             return
@@ -283,7 +351,7 @@ class Fleet:
         share = math.ceil(census.claimable / max(1, census.replicas))
         if self.max_streams is not None:
             share = min(share, self.max_streams)
-        slack = max(1, share // 5)
+        slack = max(1, share // 10)
         if len(self._held) > share + slack and census.replicas > 1:
             await self._shed(len(self._held) - share)
         room = min(share - len(self._held), self.claim_batch)
@@ -348,8 +416,8 @@ class Fleet:
                 loop = asyncio.get_running_loop()
                 await loop.run_in_executor(self._runs, self._drive_run, lease, stop)
             else:
-                spec = await asyncio.to_thread(self._job_spec, stream)
-                await self.supervisor.watch(spec)
+                spec, writer = await self._replays(stream)
+                await self.supervisor.watch(spec, writer)
             self.stats.finished += 1
         except asyncio.CancelledError:
             raise
@@ -366,11 +434,14 @@ class Fleet:
             if held is not None and held.lease == lease:
                 del self._held[stream]
 
-    def _job_spec(self, stream: str) -> JobSpec:
-        """The watch of a handed-off job stream, from its `JobSubmitted`."""
-        first = next(iter_events(self.store, stream), None)
-        if not isinstance(first, JobSubmitted):
-            raise ValueError(f"stream {stream!r} does not start with a JobSubmitted")
+    def _job_spec(self, stream: str) -> tuple[JobSpec, StreamWriter[JobState]]:
+        """The watch of a handed-off job stream, from its replay (from the stream's latest
+        snapshot when the store keeps one): its handle is the recorded `JobSubmitted`'s."""
+        request = Replay(stream, JOB)
+        state: JobState = perform(self.fenced, request)
+        first = state.submitted
+        if first is None:
+            raise ValueError(f"stream {stream!r} records no JobSubmitted")
         handle = JobHandle(
             first.endpoint_id,
             first.endpoint_name,
@@ -380,7 +451,11 @@ class Fleet:
             gpu_class=first.gpu_class,
             attempt=first.attempt,
         )
-        return JobSpec(handle, stream=stream, interval_s=self.interval_s, policy=first.policy)
+        writer = StreamWriter(
+            None, stream, JOB, NEWER_WATCH_WINS, state=state, snapshot_seq=request.loaded
+        )
+        spec = JobSpec(handle, stream=stream, interval_s=self.interval_s, policy=first.policy)
+        return spec, writer
 
     def _drive_run(self, lease: Lease, stop: threading.Event) -> None:
         """Drive a handed-off run (in a worker thread) under its lease."""
@@ -415,6 +490,7 @@ class Fleet:
         for stream in list(self._held):
             self._stop_watch(stream, "draining")
         await asyncio.gather(*(h.task for h in held), return_exceptions=True)
+        await self._replays.close()
         if self._runs is not None:  # each run stops at its next wait (its sleep raises)
             await asyncio.to_thread(self._runs.shutdown, wait=True)
             self._runs = None

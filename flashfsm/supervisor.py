@@ -40,6 +40,7 @@ from flashfsm.errors import JobOwnedElsewhere
 from flashfsm.events.models import Event
 from flashfsm.events.policy import GracePolicy
 from flashfsm.events.store import EventStore, append_many
+from flashfsm.fsm.job import JobState
 from flashfsm.shell import resolve_store
 from flashfsm.watch import (
     Clock,
@@ -60,7 +61,14 @@ from flashfsm.watch import (
     loop_steps,
     make_say,
 )
-from flashfsm.writer import Append, SaveSnapshot, perform, save_snapshot, snapshot_interval
+from flashfsm.writer import (
+    Append,
+    SaveSnapshot,
+    StreamWriter,
+    perform,
+    save_snapshot,
+    snapshot_interval,
+)
 
 logger = logging.getLogger("flashfsm.supervisor")
 R = TypeVar("R")
@@ -337,8 +345,12 @@ class Supervisor:
             bucket = self._buckets[key] = TokenBucket(rate)
         return bucket
 
-    async def watch(self, job: JobSpec) -> PollResult:
-        """Watch one job to its verdict inside this supervisor."""
+    async def watch(self, job: JobSpec, writer: StreamWriter[JobState] | None = None) -> PollResult:
+        """Watch one job to its verdict inside this supervisor.
+
+        `writer`, when given, holds the job stream already replayed (a fleet replica reads
+        the handle from the replay): the watch claims the stream from its state.
+        """
         self.committer.start()
         handle = job.handle
         spec = WatchSpec.of(
@@ -352,7 +364,7 @@ class Supervisor:
             allow_pickle=job.allow_pickle,
             snapshot_every=self.snapshot_every,
         )
-        writer = await self._drive(attach_steps(spec), job)
+        writer = await self._drive(attach_steps(spec, writer, opened=writer is not None), job)
         if not writer.state.done and self.spread > 0:
             await self.sleep(self.rng.uniform(0, self.spread * job.interval_s))
         steps = loop_steps(writer, spec, self.say)

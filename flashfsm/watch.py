@@ -473,7 +473,7 @@ def clock_skew(state: JobState) -> float:
 
 
 def attach_steps(
-    spec: WatchSpec, writer: StreamWriter[JobState] | None = None
+    spec: WatchSpec, writer: StreamWriter[JobState] | None = None, *, opened: bool = False
 ) -> Generator[Request, Any, StreamWriter[JobState]]:
     """Replay the job's stream and claim it: the watch's writer, ready to watch.
 
@@ -488,7 +488,8 @@ def attach_steps(
     writer = writer or StreamWriter(None, spec.stream, JOB, NEWER_WATCH_WINS)
     if spec.snapshot_every is not None:
         writer.snapshot_every = spec.snapshot_every
-    yield from writer.open_steps()
+    if not opened:  # (a driver that replayed the stream itself passes its writer opened)
+        yield from writer.open_steps()
     at = yield CLOCK
     yield from writer.append_steps(lambda _state: claim_events(writer, spec, at))
     if writer.snapshot_due():

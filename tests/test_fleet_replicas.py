@@ -1,14 +1,17 @@
 """Three `flashfsm supervise` processes on PostgreSQL, one killed and one paused mid-run.
 
 The simulator serves in this process (speed 10: a scripted minute passes in six seconds);
-each replica is a real `flashfsm supervise` child process. The same jobs — mixed
-scenarios, graces scaled to the replicas' real clock — run twice: once with no fault (the
-reference), once with replica r0 SIGKILLed and r1 SIGSTOPped past its lease, then
-SIGCONTed. Every job must end with the reference's verdict, its decision within the
-unwatched gap of the reference's (the lease plus two poll intervals: the rule of any
-reattach, docs/fleet.md), with exactly one verdict per stream, every stream of a failed
-replica taken over within the lease plus one poll interval (and a little for a loaded
-machine), and the paused replica's late writes refused by the fencing tokens.
+each replica is a real `flashfsm supervise` child process, driving runs with
+`tests.fleet_support`'s adapters. The same 1,000 streams — jobs of mixed scenarios (graces
+scaled to the replicas' real clock) and runs that succeed or fail — run twice: once with
+no fault (the reference), once with replica r0 SIGKILLed and r1 SIGSTOPped past its lease,
+then SIGCONTed. Three live replicas must share the open streams (25–42 % each). Every job
+and run must end with the reference's verdict, its decision within the unwatched gaps of
+its handovers (each: the lease plus two poll intervals, the rule of any reattach,
+docs/fleet.md), with exactly one verdict per stream; every stream a failed replica held
+taken over within the lease plus one poll interval (and a little for a loaded machine);
+and nothing written under a stale fencing token (a trigger notes which replica wrote
+each row: after a takeover, the one before writes nothing more).
 """
 
 from __future__ import annotations
@@ -28,14 +31,20 @@ import pytest
 from flashfsm import JobHandle, replay
 from flashfsm.adapters.postgres import PostgresStore
 from flashfsm.adapters.simulator import Simulator
-from flashfsm.events.models import Concluded, JobSubmitted, WatchStarted
+from flashfsm.events.models import Candidate, Concluded, JobSubmitted, RunStarted
 from flashfsm.events.policy import GracePolicy
 from flashfsm.fleet import hand_off_job
+from flashfsm.fsm.run import replay_run
+from flashfsm.runs import supervise_run
 from tests.store_support import PG_ENV, drop_table, postgres_dsn
 
 pytestmark = pytest.mark.skipif(postgres_dsn() is None, reason=f"{PG_ENV} not set")
 
-JOBS = int(os.environ.get("FLASHFSM_TEST_FLEET_JOBS", "1000"))
+#: Streams handed to the fleet: a tenth of them runs (each with its attempt's job stream).
+STREAMS = int(os.environ.get("FLASHFSM_TEST_FLEET_STREAMS", "1000"))
+RUNS = max(2, STREAMS // 10)
+JOBS = STREAMS - RUNS
+ROOT = Path(__file__).resolve().parent.parent
 SPEED = 10.0
 INTERVAL_S = 2.0
 LEASE_S = 4.0
@@ -49,10 +58,10 @@ SLACK_S = 4.0
 
 @dataclass
 class Outcome:
-    verdict: tuple[str, str | None, str]
+    verdict: tuple[object, ...]  # a job's (state, failure, rule), a run's (ok, failure, attempts)
     offset_s: float  # the verdict's time after the hand-off
     verdict_at: float
-    watchers: list[tuple[str, float]]  # (watcher, when) of every WatchStarted
+    watchers: list[tuple[str, float]]  # (replica that wrote it, when) of every WatchStarted
     verdicts: int
     writers: list[str]  # the process that wrote each seq (the hand-off: the test's own)
     kinds: list[str]  # each seq's event kind
@@ -63,8 +72,9 @@ def _replica(url: str, owner: str, env: dict[str, str], log: Path) -> subprocess
     url = f"{url}&application_name={owner}"  # names the replica's connections (see _writers)
     args = [sys.executable, "-c", code, "supervise", "--store", url, "--owner", owner]
     args += ["--lease", str(LEASE_S), "--interval", str(INTERVAL_S)]
+    args += ["--run-adapters", "tests.fleet_support:sim_run_adapters"]
     with open(log, "wb") as out:
-        return subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
 
 
 def _record_writers(dsn: str, table: str) -> None:
@@ -113,7 +123,7 @@ def _run(tmp: Path, *, faults: bool) -> tuple[dict[str, Outcome], dict[str, floa
     replicas: dict[str, subprocess.Popen[bytes]] = {}
     marks: dict[str, float] = {}
     try:
-        with Simulator(speed=SPEED) as sim:
+        with Simulator(speed=SPEED, worker_quota=10 * RUNS) as sim:
             env = {**os.environ, **sim.env(hf=False), "PYTHONUNBUFFERED": "1"}
             endpoints = {
                 s: sim.add_endpoint(f"flash-{s}", scenario=s, check_quota=False) for s in SCENARIOS
@@ -128,12 +138,22 @@ def _run(tmp: Path, *, faults: bool) -> tuple[dict[str, Outcome], dict[str, floa
                 handle = JobHandle(endpoint, f"flash-{scenario}", sim.submit(endpoint, {}))
                 stream = hand_off_job(handle, store, policy=POLICY, stream=f"job-{scenario}-{n}")
                 handed[stream] = time.time()
+            for n in range(RUNS):
+                run_id = f"fail-{n}" if n % 4 == 0 else f"ok-{n}"
+                result = supervise_run(
+                    run_id,
+                    [Candidate(gpu_class="L4")],
+                    None,  # type: ignore[arg-type]  (a hand-off deploys nothing)
+                    store=store,
+                    detach=True,
+                    capacity_memory=False,
+                )
+                handed[result.stream] = time.time()
             marks["handed"] = time.time()
-            time.sleep(2.5)  # two ticks: every replica has claimed its share
+            time.sleep(4.0)  # three ticks: the replicas have claimed and shed to their shares
             held = [o.owner for o in store.open_streams() if o.expires_in and o.expires_in > 0]
             shares[faults] = {f"r{n}": held.count(f"r{n}") / len(held) for n in range(3)}
             if faults:
-                time.sleep(0.5)
                 replicas["r0"].send_signal(signal.SIGKILL)
                 marks["kill"] = time.time()
                 time.sleep(1.0)
@@ -153,24 +173,36 @@ def _run(tmp: Path, *, faults: bool) -> tuple[dict[str, Outcome], dict[str, floa
                 code = proc.wait(timeout=60)
                 if not (faults and name == "r0"):
                     assert code == 0, (name, code, (tmp / f"{name}-{faults}.log").read_text())
+        writers = _writers(dsn, table)
         outcomes: dict[str, Outcome] = {}
         for stream in store.streams():
             events = store.read(stream)
-            submitted = events[0]
-            assert isinstance(submitted, JobSubmitted)
-            verdict = replay(events).verdict
-            assert verdict is not None, stream
+            first = events[0]
+            apps = writers[stream]
+            kinds = [e.kind for e in events]
+            if isinstance(first, RunStarted):
+                result = replay_run(events).result
+                assert result is not None, stream
+                decided, ended = (result.ok, result.failure, result.attempts), result
+                verdicts = kinds.count("RunConcluded")
+                since = handed[stream]
+            else:
+                assert isinstance(first, JobSubmitted), stream
+                verdict = replay(events).verdict
+                assert verdict is not None, stream
+                decided, ended = (verdict.state, verdict.failure, verdict.rule), verdict
+                verdicts = sum(isinstance(e, Concluded) for e in events)
+                # an attempt's job is timed from its run's hand-off
+                since = handed.get(stream) or handed[f"run-{stream[4:].rsplit('-a', 1)[0]}"]
             outcomes[stream] = Outcome(
-                (verdict.state, verdict.failure, verdict.rule),
-                verdict.at - handed[stream],
-                verdict.at,
-                [(e.watcher, e.at) for e in events if isinstance(e, WatchStarted)],
-                sum(isinstance(e, Concluded) for e in events),
-                [],
-                [e.kind for e in events],
+                decided,
+                ended.at - since,
+                ended.at,
+                [(apps[n], e.at) for n, e in enumerate(events) if e.kind == "WatchStarted"],
+                verdicts,
+                apps,
+                kinds,
             )
-        for stream, apps in _writers(dsn, table).items():
-            outcomes[stream].writers = apps
         return outcomes, marks, (tmp / f"r1-{faults}.log").read_text()
     finally:
         for proc in replicas.values():
@@ -187,7 +219,8 @@ def test_three_replicas_survive_a_kill_and_a_pause_with_the_verdicts_of_a_run_wi
 ) -> None:
     reference, _, _ = _run(tmp_path, faults=False)
     faulty, marks, paused_log = _run(tmp_path, faults=True)
-    assert len(reference) == len(faulty) == JOBS
+    assert len(reference) == len(faulty) == JOBS + 2 * RUNS  # (a run, its attempt's job)
+    assert set(reference) == set(faulty)
     # three live replicas share the open streams (before any fault)
     for run in (False, True):
         assert all(0.25 <= share <= 0.42 for share in shares[run].values()), shares
@@ -195,8 +228,10 @@ def test_three_replicas_survive_a_kill_and_a_pause_with_the_verdicts_of_a_run_wi
         got = faulty[stream]
         assert got.verdicts == 1 and ref.verdicts == 1, stream
         assert got.verdict == ref.verdict, (stream, got, ref)
-        # each handover (a kill, a pause, a rebalance: in either run) may leave one gap
-        handovers = len(got.watchers) - 1 + len(ref.watchers) - 1
+        # each handover (a kill, a pause, a rebalance: in either run) may leave one gap;
+        # a run's are its attempt's
+        kin = [stream] if not stream.startswith("run-") else [f"job-{stream[4:]}-a0"]
+        handovers = sum(len(faulty[k].watchers) - 1 + len(reference[k].watchers) - 1 for k in kin)
         gap = handovers * (LEASE_S + 2 * INTERVAL_S) + 2 * INTERVAL_S + SLACK_S
         assert abs(got.offset_s - ref.offset_s) <= gap, (stream, got, ref)
     # every stream the killed or paused replica held when it failed was taken over in time
@@ -211,15 +246,17 @@ def test_three_replicas_survive_a_kill_and_a_pause_with_the_verdicts_of_a_run_wi
             assert after[0] - at <= LEASE_S + INTERVAL_S + SLACK_S, (stream, name, after[0] - at)
             taken += 1
     assert taken > 0
-    # no event under a stale token: a stream's owner is whoever wrote its latest
-    # WatchStarted (each takeover writes one), and nobody else wrote anything after it
+    # no event under a stale token: a job stream's owner is the replica that wrote its
+    # latest WatchStarted (each takeover writes one), and nobody else wrote anything after;
+    # a run's stream has no such marker: its attempt's job stream carries the check
     for stream, got in faulty.items():
-        events = got.kinds
+        if stream.startswith("run-"):
+            continue
         owner = None
-        for seq, (kind, app) in enumerate(zip(events, got.writers, strict=True)):
+        for seq, (kind, app) in enumerate(zip(got.kinds, got.writers, strict=True)):
             if kind == "WatchStarted":
                 owner = app
-            elif seq > 0:
+            elif owner is not None:  # (before the first watch: the hand-off, or the run)
                 assert app == owner, (stream, seq, kind, app, owner, got.writers)
     # the paused replica came back to leases it had lost, and its watches stopped
     lost = re.search(r"drained: \d+ claimed, \d+ finished, (\d+) lost", paused_log)

@@ -23,6 +23,18 @@ only every `fallback_s` (default 5 s) in case a notification was lost, and polls
 `poll_s` while its connection is being re-established. Commits are as durable as the
 server's `synchronous_commit` makes them (on by default: fsynced WAL).
 
+A group commit (`append_many`, what the supervisor's committer calls) is one transaction:
+each batch in a savepoint of its own (a stale one fails alone), the batches in stream order
+so two groups' advisory locks never wait on each other in a cycle.
+
+A fleet (`flashfsm.fleet`, `LeaseStore`): `<table>_open` indexes the open streams (one row
+per stream that a `JobSubmitted` or `RunStarted` opened and no verdict closed yet), kept
+by the appends themselves in their own transactions, with each row's lease (owner, expiry
+by the server's clock, fencing token); `<table>_replicas` holds the replicas' heartbeats.
+Claims are `SELECT … FOR UPDATE SKIP LOCKED`; an append under a lease reads its row `FOR
+SHARE` and refuses a stale token (`StaleLease`). A writer open creates both tables and
+fills the index from the log once; a read-only open never does.
+
 Snapshots (`save_snapshot`, `load_snapshot`) live in a second table, `<table>_snapshots`
 (`stream` primary key, `seq`, `version`, `body` BYTEA), created with the events table by a
 writer open; a read-only open never creates it and reads no snapshot when it is missing.
@@ -48,6 +60,7 @@ import time
 import weakref
 import zlib
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -276,6 +289,80 @@ class PostgresStore:
             raise StoreError(f"{self!r} was opened read-only")
         if not events:
             return
+        with self._pool.connection() as conn:
+            try:
+                with conn.transaction():
+                    self._append_in(conn, stream, events, expected_seq, lease)
+            except psycopg.errors.UniqueViolation as exc:
+                raise self._unique_error(conn, exc, stream, events, expected_seq) from None
+            except psycopg.errors.DiskFull:
+                raise StoreFullError(self.where, stream, "the server's disk is full") from None
+
+    def append_many(
+        self,
+        batches: Sequence[tuple[str, Sequence[Event], int]],
+        leases: Sequence[Lease | None] | None = None,
+    ) -> list[Exception | None]:
+        """Group commit: many streams' batches in ONE transaction (one WAL flush).
+
+        Each batch keeps `append`'s all-or-nothing contract through its own savepoint, so
+        one stale batch fails alone; returns, per batch, None or the error it raised.
+        Batches take their streams' advisory locks in stream order, so two groups never
+        wait on each other in a cycle. `leases` (one per batch, or None) fences each batch.
+        """
+        if self.read_only:
+            raise StoreError(f"{self!r} was opened read-only")
+        fences = list(leases) if leases is not None else [None] * len(batches)
+        order = sorted(range(len(batches)), key=lambda n: batches[n][0])
+        for tries in range(1, 4):  # a deadlock aborts the whole group: it is tried again
+            outcomes: list[Exception | None] = [None] * len(batches)
+            if not batches:
+                return outcomes
+            try:
+                self._group_in(batches, fences, order, outcomes)
+                return outcomes
+            except psycopg.errors.DeadlockDetected:
+                if tries == 3:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _group_in(
+        self,
+        batches: Sequence[tuple[str, Sequence[Event], int]],
+        fences: Sequence[Lease | None],
+        order: Sequence[int],
+        outcomes: list[Exception | None],
+    ) -> None:
+        with self._pool.connection() as conn:
+            try:
+                with conn.transaction():
+                    self._lock_fences(conn, fences)
+                    for n in order:
+                        stream, events, expected_seq = batches[n]
+                        if not events:
+                            continue
+                        try:
+                            with conn.transaction():  # a savepoint
+                                self._append_in(conn, stream, events, expected_seq, fences[n])
+                        except psycopg.errors.UniqueViolation as exc:
+                            outcomes[n] = self._unique_error(
+                                conn, exc, stream, events, expected_seq
+                            )
+                        except (StoreError, ValueError) as exc:
+                            outcomes[n] = exc
+            except psycopg.errors.DiskFull:
+                streams = ", ".join(sorted({stream for stream, _, _ in batches}))
+                raise StoreFullError(self.where, streams, "the server's disk is full") from None
+
+    def _append_in(
+        self,
+        conn: psycopg.Connection,
+        stream: str,
+        events: Sequence[Event],
+        expected_seq: int,
+        lease: Lease | None,
+    ) -> None:
+        """One batch inside an open transaction: lock, check, fence, insert, index."""
         bodies = [encode(e) for e in events]
         columns = (
             [e.seq for e in events],
@@ -294,26 +381,29 @@ class PostgresStore:
             " %s::text[], %s::bigint[]))"
             " SELECT pg_notify(%s, %s)"
         ).format(t=self._t)
-        with self._pool.connection() as conn:
-            try:
-                with conn.transaction():
-                    conn.execute(
-                        "SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))",
-                        (self.table, stream),
-                    )
-                    (last,) = conn.execute(
-                        sql.SQL("SELECT max(seq) FROM {t} WHERE stream = %s").format(t=self._t),
-                        (stream,),
-                    ).fetchone()  # type: ignore[misc]
-                    check_batch(stream, events, expected_seq, 0 if last is None else last + 1)
-                    if lease is not None and lease != HANDOFF:
-                        self._check_fence(conn, stream, lease)
-                    conn.execute(insert, (stream, *columns, self.channel, stream))
-                    self._index(conn, stream, events, lease)
-            except psycopg.errors.UniqueViolation as exc:
-                raise self._unique_error(conn, exc, stream, events, expected_seq) from None
-            except psycopg.errors.DiskFull:
-                raise StoreFullError(self.where, stream, "the server's disk is full") from None
+        conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", (self.table, stream)
+        )
+        (last,) = conn.execute(  # type: ignore[misc]
+            sql.SQL("SELECT max(seq) FROM {t} WHERE stream = %s").format(t=self._t), (stream,)
+        ).fetchone()
+        check_batch(stream, events, expected_seq, 0 if last is None else last + 1)
+        if lease is not None and lease != HANDOFF:
+            self._check_fence(conn, stream, lease)
+        conn.execute(insert, (stream, *columns, self.channel, stream))
+        self._index(conn, stream, events, lease)
+
+    def _lock_fences(self, conn: psycopg.Connection, fences: Sequence[Lease | None]) -> None:
+        """Take a group's fence rows `FOR SHARE` in stream order, before any batch (the
+        order renewals lock them in: no cycle of waits)."""
+        leased = sorted({f.stream for f in fences if f is not None and f != HANDOFF})
+        if leased:
+            conn.execute(
+                sql.SQL(
+                    "SELECT 1 FROM {o} WHERE stream = ANY(%s) ORDER BY stream FOR SHARE"
+                ).format(o=self._open),
+                (leased,),
+            )
 
     def _check_fence(self, conn: psycopg.Connection, stream: str, lease: Lease) -> None:
         row = conn.execute(
@@ -375,24 +465,33 @@ class PostgresStore:
         self._refuse_write()
         if not leases:
             return []
+        # The rows are locked in stream order (a LockRows over a Sort), the order a group
+        # commit takes its fences in: the two never wait on each other in a cycle.
         query = sql.SQL(
-            "UPDATE {o} AS o SET expires_at = {now} + %s"
-            " FROM unnest(%s::text[], %s::bigint[]) AS l(stream, token)"
-            " WHERE o.stream = l.stream AND o.token = l.token AND o.owner = %s"
-            " AND o.expires_at > {now} RETURNING o.stream"
+            "WITH mine AS (SELECT o.stream FROM {o} AS o"
+            " JOIN unnest(%s::text[], %s::bigint[]) AS l(stream, token)"
+            " ON o.stream = l.stream AND o.token = l.token"
+            " WHERE o.owner = %s AND o.expires_at > {now} ORDER BY o.stream FOR UPDATE OF o)"
+            " UPDATE {o} AS o SET expires_at = {now} + %s FROM mine"
+            " WHERE o.stream = mine.stream RETURNING o.stream"
         ).format(o=self._open, now=_NOW)
-        with self._pool.connection() as conn:
-            rows = conn.execute(
-                query,
-                (
-                    ttl_s,
-                    [lease.stream for lease in leases],
-                    [lease.token for lease in leases],
-                    owner,
-                ),
-            ).fetchall()
+        streams, tokens = [lease.stream for lease in leases], [lease.token for lease in leases]
+        rows = self._retrying(query, (streams, tokens, owner, ttl_s))
         kept = {row[0] for row in rows}
         return [lease for lease in leases if lease.stream in kept]
+
+    def _retrying(self, query: sql.Composable, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        """Run a lease statement, again after a deadlock (the server aborts one of two
+        transactions that wait on each other: a retry, not a failure)."""
+        for tries in range(1, 4):
+            try:
+                with self._pool.connection() as conn:
+                    cursor = conn.execute(query, params)
+                    return cursor.fetchall() if cursor.description else []
+            except psycopg.errors.DeadlockDetected:
+                if tries == 3:
+                    raise
+        raise AssertionError("unreachable")
 
     def release(self, owner: str, leases: Sequence[Lease]) -> None:
         """Give leases back (see `LeaseStore.release`)."""
@@ -400,15 +499,15 @@ class PostgresStore:
         if not leases:
             return
         query = sql.SQL(
-            "UPDATE {o} AS o SET owner = NULL, expires_at = NULL"
-            " FROM unnest(%s::text[], %s::bigint[]) AS l(stream, token)"
-            " WHERE o.stream = l.stream AND o.token = l.token AND o.owner = %s"
+            "WITH mine AS (SELECT o.stream FROM {o} AS o"
+            " JOIN unnest(%s::text[], %s::bigint[]) AS l(stream, token)"
+            " ON o.stream = l.stream AND o.token = l.token"
+            " WHERE o.owner = %s ORDER BY o.stream FOR UPDATE OF o)"
+            " UPDATE {o} AS o SET owner = NULL, expires_at = NULL FROM mine"
+            " WHERE o.stream = mine.stream"
         ).format(o=self._open)
-        with self._pool.connection() as conn:
-            conn.execute(
-                query,
-                ([lease.stream for lease in leases], [lease.token for lease in leases], owner),
-            )
+        streams, tokens = [lease.stream for lease in leases], [lease.token for lease in leases]
+        self._retrying(query, (streams, tokens, owner))
 
     def beat(self, owner: str, ttl_s: float) -> Census:
         """Record `owner`'s heartbeat (see `LeaseStore.beat`)."""

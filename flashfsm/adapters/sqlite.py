@@ -47,6 +47,14 @@ older library opens the file and ignores the table): a writer open creates it wh
 missing; a read-only open never does, and reads no snapshot from a file without it.
 `snapshot_every` (default 500) is how many events a watch lets pass between two snapshots.
 
+A fleet (`flashfsm.fleet`, `LeaseStore`): `open_streams` indexes the open streams (one
+row per stream a `JobSubmitted` or `RunStarted` opened and no verdict closed), kept by the
+appends themselves inside their transactions, with each row's lease (owner, expiry by
+SQLite's clock, fencing token); `replicas` holds the replicas' heartbeats. Every claim,
+renewal and fenced append is an IMMEDIATE transaction, so they are serialised; an append
+under a stale token is refused (`StaleLease`). Like snapshots, a cache of the log: a
+writer open creates the tables and fills the index once, a read-only open never does.
+
 Read-only (`read_only=True`, what the CLI's read commands use): nothing is created or
 changed. A missing file is `StoreNotFound`; a file that is not a flashfsm store is a
 `StoreError` naming it. A WAL reader, even one opened `mode=ro`, creates the `-wal` and
@@ -542,14 +550,18 @@ class SqliteStore:
         next_seq: dict[str, int] = {}
         for first in range(0, len(streams), 500):  # well under SQLite's bound-variable limit
             chunk = streams[first : first + 500]
-            marks = ",".join("?" * len(chunk))
+            marks = ",".join(["(?)"] * len(chunk))
+            # One max per stream, each an index seek (SQLite's min/max optimisation); an
+            # `IN (…) GROUP BY` would read every row of every stream instead.
             next_seq.update(
                 (stream, last + 1)
                 for stream, last in conn.execute(
-                    f"SELECT stream, max(seq) FROM events WHERE stream IN ({marks}) "
-                    "GROUP BY stream",
+                    f"WITH wanted(stream) AS (VALUES {marks}) SELECT stream, "
+                    "(SELECT max(seq) FROM events WHERE events.stream = wanted.stream) "
+                    "FROM wanted",
                     chunk,
                 )
+                if last is not None
             )
         outcomes: list[StoreError | ValueError | None] = []
         rows: list[tuple[str, int, str, float, str, bytes, int]] = []
