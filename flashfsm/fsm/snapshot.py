@@ -49,6 +49,7 @@ FOLD_VERSION = 1
 DEFAULT_SNAPSHOT_EVERY = 500
 
 _FIELDS = tuple(f.name for f in fields(JobState))
+_PLAIN = frozenset({type(None), bool, int, float, str})
 
 
 class SnapshotError(ValueError):
@@ -134,7 +135,9 @@ def decode_snapshot(body: bytes, stream: str, seq: int, version: int) -> JobStat
     state = JobState()
     try:
         for name in _FIELDS:
-            setattr(state, name, _unvalue(values[name]))
+            raw = values[name]
+            # (most fields are plain scalars: set as they are, without a call)
+            setattr(state, name, raw if type(raw) in _PLAIN else _unvalue(raw))
     except SnapshotError:
         raise
     except ValueError as exc:  # an event or a policy that does not validate
