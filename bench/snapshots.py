@@ -167,7 +167,7 @@ class WithoutSnapshots:
         self.inner = store
 
     def __getattr__(self, name: str) -> Any:
-        if name in ("load_snapshot", "save_snapshot"):
+        if name in ("load_snapshot", "save_snapshot", "load_snapshots", "read_tails"):
             raise AttributeError(name)
         return getattr(self.inner, name)
 

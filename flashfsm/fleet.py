@@ -20,7 +20,9 @@ Each replica (`Fleet`, `flashfsm supervise`) runs one asyncio loop. Every `tick_
    replicas none holds more than 37 % or, once they settle, less than 26 %), so a replica that
    joins finds work, and claims (`SELECT … FOR UPDATE SKIP LOCKED` on PostgreSQL) free
    or expired streams up to its share — at most `claim_batch` per tick, so a replica that
-   starts first does not take everything in its first breath;
+   starts first does not take everything in its first breath — and then any stream whose
+   lease expired (its owner died) beyond its share: a dead replica is still counted live
+   until its heartbeat expires too, and its streams must not wait for that;
 4. **watch** each newly claimed stream: a job in the replica's `Supervisor` (one HTTP
    client, group commit, rate limits), a run in a worker thread (`supervise_run`, with
    the adapters `run_adapters` makes). Both reattach by replay (from the stream's latest
@@ -45,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -55,7 +58,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from flashfsm.errors import JobOwnedElsewhere, LeaseLost
@@ -76,7 +79,7 @@ from flashfsm.runs import RunAdapters, supervise_run
 from flashfsm.shell import resolve_store
 from flashfsm.supervisor import JobSpec, Supervisor
 from flashfsm.watch import JobHandle, default_stream
-from flashfsm.writer import JOB, NEWER_WATCH_WINS, Replay, StreamWriter, perform
+from flashfsm.writer import JOB, NEWER_WATCH_WINS, Replay, StreamWriter, perform, preload
 
 logger = logging.getLogger("flashfsm.fleet")
 
@@ -111,30 +114,39 @@ def hand_off_job(
     job = handle if isinstance(handle, JobHandle) else JobHandle.from_dict(handle)
     name = stream or default_stream(job)
     opened = resolve_store(store)
-    _require_leases(opened)
-    writer = StreamWriter(FencedStore(opened, lambda _s: HANDOFF), name, JOB, NEWER_WATCH_WINS)
+    try:
+        _record_hand_off(opened, job, name, policy or GracePolicy(), clock)
+    finally:
+        if isinstance(store, str):  # opened here: closed here
+            opened.close()
+    return name
+
+
+def _record_hand_off(
+    store: EventStore, job: JobHandle, name: str, policy: GracePolicy, clock: Callable[[], float]
+) -> None:
+    _require_leases(store)
+    writer = StreamWriter(FencedStore(store, lambda _s: HANDOFF), name, JOB, NEWER_WATCH_WINS)
     writer.open()
     recorded = writer.state.submitted
     if recorded is not None:
         if recorded.job_id != job.job_id:
             raise ValueError(f"stream {name!r} records job {recorded.job_id!r}, not {job.job_id!r}")
-        return name
+        return
     if writer.next_seq:
         raise ValueError(f"stream {name!r} holds events but no submitted job: not a job stream")
-    at = clock()
     writer.record(
         JobSubmitted,
-        at,
+        clock(),
         endpoint_id=job.endpoint_id,
         endpoint_name=job.endpoint_name,
         job_id=job.job_id,
         gpu_class=job.gpu_class,
         attempt=job.attempt,
         on_last_gpu=job.on_last_gpu,
-        policy=policy or GracePolicy(),
+        policy=policy,
         submitted_at=job.submitted_at,
     )
-    return name
 
 
 def _require_leases(store: EventStore) -> LeaseStore:
@@ -163,15 +175,15 @@ class FleetStats:
     failed: int = 0
     renew_failures: int = 0
     census: Census | None = None
-    claims: list[tuple[str, float]] = field(default_factory=list)  # (stream, time.time())
 
 
 class _Batched:
-    """Runs `work(key)` for many keys per worker-thread call: a replica that claims
-    thousands of streams at once replays them a batch at a time in one thread, instead of
-    one thread hop (and one fight for the interpreter lock) per stream."""
+    """Runs `work(keys)` for many keys per worker-thread call (it answers one `(ok,
+    value)` per key): a replica that claims thousands of streams at once replays them a
+    batch at a time in one thread, with the batch's reads made in bulk, instead of one
+    thread hop (and one fight for the interpreter lock) and two queries per stream."""
 
-    def __init__(self, work: Callable[[str], Any], batch: int = 100):
+    def __init__(self, work: Callable[[list[str]], list[tuple[bool, Any]]], batch: int = 100):
         self.work = work
         self.batch = batch
         self._pending: list[tuple[str, asyncio.Future[Any]]] = []
@@ -196,7 +208,7 @@ class _Batched:
             while self._pending:
                 chunk, self._pending = self._pending[: self.batch], self._pending[self.batch :]
                 keys = [key for key, future in chunk if not future.done()]
-                outcomes = dict(zip(keys, await asyncio.to_thread(self._many, keys), strict=True))
+                outcomes = dict(zip(keys, await asyncio.to_thread(self.work, keys), strict=True))
                 for key, future in chunk:
                     if future.done() or key not in outcomes:
                         continue
@@ -205,15 +217,6 @@ class _Batched:
                         future.set_result(value)
                     else:
                         future.set_exception(value)
-
-    def _many(self, keys: list[str]) -> list[tuple[bool, Any]]:
-        out: list[tuple[bool, Any]] = []
-        for key in keys:
-            try:
-                out.append((True, self.work(key)))
-            except Exception as exc:
-                out.append((False, exc))
-        return out
 
     async def close(self) -> None:
         if self._task is not None:
@@ -280,7 +283,7 @@ class Fleet:
         self.stats = FleetStats()
         self._stopping: asyncio.Event | None = None
         self._renewed_at = -math.inf  # (monotonic) when the held leases were last renewed
-        self._replays = _Batched(self._job_spec)
+        self._replays = _Batched(self._job_specs)
 
     def __repr__(self) -> str:
         return f"Fleet({self.owner!r}, {len(self._held)} streams)"
@@ -355,16 +358,32 @@ class Fleet:
         if len(self._held) > share + slack and census.replicas > 1:
             await self._shed(len(self._held) - share)
         room = min(share - len(self._held), self.claim_batch)
-        if room > 0:
-            try:
-                claimed = await asyncio.to_thread(
-                    self.leases.claim, self.owner, self.lease_s, room, self.kinds
+        await self._claim(room)
+        # Streams whose owner died (their lease expired) are taken beyond the fair share:
+        # a dead replica still counts among the live ones until its heartbeat expires too,
+        # and its streams must not wait for that; balancing sheds the excess later.
+        cap = self.claim_batch if self.max_streams is None else self.max_streams
+        await self._claim(min(cap - len(self._held), self.claim_batch), expired_only=True)
+
+    async def _claim(self, room: int, *, expired_only: bool = False) -> None:
+        if room <= 0:
+            return
+        try:
+            claimed = await asyncio.to_thread(
+                functools.partial(
+                    self.leases.claim,
+                    self.owner,
+                    self.lease_s,
+                    room,
+                    self.kinds,
+                    expired_only=expired_only,
                 )
-            except Exception as exc:
-                logger.warning("%s: claim failed (%s)", self.owner, type(exc).__name__)
-                return
-            for lease in claimed:
-                self._start_watch(lease)
+            )
+        except Exception as exc:
+            logger.warning("%s: claim failed (%s)", self.owner, type(exc).__name__)
+            return
+        for lease in claimed:
+            self._start_watch(lease)
 
     def _renew_failed(self, exc: BaseException) -> None:
         self.stats.renew_failures += 1
@@ -395,7 +414,6 @@ class Fleet:
         task = asyncio.create_task(self._watch(lease, stop), name=f"fleet-{lease.stream}")
         self._held[lease.stream] = _Held(lease, task, stop)
         self.stats.claimed += 1
-        self.stats.claims.append((lease.stream, time.time()))
 
     def _stop_watch(self, stream: str, why: str) -> None:
         held = self._held.pop(stream, None)
@@ -419,6 +437,10 @@ class Fleet:
                 spec, writer = await self._replays(stream)
                 await self.supervisor.watch(spec, writer)
             self.stats.finished += 1
+            # The verdict's append closed the stream's row; a row left open by a writer
+            # that keeps no index (an older library) would be claimed again and again.
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(self.leases.drop_closed, stream)
         except asyncio.CancelledError:
             raise
         except (StaleLease, JobOwnedElsewhere, LeaseLost) as exc:
@@ -434,11 +456,26 @@ class Fleet:
             if held is not None and held.lease == lease:
                 del self._held[stream]
 
-    def _job_spec(self, stream: str) -> tuple[JobSpec, StreamWriter[JobState]]:
-        """The watch of a handed-off job stream, from its replay (from the stream's latest
-        snapshot when the store keeps one): its handle is the recorded `JobSubmitted`'s."""
+    def _job_specs(self, streams: list[str]) -> list[tuple[bool, Any]]:
+        """The watches of handed-off job streams, from their replays (from each stream's
+        latest snapshot when the store keeps them, the batch's reads made in bulk): each
+        handle is the stream's recorded `JobSubmitted`'s. One `(ok, spec and writer, or
+        the error)` per stream."""
+        try:
+            view = preload(self.fenced, streams, JOB)
+        except Exception:  # a bulk read failed: each stream is read on its own
+            view = self.fenced
+        out: list[tuple[bool, Any]] = []
+        for stream in streams:
+            try:
+                out.append((True, self._job_spec(view, stream)))
+            except Exception as exc:
+                out.append((False, exc))
+        return out
+
+    def _job_spec(self, store: EventStore, stream: str) -> tuple[JobSpec, StreamWriter[JobState]]:
         request = Replay(stream, JOB)
-        state: JobState = perform(self.fenced, request)
+        state: JobState = perform(store, request)
         first = state.submitted
         if first is None:
             raise ValueError(f"stream {stream!r} records no JobSubmitted")

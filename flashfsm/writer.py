@@ -28,12 +28,15 @@ full replay gives. A writer with `snapshot_every` set asks for a new snapshot
 (`SaveSnapshot`, a copy of its state) once that many events have passed since the last one;
 the driver writes it after the append that made it due (the sync driver in line, the
 supervisor in a worker thread), and a failed write is a warning, never the watch's error.
+A driver replaying many streams at once (a fleet replica's claims) first makes their reads
+in bulk (`preload`: the snapshots in one query, the events after each in another) and
+replays each stream on that view, exactly as it would alone.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -244,6 +247,58 @@ def replay_stream(store: EventStore, request: Replay[S]) -> S:
                     seq,
                 )
     return fold.replay(iter_events(store, stream))
+
+
+class Preloaded:
+    """A store seen with a batch of replays' reads already made.
+
+    `preload` fetches the snapshots of many streams, and each one's events after its
+    snapshot, in two queries (a store's `load_snapshots` and `read_tails`); then
+    `replay_stream` on this view finds them (`load_snapshot`, `iter_read` with the same
+    `after`) instead of asking the store twice per stream. Anything else goes to the store.
+    """
+
+    def __init__(
+        self,
+        store: EventStore,
+        snapshots: dict[str, tuple[int, int, bytes]],
+        tails: dict[str, tuple[int, list[Event]]],
+        streams: Iterable[str],
+    ):
+        self.inner = store
+        self.snapshots = snapshots
+        self.tails = tails
+        self.streams = set(streams)
+
+    def load_snapshot(self, stream: str) -> tuple[int, int, bytes] | None:
+        if stream in self.streams:
+            return self.snapshots.get(stream)
+        load = getattr(self.inner, "load_snapshot", None)
+        return None if load is None else load(stream)  # type: ignore[no-any-return]
+
+    def iter_read(self, stream: str, after: int | None = None) -> Iterator[Event]:
+        tail = self.tails.get(stream)
+        if tail is not None and tail[0] == after:
+            return iter(tail[1])
+        return iter_events(self.inner, stream, after)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def preload(store: EventStore, streams: Sequence[str], fold: Fold[Any]) -> EventStore:
+    """`store` with the reads of replaying `streams` by `fold` made in bulk, when the store
+    can (`load_snapshots`, `read_tails`) and the fold keeps snapshots; else `store`."""
+    load_many = getattr(store, "load_snapshots", None)
+    read_many = getattr(store, "read_tails", None)
+    if fold.snapshots is None or load_many is None or read_many is None or not streams:
+        return store
+    kept = load_many(streams)
+    afters = {stream: seq - 1 for stream, (seq, _version, _body) in kept.items()}
+    tails = read_many(afters) if afters else {}
+    return Preloaded(  # type: ignore[return-value]
+        store, kept, {s: (afters[s], events) for s, events in tails.items()}, streams
+    )
 
 
 def _last_at(state: Any) -> Any:

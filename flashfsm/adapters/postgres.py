@@ -53,13 +53,14 @@ host never hangs a process.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import re
 import threading
 import time
 import weakref
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -440,7 +441,13 @@ class PostgresStore:
             raise StoreError(f"{self!r} was opened read-only")
 
     def claim(
-        self, owner: str, ttl_s: float, limit: int, kinds: Sequence[str] = ("job", "run")
+        self,
+        owner: str,
+        ttl_s: float,
+        limit: int,
+        kinds: Sequence[str] = ("job", "run"),
+        *,
+        expired_only: bool = False,
     ) -> list[Lease]:
         """Lease free handed-off open streams to `owner` (see `LeaseStore.claim`):
         `SELECT … FOR UPDATE SKIP LOCKED`, so replicas claiming at once never wait on, nor
@@ -448,14 +455,19 @@ class PostgresStore:
         self._refuse_write()
         if limit <= 0:
             return []
+        free = sql.SQL(
+            "owner IS NOT NULL AND expires_at <= {now}"
+            if expired_only
+            else "owner IS NULL OR expires_at <= {now}"
+        ).format(now=_NOW)
         query = sql.SQL(
             "WITH picked AS (SELECT stream FROM {o} WHERE handoff AND parent IS NULL"
-            " AND kind = ANY(%s) AND (owner IS NULL OR expires_at <= {now})"
+            " AND kind = ANY(%s) AND ({free})"
             " ORDER BY opened_at, stream LIMIT %s"
             " FOR UPDATE SKIP LOCKED)"
             " UPDATE {o} AS o SET owner = %s, expires_at = {now} + %s, token = o.token + 1"
             " FROM picked WHERE o.stream = picked.stream RETURNING o.stream, o.token, o.kind"
-        ).format(o=self._open, now=_NOW)
+        ).format(o=self._open, now=_NOW, free=free)
         with self._pool.connection() as conn:
             rows = conn.execute(query, (list(kinds), limit, owner, ttl_s)).fetchall()
         return [Lease(stream, int(token), kind) for stream, token, kind in rows]
@@ -554,6 +566,16 @@ class PostgresStore:
                 (owner,),
             )
 
+    def drop_closed(self, stream: str) -> bool:
+        """Drop a concluded stream's stale index row (see `LeaseStore.drop_closed`)."""
+        self._refuse_write()
+        query = sql.SQL(
+            "DELETE FROM {o} WHERE (stream = %s OR parent = %s) AND EXISTS"
+            " (SELECT 1 FROM {t} WHERE stream = %s AND kind IN ('Concluded', 'RunConcluded'))"
+        ).format(o=self._open, t=self._t)
+        with self._pool.connection() as conn:
+            return conn.execute(query, (stream, stream, stream)).rowcount > 0
+
     def open_streams(self) -> list[OpenStream]:
         """The open-streams index, oldest first (empty when the table does not exist: a
         read-only open never makes it)."""
@@ -636,6 +658,38 @@ class PostgresStore:
                 f"postgres table {self.table}", stream, str(exc), seq=rows[len(events)][0]
             ) from exc
         return events
+
+    def read_tails(self, afters: Mapping[str, int]) -> dict[str, list[Event]]:
+        """Many streams' events after their seqs in one query: `{stream: read(stream,
+        after)}` (what a replica reattaching a batch of streams from snapshots wants)."""
+        out: dict[str, list[Event]] = {stream: [] for stream in afters}
+        if not afters:
+            return out
+        # A lateral subquery per stream: an index range scan each (a plain join may read
+        # the whole table by hash).
+        query = sql.SQL(
+            "SELECT l.stream, e.seq, e.body, e.c FROM unnest(%s::text[], %s::bigint[])"
+            " AS l(stream, after) CROSS JOIN LATERAL (SELECT seq, body, {c} AS c FROM {t}"
+            " WHERE stream = l.stream AND seq > l.after ORDER BY seq) AS e"
+            " ORDER BY l.stream, e.seq"
+        ).format(t=self._t, c=self._checksum)
+        with self._pool.connection() as conn:
+            rows = conn.execute(query, (list(afters), list(afters.values()))).fetchall()
+        for stream, group in itertools.groupby(rows, key=lambda row: row[0]):
+            out[stream] = self._decode(stream, [r[1:] for r in group])
+        return out
+
+    def load_snapshots(self, streams: Sequence[str]) -> dict[str, tuple[int, int, bytes]]:
+        """`load_snapshot` of many streams in one query (those without one are left out)."""
+        query = sql.SQL("SELECT stream, seq, version, body FROM {s} WHERE stream = ANY(%s)").format(
+            s=self._snap
+        )
+        with self._pool.connection() as conn:
+            try:
+                rows = conn.execute(query, (list(streams),)).fetchall()
+            except psycopg.errors.UndefinedTable:
+                return {}
+        return {row[0]: (int(row[1]), int(row[2]), bytes(row[3])) for row in rows}
 
     def save_snapshot(self, stream: str, seq: int, version: int, body: bytes) -> None:
         """Keep a snapshot of `stream` (see `SnapshotStore.save_snapshot`): its own

@@ -69,11 +69,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 from urllib.parse import quote
@@ -712,6 +713,57 @@ class SqliteStore:
             finally:
                 cursor.close()
 
+    def read_tails(self, afters: Mapping[str, int]) -> dict[str, list[Event]]:
+        """Many streams' events after their seqs in one query: `{stream: read(stream,
+        after)}` (what a replica reattaching a batch of streams from snapshots wants)."""
+        out: dict[str, list[Event]] = {stream: [] for stream in afters}
+        items = list(afters.items())
+        strict = self._strict()
+        for first in range(0, len(items), 400):  # (two bound variables per stream)
+            chunk = items[first : first + 400]
+            marks = ",".join(["(?, ?)"] * len(chunk))
+            query = (
+                f"WITH wanted(stream, after) AS (VALUES {marks}) SELECT e.stream, e.seq, "
+                f"e.body, e.{self._checksum_column} FROM wanted JOIN events AS e ON "
+                "e.stream = wanted.stream AND e.seq > wanted.after ORDER BY e.stream, e.seq"
+            ).replace("e.NULL", "NULL")
+            params = [value for pair in chunk for value in pair]
+            if self.read_only:
+                rows = self._query(lambda conn, q=query, p=params: conn.execute(q, p).fetchall())
+            else:
+                with gc_paused(), self._connection() as conn:
+                    rows = conn.execute(query, params).fetchall()
+            for stream, group in itertools.groupby(rows, key=lambda row: row[0]):
+                out[stream] = self._decode_rows(stream, [r[1:] for r in group], strict)
+        return out
+
+    def load_snapshots(self, streams: Sequence[str]) -> dict[str, tuple[int, int, bytes]]:
+        """`load_snapshot` of many streams in one query (those without one are left out)."""
+        out: dict[str, tuple[int, int, bytes]] = {}
+
+        def load(conn: sqlite3.Connection, chunk: Sequence[str]) -> list[tuple[object, ...]]:
+            marks = ",".join("?" * len(chunk))
+            try:
+                return conn.execute(
+                    f"SELECT stream, seq, version, body FROM snapshots WHERE stream IN ({marks})",
+                    list(chunk),
+                ).fetchall()
+            except sqlite3.OperationalError as exc:
+                if "no such table" in str(exc):
+                    return []
+                raise
+
+        for first in range(0, len(streams), 500):
+            chunk = streams[first : first + 500]
+            if self.read_only:
+                rows = self._query(lambda conn, chunk=chunk: load(conn, chunk))
+            else:
+                with self._connection() as conn:
+                    rows = load(conn, chunk)
+            for stream, seq, version, body in rows:
+                out[str(stream)] = (int(seq), int(version), bytes(body))  # type: ignore[call-overload,arg-type]
+        return out
+
     def streams(self) -> list[str]:
         """Every stream name with at least one event, sorted."""
         if self.read_only:
@@ -782,18 +834,28 @@ class SqliteStore:
         return result
 
     def claim(
-        self, owner: str, ttl_s: float, limit: int, kinds: Sequence[str] = ("job", "run")
+        self,
+        owner: str,
+        ttl_s: float,
+        limit: int,
+        kinds: Sequence[str] = ("job", "run"),
+        *,
+        expired_only: bool = False,
     ) -> list[Lease]:
         """Lease free handed-off open streams to `owner` (see `LeaseStore.claim`)."""
         if limit <= 0:
             return []
         marks = ",".join("?" * len(kinds))
+        free = (
+            f"owner IS NOT NULL AND expires_at <= {_NOW}"
+            if expired_only
+            else (f"owner IS NULL OR expires_at <= {_NOW}")
+        )
         rows = self._write(
             lambda conn: conn.execute(
                 f"UPDATE open_streams SET owner = ?, expires_at = {_NOW} + ?, token = token + 1 "
                 "WHERE stream IN (SELECT stream FROM open_streams WHERE handoff = 1 "
-                f"AND parent IS NULL AND kind IN ({marks}) "
-                f"AND (owner IS NULL OR expires_at <= {_NOW}) "
+                f"AND parent IS NULL AND kind IN ({marks}) AND ({free}) "
                 "ORDER BY opened_at, stream LIMIT ?) RETURNING stream, token, kind",
                 (owner, ttl_s, *kinds, limit),
             ).fetchall()
@@ -861,6 +923,21 @@ class SqliteStore:
             )
 
         self._write(leave)
+
+    def drop_closed(self, stream: str) -> bool:
+        """Drop a concluded stream's stale index row (see `LeaseStore.drop_closed`)."""
+        return bool(
+            self._write(
+                lambda conn: (
+                    conn.execute(
+                        "DELETE FROM open_streams WHERE (stream = ? OR parent = ?) AND EXISTS "
+                        "(SELECT 1 FROM events WHERE stream = ? AND kind IN "
+                        "('Concluded', 'RunConcluded'))",
+                        (stream, stream, stream),
+                    ).rowcount
+                )
+            )
+        )
 
     def open_streams(self) -> list[OpenStream]:
         """The open-streams index, oldest first (empty for a file without one: a read-only

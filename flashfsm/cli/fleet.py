@@ -69,7 +69,7 @@ def supervise_command(
         ),
     ] = None,
     until_idle: Annotated[
-        bool, typer.Option("--until-idle", help="Stop once no open stream is left.")
+        bool, typer.Option("--until-idle", help="Stop once no handed-off stream is open.")
     ] = False,
 ) -> None:
     """Run one fleet replica: watch the store's open jobs and runs (SIGTERM drains).
@@ -98,7 +98,13 @@ def supervise_command(
             )
             fleet.install_signal_handlers()
             say(f"replica {fleet.owner} on {display_url(url)}: lease {lease_s:g} s")
-            idle = (lambda: not fleet.leases.open_streams()) if until_idle else None
+            # (the last heartbeat's census: no handed-off stream open, nothing held)
+            census = lambda: fleet.stats.census  # noqa: E731
+            idle = (
+                (lambda: (c := census()) is not None and c.claimable == 0 and not fleet.held)
+                if until_idle
+                else None
+            )
             return await fleet.run(until=idle)
 
     try:

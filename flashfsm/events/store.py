@@ -164,11 +164,17 @@ class LeaseStore(Protocol):
         ...
 
     def claim(
-        self, owner: str, ttl_s: float, limit: int, kinds: Sequence[str] = ("job", "run")
+        self,
+        owner: str,
+        ttl_s: float,
+        limit: int,
+        kinds: Sequence[str] = ("job", "run"),
+        *,
+        expired_only: bool = False,
     ) -> list[Lease]:
         """Lease to `owner` for `ttl_s` at most `limit` handed-off open streams of `kinds`
-        that nobody holds (or whose lease expired), oldest first, each with a new fencing
-        token."""
+        that nobody holds (or whose lease expired; `expired_only`: only those), oldest
+        first, each with a new fencing token."""
         ...
 
     def renew(self, owner: str, leases: Sequence[Lease], ttl_s: float) -> list[Lease]:
@@ -189,6 +195,12 @@ class LeaseStore(Protocol):
 
     def open_streams(self) -> list[OpenStream]:
         """The open-streams index, oldest first."""
+        ...
+
+    def drop_closed(self, stream: str) -> bool:
+        """Remove `stream` (and the streams it opened) from the index if its log holds its
+        verdict: a row a writer that keeps no index (an older library) left open. True
+        when a row went."""
         ...
 
 
