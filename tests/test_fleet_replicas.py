@@ -53,7 +53,7 @@ LEASE_S = 4.0
 POLICY = GracePolicy(queue_grace_s=20.0, throttled_grace_s=20.0, unhealthy_grace_s=20.0)
 SCENARIOS = ("success", "failed", "no_capacity", "crash_loop", "worker_death", "timed_out")
 #: Slack for a loaded two-core machine running three replicas, the simulator and Postgres.
-SLACK_S = 4.0
+SLACK_S = 6.0
 
 
 @dataclass

@@ -126,6 +126,7 @@ class PostgresStore:
         self._checksum = sql.SQL("checksum")  # NULL for a table made before checksums
         self._t = sql.Identifier(table)
         self._followers: weakref.WeakSet[psycopg.Connection] = weakref.WeakSet()
+        self._leases: ConnectionPool | None = None  # (made by the first lease operation)
         self._followers_lock = threading.Lock()
         connect_timeout_s, self._connect_kwargs = _connect_timeout(dsn, connect_timeout_s)
         self._probe(connect_timeout_s)
@@ -440,6 +441,22 @@ class PostgresStore:
         if self.read_only:
             raise StoreError(f"{self!r} was opened read-only")
 
+    def _lease_pool(self) -> ConnectionPool:
+        """The connections of lease traffic (claims, renewals, heartbeats), apart from the
+        appends' and reads': a replica's renewal never waits behind its own group commits
+        and runs for a connection, which could outlast its leases."""
+        with self._followers_lock:
+            if self._leases is None:
+                self._leases = ConnectionPool(
+                    self.dsn,
+                    min_size=1,
+                    max_size=2,
+                    kwargs={"autocommit": True, **self._connect_kwargs},
+                    open=True,
+                    name=f"flashfsm-{self.table}-leases",
+                )
+            return self._leases
+
     def claim(
         self,
         owner: str,
@@ -468,7 +485,7 @@ class PostgresStore:
             " UPDATE {o} AS o SET owner = %s, expires_at = {now} + %s, token = o.token + 1"
             " FROM picked WHERE o.stream = picked.stream RETURNING o.stream, o.token, o.kind"
         ).format(o=self._open, now=_NOW, free=free)
-        with self._pool.connection() as conn:
+        with self._lease_pool().connection() as conn:
             rows = conn.execute(query, (list(kinds), limit, owner, ttl_s)).fetchall()
         return [Lease(stream, int(token), kind) for stream, token, kind in rows]
 
@@ -497,7 +514,7 @@ class PostgresStore:
         transactions that wait on each other: a retry, not a failure)."""
         for tries in range(1, 4):
             try:
-                with self._pool.connection() as conn:
+                with self._lease_pool().connection() as conn:
                     cursor = conn.execute(query, params)
                     return cursor.fetchall() if cursor.description else []
             except psycopg.errors.DeadlockDetected:
@@ -524,7 +541,7 @@ class PostgresStore:
     def beat(self, owner: str, ttl_s: float) -> Census:
         """Record `owner`'s heartbeat (see `LeaseStore.beat`)."""
         self._refuse_write()
-        with self._pool.connection() as conn, conn.transaction():
+        with self._lease_pool().connection() as conn, conn.transaction():
             conn.execute(
                 sql.SQL(
                     "INSERT INTO {r} (owner, seen_at, expires_at) VALUES (%s, {now}, {now} + %s)"
@@ -555,7 +572,7 @@ class PostgresStore:
     def leave(self, owner: str) -> None:
         """Forget `owner` and free its leases (see `LeaseStore.leave`)."""
         self._refuse_write()
-        with self._pool.connection() as conn, conn.transaction():
+        with self._lease_pool().connection() as conn, conn.transaction():
             conn.execute(
                 sql.SQL("DELETE FROM {r} WHERE owner = %s").format(r=self._replicas), (owner,)
             )
@@ -573,7 +590,7 @@ class PostgresStore:
             "DELETE FROM {o} WHERE (stream = %s OR parent = %s) AND EXISTS"
             " (SELECT 1 FROM {t} WHERE stream = %s AND kind IN ('Concluded', 'RunConcluded'))"
         ).format(o=self._open, t=self._t)
-        with self._pool.connection() as conn:
+        with self._lease_pool().connection() as conn:
             return conn.execute(query, (stream, stream, stream)).rowcount > 0
 
     def open_streams(self) -> list[OpenStream]:
@@ -792,6 +809,8 @@ class PostgresStore:
         for conn in followers:
             with contextlib.suppress(psycopg.Error):
                 conn.close()
+        if self._leases is not None:
+            self._leases.close()
         self._pool.close()
 
     def __enter__(self) -> PostgresStore:
