@@ -78,7 +78,7 @@ from flashfsm.fsm.job import JobState
 from flashfsm.runs import RunAdapters, supervise_run
 from flashfsm.shell import resolve_store
 from flashfsm.supervisor import JobSpec, Supervisor
-from flashfsm.watch import JobHandle, default_stream
+from flashfsm.watch import JobHandle, default_stream, recorded_handle, submission
 from flashfsm.writer import JOB, NEWER_WATCH_WINS, Replay, StreamWriter, perform, preload
 
 logger = logging.getLogger("flashfsm.fleet")
@@ -135,18 +135,7 @@ def _record_hand_off(
         return
     if writer.next_seq:
         raise ValueError(f"stream {name!r} holds events but no submitted job: not a job stream")
-    writer.record(
-        JobSubmitted,
-        clock(),
-        endpoint_id=job.endpoint_id,
-        endpoint_name=job.endpoint_name,
-        job_id=job.job_id,
-        gpu_class=job.gpu_class,
-        attempt=job.attempt,
-        on_last_gpu=job.on_last_gpu,
-        policy=policy,
-        submitted_at=job.submitted_at,
-    )
+    writer.record(JobSubmitted, clock(), **submission(job, policy))
 
 
 def _require_leases(store: EventStore) -> LeaseStore:
@@ -479,15 +468,7 @@ class Fleet:
         first = state.submitted
         if first is None:
             raise ValueError(f"stream {stream!r} records no JobSubmitted")
-        handle = JobHandle(
-            first.endpoint_id,
-            first.endpoint_name,
-            first.job_id,
-            on_last_gpu=first.on_last_gpu,
-            submitted_at=first.submitted_at,
-            gpu_class=first.gpu_class,
-            attempt=first.attempt,
-        )
+        handle = recorded_handle(first)
         writer = StreamWriter(
             None, stream, JOB, NEWER_WATCH_WINS, state=state, snapshot_seq=request.loaded
         )

@@ -416,6 +416,34 @@ def say_observation(
 # --- the watch ------------------------------------------------------------------------------
 
 
+def submission(handle: JobHandle, policy: GracePolicy) -> dict[str, Any]:
+    """The fields of the `JobSubmitted` that records `handle` judged by `policy` (what a
+    watch's first claim and a fleet's hand-off write)."""
+    return {
+        "endpoint_id": handle.endpoint_id,
+        "endpoint_name": handle.endpoint_name,
+        "job_id": handle.job_id,
+        "gpu_class": handle.gpu_class,
+        "attempt": handle.attempt,
+        "on_last_gpu": handle.on_last_gpu,
+        "policy": policy,
+        "submitted_at": handle.submitted_at,
+    }
+
+
+def recorded_handle(submitted: JobSubmitted) -> JobHandle:
+    """The handle a `JobSubmitted` records (JSON-only: `trusted_output` is never recorded)."""
+    return JobHandle(
+        submitted.endpoint_id,
+        submitted.endpoint_name,
+        submitted.job_id,
+        on_last_gpu=submitted.on_last_gpu,
+        submitted_at=submitted.submitted_at,
+        gpu_class=submitted.gpu_class,
+        attempt=submitted.attempt,
+    )
+
+
 def claim_events(writer: StreamWriter[JobState], spec: WatchSpec, at: float) -> list[EventBase]:
     """The events that start this watch on the replayed state: a `JobSubmitted` on an empty
     stream, then a `WatchStarted` (a reattach when a watch existed); none on a verdict."""
@@ -430,20 +458,7 @@ def claim_events(writer: StreamWriter[JobState], spec: WatchSpec, at: float) -> 
         )
     batch: list[EventBase] = []
     if recorded is None and state.next_seq == 0:
-        batch.append(
-            writer.event(
-                JobSubmitted,
-                at,
-                endpoint_id=handle.endpoint_id,
-                endpoint_name=handle.endpoint_name,
-                job_id=handle.job_id,
-                gpu_class=handle.gpu_class,
-                attempt=handle.attempt,
-                on_last_gpu=handle.on_last_gpu,
-                policy=spec.policy,
-                submitted_at=handle.submitted_at,
-            )
-        )
+        batch.append(writer.event(JobSubmitted, at, **submission(handle, spec.policy)))
     elif recorded is not None and recorded.policy != spec.policy:
         logger.info("stream %s: judged by its recorded policy, not the one passed", writer.stream)
     # A clock behind the log's last event (another host's): record by how much, and start

@@ -234,15 +234,20 @@ def test_a_detached_run_is_recorded_and_handed_off_without_deploying(leases):
 # --- replicas in one process ----------------------------------------------------------------
 
 
-def _fleet_run(store, sim, owners, **options):
+def sim_client(sim: Simulator) -> AsyncRunpodClient:
+    """An async RunPod client on the simulator (its first account's key)."""
     env = sim.env()
+    return AsyncRunpodClient(
+        sim.accounts[0].key,
+        endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
+        api_base_url=env["RUNPOD_API_BASE_URL"],
+    )
+
+
+def _fleet_run(store, sim, owners, **options):
 
     async def main():
-        async with AsyncRunpodClient(
-            sim.accounts[0].key,
-            endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
-            api_base_url=env["RUNPOD_API_BASE_URL"],
-        ) as client:
+        async with sim_client(sim) as client:
             fleets = [
                 Fleet(
                     store,
@@ -288,14 +293,9 @@ def test_a_draining_replica_releases_its_leases_and_a_peer_reattaches_by_replay(
         endpoint = sim.add_endpoint("flash-requeue", scenario="worker_death")
         handle = JobHandle(endpoint, "flash-requeue", sim.submit(endpoint, {}))
         stream = hand_off_job(handle, leases, clock=sim.clock.now)
-        env = sim.env()
 
         async def main():
-            async with AsyncRunpodClient(
-                sim.accounts[0].key,
-                endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
-                api_base_url=env["RUNPOD_API_BASE_URL"],
-            ) as client:
+            async with sim_client(sim) as client:
                 kw = dict(lease_s=30, tick_s=0.2, clock=sim.clock.now, sleep=sim.clock.async_sleep)
                 first = Fleet(leases, client, owner="first", **kw)
                 events_then = 0
