@@ -60,7 +60,7 @@ from flashfsm.submit import (
 )
 from flashfsm.supervisor import JobSpec, Supervisor
 from flashfsm.sweeper import IdleSweeper, SweepReport
-from flashfsm.writer import StreamWriter
+from flashfsm.writer import StreamWriter, replay_job
 
 __version__ = "0.1.0"
 
@@ -121,6 +121,7 @@ __all__ = [
     "poll_job",
     "read_jsonl_file",
     "replay",
+    "replay_job",
     "request_cancel",
     "stall_kwargs",
     "submit_run",

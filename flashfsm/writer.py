@@ -42,6 +42,7 @@ from typing import Any, Generic, TypeVar
 
 from flashfsm.errors import JobOwnedElsewhere
 from flashfsm.events.errors import ConcurrencyError, FlashFsmError
+from flashfsm.events.light import light_reads, settle_fields
 from flashfsm.events.models import CancelRequested, Event, EventBase, WatchStarted
 from flashfsm.events.store import EventStore, iter_events
 from flashfsm.fsm.job import JobState, evolve
@@ -64,13 +65,15 @@ APPEND_TRIES = 20
 
 @dataclass(frozen=True, slots=True)
 class Fold(Generic[S]):
-    """How a kind of stream folds: a fresh state, one event into it (in place), and how
-    its state is snapshotted (None: never)."""
+    """How a kind of stream folds: a fresh state, one event into it (in place), how its
+    state is snapshotted (None: never), and how a state folded from light events is made
+    whole (`settle`; None: this fold only ever sees models, see `flashfsm.events.light`)."""
 
     name: str
     new: Callable[[], S]
     evolve: Callable[[S, Event], Any]
     snapshots: SnapshotCodec[S] | None = None
+    settle: Callable[[S], S] | None = None
 
     def replay(self, events: Iterable[Event], state: S | None = None) -> S:
         """`events` folded into `state` (a fresh one by default)."""
@@ -93,7 +96,7 @@ def _count(s: Tail, event: Event) -> Tail:
     return s
 
 
-JOB = Fold("job", JobState, evolve, JOB_SNAPSHOTS)
+JOB = Fold("job", JobState, evolve, JOB_SNAPSHOTS, settle_fields)
 RUN = Fold("run", RunState, evolve_run)
 SWEEPER = Fold("sweeper", SweeperState, evolve_sweeper)
 TAIL = Fold("tail", Tail, _count)
@@ -221,7 +224,31 @@ def snapshot_interval(store: Any) -> int | None:
 
 def replay_stream(store: EventStore, request: Replay[S]) -> S:
     """Perform a `Replay`: from the store's latest valid snapshot and the events after it
-    when there is one (setting `request.loaded` to its seq), else the whole stream."""
+    when there is one (setting `request.loaded` to its seq), else the whole stream.
+
+    A fold that can settle its state reads on the fast path (`flashfsm.events.light`): the
+    store decodes trusted lines into light events, and the state is settled before it is
+    returned, equal to what the validating path folds.
+    """
+    settle = request.fold.settle
+    if settle is None:
+        return _replay_stream(store, request)
+    with light_reads():
+        state = _replay_stream(store, request)
+    return settle(state)
+
+
+def replay_job(store: EventStore, stream: str) -> JobState:
+    """A job stream's state, read from `store`: from its latest valid snapshot when the
+    store keeps one, and on the fast path (`flashfsm.events.light`).
+
+    Equal to `replay(store.read(stream))`, the validating path, which a post-mortem that
+    also wants the events themselves still takes.
+    """
+    return replay_stream(store, Replay(stream, JOB))
+
+
+def _replay_stream(store: EventStore, request: Replay[S]) -> S:
     stream, fold = request.stream, request.fold
     codec, load = fold.snapshots, getattr(store, "load_snapshot", None)
     request.loaded = -1
@@ -295,7 +322,8 @@ def preload(store: EventStore, streams: Sequence[str], fold: Fold[Any]) -> Event
         return store
     kept = load_many(streams)
     afters = {stream: seq - 1 for stream, (seq, _version, _body) in kept.items()}
-    tails = read_many(afters) if afters else {}
+    with light_reads(fold.settle is not None):  # only `replay_stream` reads them: it settles
+        tails = read_many(afters) if afters else {}
     return Preloaded(  # type: ignore[return-value]
         store, kept, {s: (afters[s], events) for s, events in tails.items()}, streams
     )

@@ -58,6 +58,7 @@ import time
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from urllib.parse import quote, unquote
 
@@ -87,6 +88,7 @@ from flashfsm.events.errors import (
     StoreError,
     StoreFullError,
 )
+from flashfsm.events.light import light_mode
 from flashfsm.events.models import Event
 from flashfsm.events.store import check_batch, first_misplaced
 
@@ -154,11 +156,15 @@ def _tail_error(tail: bytes, where: str, stream: str | None, line: int) -> Corru
     )
 
 
+_ID = attrgetter("id")
+
+
 def _decode_lines(
     lines: Sequence[bytes], first_seq: int, where: str, stream: str | None, strict: bool = False
 ) -> list[Event]:
-    """Decode lines holding seqs `first_seq`, … of `stream` (None: the first line's)."""
-    events, error = decode_sealed_prefix(lines, strict=strict)
+    """Decode lines holding seqs `first_seq`, … of `stream` (None: the first line's), on
+    the light path inside `light_reads()`."""
+    events, error = decode_sealed_prefix(lines, strict=strict, light=light_mode())
     if stream is None and events:
         stream = events[0].stream
     if events:
@@ -513,7 +519,7 @@ class JsonlStore:
         for first in range(start, len(good), CHUNK):
             events = _decode_lines(good[first : first + CHUNK], first, str(path), stream, strict)
             if start == 0:
-                ids.extend([event.id for event in events])
+                ids.extend(map(_ID, events))
             yield from events
         _check_tail(path, tail, stream, len(good))
         if start == 0 and not tail:

@@ -79,6 +79,7 @@ from flashfsm.events.errors import (
     StoreError,
     StoreFullError,
 )
+from flashfsm.events.light import light_mode
 from flashfsm.events.models import Event
 from flashfsm.events.store import HANDOFF, Census, Lease, OpenStream, check_batch, index_change
 from flashfsm.fsm.snapshot import DEFAULT_SNAPSHOT_EVERY
@@ -663,8 +664,9 @@ class PostgresStore:
                     seq=seq,
                 )
         events: list[Event] = []
+        light = light_mode() and not strict and all(row[2] is not None for row in rows)
         try:
-            for event in decode_many(body for _, body, _ in rows):
+            for event in decode_many((body for _, body, _ in rows), light=light):
                 if event.seq != rows[len(events)][0] or event.stream != stream:
                     raise ValueError(
                         f"the body says stream {event.stream!r} seq {event.seq}, not the row's"

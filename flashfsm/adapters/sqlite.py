@@ -99,6 +99,7 @@ from flashfsm.events.errors import (
     StoreError,
     StoreFullError,
 )
+from flashfsm.events.light import light_mode
 from flashfsm.events.models import Event
 from flashfsm.events.store import (
     HANDOFF,
@@ -655,7 +656,8 @@ class SqliteStore:
         seqs, bodies, sums = zip(*rows, strict=True) if rows else ((), (), ())
         bad_sum = verify_bodies(bodies, sums, strict=strict)
         checked = bodies if bad_sum is None else bodies[:bad_sum]
-        events, error = decode_prefix(checked)
+        light = light_mode() and not strict and None not in sums
+        events, error = decode_prefix(checked, light=light)
         bad = first_misplaced(events, seqs, stream)
         if bad is not None:
             event = events[bad]

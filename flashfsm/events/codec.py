@@ -52,6 +52,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from flashfsm.events.errors import ChecksumError, EventDecodeError, UnknownEventError
+from flashfsm.events.light import NOT_LIGHT, light_decode
 from flashfsm.events.models import EVENT_ADAPTER, EVENT_TYPES, VERSIONS_READ_AS_IS, Event
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
@@ -124,17 +125,28 @@ def gc_paused() -> Iterator[None]:
         gc.enable()
 
 
-def decode_prefix(lines: Iterable[bytes | str]) -> tuple[list[Event], Exception | None]:
+def decode_prefix(
+    lines: Iterable[bytes | str], *, light: bool = False
+) -> tuple[list[Event], Exception | None]:
     """Decode lines up to the first bad one: the events before it, and its error (or None).
 
     The error is an `EventDecodeError` (or `UnknownEventError`); it belongs to the line at
-    index `len(events)`, so a caller can name that line.
+    index `len(events)`, so a caller can name that line. With `light`, a line the light
+    decoder accepts becomes a light event (`flashfsm.events.light`; only for lines whose
+    checksum was verified, read for a fold that settles them), any other is validated.
     """
     events: list[Event] = []
     append = events.append
     validate = _validate_json
+    fast = light_decode if light else None
     with gc_paused():
         for line in lines:
+            if fast is not None:
+                try:
+                    append(fast(line))
+                    continue
+                except NOT_LIGHT:
+                    pass
             try:
                 append(validate(line))
             except ValidationError as fast_error:
@@ -214,31 +226,33 @@ def require_checksums(strict: bool = True) -> Iterator[None]:
 
 
 def decode_sealed_prefix(
-    lines: Sequence[bytes], *, strict: bool = False
+    lines: Sequence[bytes], *, strict: bool = False, light: bool = False
 ) -> tuple[list[Event], Exception | None]:
-    """`decode_prefix` over sealed (or old, unsealed) JSONL lines, checksums verified."""
-    events: list[Event] = []
-    append = events.append
-    validate = _validate_json
+    """`decode_prefix` over sealed (or old, unsealed) JSONL lines, checksums verified.
+
+    With `light`, the lines are decoded on the fast path when every one of them is sealed
+    (an old, unsealed line is trusted by no checksum: its batch is validated in full).
+    """
+    bodies: list[bytes] = []
+    keep = bodies.append
+    failure: ChecksumError | None = None
     head, size = _SEAL_HEAD, _SEAL_LEN
-    with gc_paused():
-        for line in lines:
-            if line[-size : -size + 7] == head and line[-2:] == b'"}':
-                body = line[:-size] + b"}"
-                if b"%08x" % zlib.crc32(body) != line[-10:-2]:
-                    return events, _mismatch(line)
-            elif strict:
-                return events, _unchecked(line)
-            else:
-                body = line
-            try:
-                append(validate(body))
-            except ValidationError as fast_error:
-                try:
-                    append(_decode_slow(body, fast_error))
-                except EventDecodeError as exc:
-                    return events, exc
-    return events, None
+    all_sealed = True
+    for line in lines:
+        if line[-size : -size + 7] == head and line[-2:] == b'"}':
+            body = line[:-size] + b"}"
+            if b"%08x" % zlib.crc32(body) != line[-10:-2]:
+                failure = _mismatch(line)
+                break
+            keep(body)
+        elif strict:
+            failure = _unchecked(line)
+            break
+        else:
+            all_sealed = False
+            keep(line)
+    events, error = decode_prefix(bodies, light=light and all_sealed and not strict)
+    return events, failure if error is None else error
 
 
 def verify_bodies(
@@ -293,14 +307,15 @@ def decode_lines(lines: Iterable[bytes | str]) -> list[Event]:
     return events
 
 
-def decode_many(lines: Iterable[bytes | str]) -> Iterator[Event]:
+def decode_many(lines: Iterable[bytes | str], *, light: bool = False) -> Iterator[Event]:
     """Decode a sequence of JSON lines lazily, `CHUNK` lines at a time.
 
-    Every event before a bad line is yielded before its error is raised.
+    Every event before a bad line is yielded before its error is raised. `light` is
+    `decode_prefix`'s.
     """
     iterator = iter(lines)
     while True:
-        events, error = decode_prefix(itertools.islice(iterator, CHUNK))
+        events, error = decode_prefix(itertools.islice(iterator, CHUNK), light=light)
         yield from events
         if error is not None:
             raise error

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Protocol, runtime_checkable
 
 from flashfsm.events.errors import ConcurrencyError, DuplicateEventError, StaleLease
@@ -233,6 +234,10 @@ def iter_events(store: EventStore, stream: str, after: int | None = None) -> Ite
     return iter(store.read(stream, after)) if lazy is None else lazy(stream, after)
 
 
+_SEQ = attrgetter("seq")
+_STREAM = attrgetter("stream")
+
+
 def first_misplaced(events: Sequence[Event], seqs: Sequence[int], stream: str) -> int | None:
     """The index of the first event whose seq is not `seqs[i]` or whose stream is not `stream`.
 
@@ -241,7 +246,7 @@ def first_misplaced(events: Sequence[Event], seqs: Sequence[int], stream: str) -
     off a Python-level loop.
     """
     n = len(events)
-    if [e.seq for e in events] == list(seqs[:n]) and [e.stream for e in events].count(stream) == n:
+    if list(map(_SEQ, events)) == list(seqs[:n]) and list(map(_STREAM, events)).count(stream) == n:
         return None
     for index, event in enumerate(events):
         if event.seq != seqs[index] or event.stream != stream:

@@ -148,7 +148,11 @@ CHECKSUM_NOTE = (
     "column over `body`. Every read verifies it (so do `export` and `import`), and a mismatch "
     "is a `ChecksumError` (a `CorruptLogError`) naming the file, stream and seq. `_c` is not "
     "an event field. Events written before checksums read unchecked; strict mode "
-    "(`replay --verify --strict`, a store's `strict=True`) refuses them."
+    "(`replay --verify --strict`, a store's `strict=True`) refuses them. A stream replay "
+    "(`replay_job`, a reattach) trusts a line whose checksum matches and whose version is "
+    "current: it decodes it without validating it again (the fast path, "
+    "[architecture.md](architecture.md#the-replays-fast-path)); any other line, and every "
+    "line of a strict read, is validated in full."
 )
 
 #: What a field means, where neither its model's docstring nor a `Field(description=...)`

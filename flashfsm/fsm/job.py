@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flashfsm.events.errors import CorruptLogError
+from flashfsm.events.light import LIGHT_TYPES
 from flashfsm.events.models import (
     JOB_EVENTS,
     Concluded,
@@ -397,6 +398,8 @@ _APPLY: dict[str, Callable[[JobState, Any], None]] = {
 _APPLY_BY_TYPE: dict[type, Callable[[JobState, Any], None]] = {
     cls: _APPLY[cls.model_fields["kind"].default] for cls in JOB_EVENTS
 }
+# A light event (a replay's fast path) is folded by its model's handler.
+_APPLY_BY_TYPE.update({LIGHT_TYPES[kind]: _APPLY[kind] for kind in _APPLY if kind in LIGHT_TYPES})
 
 
 def skip_read(s: JobState, name: str = "heartbeat") -> JobState:
