@@ -16,6 +16,7 @@ each row: after a takeover, the one before writes nothing more).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -47,7 +48,9 @@ JOBS = STREAMS - RUNS
 ROOT = Path(__file__).resolve().parent.parent
 SPEED = 10.0
 INTERVAL_S = 2.0
-LEASE_S = 4.0
+LEASE_S = (
+    8.0  # (renewed every third of it: a replica stalled 5 s on a loaded host keeps its leases)
+)
 #: The replicas judge on their real clock, the simulator runs ten times faster: graces are
 #: scaled to match the scenarios (a 300 s grace would outlast the test).
 POLICY = GracePolicy(queue_grace_s=20.0, throttled_grace_s=20.0, unhealthy_grace_s=20.0)
@@ -113,6 +116,24 @@ def _writers(dsn: str, table: str) -> dict[str, list[str]]:
 shares: dict[bool, dict[str, float]] = {}
 
 
+def _await_replicas(dsn: str, table: str, count: int, timeout_s: float = 60.0) -> None:
+    """Wait until `count` replicas have a live heartbeat (a loaded host starts them slowly)."""
+    import psycopg
+
+    deadline = time.monotonic() + timeout_s
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            with contextlib.suppress(psycopg.errors.UndefinedTable):
+                (live,) = conn.execute(
+                    f"SELECT count(*) FROM {table}_replicas "
+                    "WHERE expires_at > extract(epoch from clock_timestamp())"
+                ).fetchone()
+                if live >= count:
+                    return
+            time.sleep(0.2)
+    raise AssertionError(f"{count} replicas did not all beat within {timeout_s:g} s")
+
+
 def _run(tmp: Path, *, faults: bool) -> tuple[dict[str, Outcome], dict[str, float], str]:
     dsn = postgres_dsn()
     assert dsn is not None
@@ -130,7 +151,7 @@ def _run(tmp: Path, *, faults: bool) -> tuple[dict[str, Outcome], dict[str, floa
             }
             for n in range(3):
                 replicas[f"r{n}"] = _replica(url, f"r{n}", env, tmp / f"r{n}-{faults}.log")
-            time.sleep(3.0)  # the replicas count each other before claiming
+            _await_replicas(dsn, table, 3)  # they count each other before claiming
             handed: dict[str, float] = {}
             for n in range(JOBS):
                 scenario = SCENARIOS[n % len(SCENARIOS)]
@@ -150,7 +171,7 @@ def _run(tmp: Path, *, faults: bool) -> tuple[dict[str, Outcome], dict[str, floa
                 )
                 handed[result.stream] = time.time()
             marks["handed"] = time.time()
-            time.sleep(4.0)  # three ticks: the replicas have claimed and shed to their shares
+            time.sleep(4.0)  # two ticks: the replicas have claimed and shed to their shares
             held = [o.owner for o in store.open_streams() if o.expires_in and o.expires_in > 0]
             shares[faults] = {f"r{n}": held.count(f"r{n}") / len(held) for n in range(3)}
             if faults:

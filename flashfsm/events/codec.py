@@ -20,6 +20,11 @@ pydantic-core building one frozen model per line. Two things keep it at that cos
   JSON array (`list[Event]`) was measured too: the join costs more than the calls it saves,
   and a line that is not one JSON value could merge with its neighbour.
 
+A stream replay does not pay even that for most lines: with `light=True` (what the stores pass
+inside `light_reads()`), a line whose checksum was verified is first offered to
+`flashfsm.events.light`'s msgspec decoder, which turns a line of the current version into a
+light event without building a model; a line it refuses is validated here as above.
+
 Checksums. A stored event carries a CRC-32 (`zlib.crc32`, C speed) of its body, the exact
 bytes `encode` gives. SQLite and Postgres keep it in a `checksum` column; a JSONL line keeps
 it inside the line as its last member, so the line stays one JSON object:
