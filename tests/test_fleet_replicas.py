@@ -184,7 +184,7 @@ def _run(tmp: Path, *, faults: bool) -> tuple[dict[str, Outcome], dict[str, floa
                 time.sleep(1.0)
                 replicas["r1"].send_signal(signal.SIGSTOP)
                 marks["stop"] = time.time()
-                time.sleep(LEASE_S + 3.0)
+                time.sleep(LEASE_S + INTERVAL_S + SLACK_S)  # past the takeover bound asserted below
                 replicas["r1"].send_signal(signal.SIGCONT)
                 marks["cont"] = time.time()
             deadline = time.monotonic() + 300
