@@ -42,10 +42,11 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import annotated_types
 import msgspec
-from pydantic import BaseModel, Strict
+from pydantic import Strict
 from pydantic.fields import FieldInfo
 
 from flashfsm.events.models import EVENT_ADAPTER, EVENT_TYPES, EventBase
+from flashfsm.events.text import _Masked
 
 _LIGHT: contextvars.ContextVar[bool] = contextvars.ContextVar("flashfsm_light", default=False)
 
@@ -75,16 +76,11 @@ def _bounds(metadata: list[Any]) -> dict[str, Any]:
         elif type(item) in _BOUNDS:
             name = _BOUNDS[type(item)]
             bounds[name] = getattr(item, name)
-        elif getattr(item, "json_schema_only", False) or _is_outside(item):
+        elif isinstance(item, _Masked):  # `Outside[n]`: masks Python input, never a stored line
             continue
         else:
             raise _NoLightForm(f"field metadata {item!r}")
     return bounds
-
-
-def _is_outside(item: Any) -> bool:
-    """`Outside[n]`'s marker: it masks text given in Python, never a stored line."""
-    return type(item).__name__ == "_Masked" and type(item).__module__ == "flashfsm.events.text"
 
 
 def _form(annotation: Any, metadata: list[Any]) -> Any:
@@ -164,7 +160,6 @@ def _light_classes() -> dict[str, type[msgspec.Struct]]:
 LIGHT_TYPES: dict[str, type[msgspec.Struct]] = _light_classes()
 #: The light classes, for a type check (`type(x) in LIGHT_CLASSES`).
 LIGHT_CLASSES: frozenset[type] = frozenset(LIGHT_TYPES.values())
-_MODEL_OF: dict[type, type[EventBase]] = {LIGHT_TYPES[k]: EVENT_TYPES[k] for k in LIGHT_TYPES}
 
 #: Decodes one JSON body into its light event; raises `msgspec.ValidationError` (or
 #: `msgspec.DecodeError`) for anything else, which then takes the validating path.
@@ -216,8 +211,3 @@ def settle_fields(state: Any) -> Any:
         if type(value) in LIGHT_CLASSES:
             setattr(state, f.name, model_of(value))
     return state
-
-
-def light_model(light_class: type) -> type[BaseModel]:
-    """The event model a light class was derived from."""
-    return _MODEL_OF[light_class]
