@@ -6,15 +6,23 @@ each appended as a hand-off (`flashfsm.events.store.HANDOFF`), so the store's op
 index lists the stream as open and free, in the same transaction as the append. The
 verdict (`Concluded`, `RunConcluded`) removes it, in the same way.
 
-Each replica (`Fleet`, `flashfsm supervise`) runs one asyncio loop. Every `tick_s`:
+Each replica (`Fleet`, `flashfsm supervise`) runs one asyncio loop for its watches, and
+keeps itself alive in the store from a thread of its own (the keeper), so no replay, group
+commit or burst of polls on the loop can delay a renewal:
 
-1. **heartbeat** (`LeaseStore.beat`): the replica says it is alive for `lease_s` and learns
-   how many replicas are, and how many streams are open;
+1. **heartbeat** (`LeaseStore.beat`, every `tick_s`): the replica says it is alive for
+   `lease_s` and learns how many replicas are, how many streams are open, and when the
+   soonest lease another replica holds expires;
 2. **renew** every lease it holds (every third of a lease), by the database's clock; a
    lease the store no longer renews (it expired, another replica took it) is lost, and
    its watch is stopped at once. A renewal that fails (the database is unreachable)
-   stops every watch at once: the replica cannot know its leases outlive the failure;
-3. **balance**: its fair share is the open streams over the live replicas, rounded up; it
+   stops every watch at once: the replica cannot know its leases outlive the failure.
+   The keeper renews only while the loop answers it (within half a lease): a replica
+   whose loop hangs lets its leases lapse rather than hold streams nobody watches.
+
+Every `tick_s`, and the moment another replica's lease is due to expire, the loop:
+
+3. **balances**: its fair share is the open streams over the live replicas, rounded up; it
    gives back (releases) leases beyond its share plus a slack (a tenth of it, at least
    one: handing a stream over costs a reattach, so small imbalances stay; with three
    replicas none holds more than 37 % or, once they settle, less than 26 %), so a replica that
@@ -23,7 +31,7 @@ Each replica (`Fleet`, `flashfsm supervise`) runs one asyncio loop. Every `tick_
    starts first does not take everything in its first breath — and then any stream whose
    lease expired (its owner died) beyond its share: a dead replica is still counted live
    until its heartbeat expires too, and its streams must not wait for that;
-4. **watch** each newly claimed stream: a job in the replica's `Supervisor` (one HTTP
+4. **watches** each newly claimed stream: a job in the replica's `Supervisor` (one HTTP
    client, group commit, rate limits), a run in a worker thread (`supervise_run`, with
    the adapters `run_adapters` makes). Both reattach by replay (from the stream's latest
    snapshot when the store keeps one), so a stream taken over from a dead replica picks
@@ -89,6 +97,8 @@ DEFAULT_LEASE_S = 30.0
 MAX_RUNS = 1024
 #: Most streams one replica claims per tick.
 DEFAULT_CLAIM_BATCH = 1000
+#: How long a watch whose lease was not renewed may take to show it just ended (seconds).
+LOSS_GRACE_S = 1.0
 
 #: Makes the adapters a replica drives a handed-off run with, from its `RunStarted` and the
 #: sleep the adapters must use (it raises `LeaseLost` once the run is no longer this
@@ -251,6 +261,16 @@ class Fleet:
         self.leases = _require_leases(self.store)
         self.owner = owner or default_owner()
         self.lease_s = lease_s
+        idle_s = getattr(self.leases, "idle_in_transaction_s", None)
+        if idle_s is not None and lease_s <= idle_s:
+            logger.warning(
+                "%s: a lease of %g s is not longer than the store's idle-in-transaction "
+                "timeout (%g s): a paused replica's row locks can hide its streams past "
+                "its lease",
+                self.owner,
+                lease_s,
+                idle_s,
+            )
         # Renew three times per lease at least, and look for free work every poll interval.
         self.tick_s = tick_s if tick_s is not None else min(lease_s / 3, interval_s)
         if not 0 < self.tick_s < lease_s:
@@ -262,6 +282,13 @@ class Fleet:
         self.clock = clock
         self.kinds = ("job", "run") if run_adapters is not None else ("job",)
         self._held: dict[str, _Held] = {}
+        # What the keeper thread renews: the held leases, changed by the loop under the lock.
+        self._leases: dict[str, Lease] = {}
+        self._leases_lock = threading.Lock()
+        self._keeper: threading.Thread | None = None
+        self._keeper_stop = threading.Event()
+        self._loop_seen = -math.inf  # (monotonic) when the loop last answered the keeper
+        self._next_expiry = math.inf  # (monotonic) when another replica's lease expires
         # Runs block a thread for their whole life: their own pool, so they never starve
         # the loop's default one (heartbeats, renewals, claims, the watches' store reads).
         self._runs: ThreadPoolExecutor | None = None
@@ -271,7 +298,11 @@ class Fleet:
         )
         self.stats = FleetStats()
         self._stopping: asyncio.Event | None = None
-        self._renewed_at = -math.inf  # (monotonic) when the held leases were last renewed
+        self._woken: asyncio.Event | None = None
+        self._losing: set[asyncio.Task[None]] = set()
+        # The loop's lease calls (claims, releases) have threads of their own: never queued
+        # behind the watches' store reads, commits and replays in the default pool.
+        self._lease_calls: ThreadPoolExecutor | None = None
         self._replays = _Batched(self._job_specs)
 
     def __repr__(self) -> str:
@@ -291,23 +322,41 @@ class Fleet:
 
     async def run(self, *, until: Callable[[], bool] | None = None) -> FleetStats:
         """Run the replica until `stop()` (or a signal, or `until()` turns true), then drain."""
-        self._stopping = asyncio.Event()
+        self._stopping, self._woken = asyncio.Event(), asyncio.Event()
+        self._lease_calls = ThreadPoolExecutor(2, thread_name_prefix="flashfsm-fleet-leases")
         self.supervisor.committer.start()
         try:
-            first = True
+            try:  # the first heartbeat: the census the first claims are sized by
+                self._census(await self._leased(self.leases.beat, self.owner, self.lease_s))
+            except Exception as exc:  # the database is unreachable: any driver's error
+                self._renew_failed(exc)
+            self._start_keeper()
+            await self._pause(expiry=False)  # (first breath: the next census counts the peers)
             while not self._stopping.is_set() and not (until is not None and until()):
-                await self._tick(claim=not first)  # (first breath: let peers be counted)
-                first = False
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopping.wait(), self.tick_s)
+                await self._tick()
+                await self._pause()
         finally:
             await self._drain()
         return self.stats
 
+    async def _pause(self, *, expiry: bool = True) -> None:
+        """Wait for the keeper's next census (every `tick_s`), or until another replica's
+        lease expires if that is sooner and `expiry` (a dead peer's streams are taken the
+        moment they free, not up to a tick later), or until the replica stops. (If no
+        census comes, the database being slow, the loop goes on after two ticks.)"""
+        assert self._woken is not None
+        self._woken.clear()
+        wait = self._next_expiry + 0.05 - time.monotonic() if expiry else 0.0
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(
+                self._woken.wait(), wait if 0 < wait < self.tick_s else 2 * self.tick_s
+            )
+
     def stop(self) -> None:
         """Drain and end `run` (from the event loop's thread; a signal handler calls it)."""
-        if self._stopping is not None:
+        if self._stopping is not None and self._woken is not None:
             self._stopping.set()
+            self._woken.set()
 
     def install_signal_handlers(
         self, signals: Sequence[int] = (signal.SIGINT, signal.SIGTERM)
@@ -317,28 +366,108 @@ class Fleet:
         for sig in signals:
             loop.add_signal_handler(sig, self.stop)
 
-    async def _tick(self, *, claim: bool = True) -> None:
-        leases = [held.lease for held in self._held.values()]
-        # Renewals every third of a lease (a tick may be much shorter: it is how often the
-        # replica looks for free work, and renewing thousands of leases costs a write each).
-        started = time.monotonic()
-        renew = started - self._renewed_at >= self.lease_s / 3
-        try:
-            census = await asyncio.to_thread(self.leases.beat, self.owner, self.lease_s)
-            kept = leases
-            if renew and leases:
-                kept = await asyncio.to_thread(self.leases.renew, self.owner, leases, self.lease_s)
-                self._renewed_at = started
-        except Exception as exc:  # the database is unreachable: any driver's error
-            self._renew_failed(exc)
-            return
+    # -- the keeper (its own thread) ----------------------------------------------------------
+
+    def _start_keeper(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._loop_seen = time.monotonic()
+        self._keeper_stop.clear()
+        self._keeper = threading.Thread(
+            target=self._keep, args=(loop,), name=f"flashfsm-keeper-{self.owner}", daemon=True
+        )
+        self._keeper.start()
+
+    def _keep(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Heartbeat every tick, renew every third of a lease, tell the loop what came of it.
+
+        Runs in its own thread with the store's own lease connections: however busy the
+        loop is, a renewal is never late because of it. But it renews only while the loop
+        answers (a callback it schedules each round runs within half a lease): leases of a
+        hung loop lapse, and other replicas take its streams.
+        """
+        renew_every, renewed = self.lease_s / 3, time.monotonic()
+        pinged = -math.inf  # when the loop was asked the question it has not answered yet
+        while not self._keeper_stop.wait(self.tick_s):
+            now = time.monotonic()
+            if self._loop_seen >= pinged:  # (answered: ask again)
+                pinged = now
+                _call_soon(loop, self._answer)
+            sent: list[Lease] = []
+            kept: list[Lease] | None = None
+            try:
+                census = self.leases.beat(self.owner, self.lease_s)
+                if now + self.tick_s - renewed > renew_every:  # (the next round: too late)
+                    if now - renewed > self.lease_s / 2:
+                        logger.warning(
+                            "%s: leases renewed %.1f s apart (lease %g s): the database or "
+                            "this host is slow",
+                            self.owner,
+                            now - renewed,
+                            self.lease_s,
+                        )
+                    renewed = now
+                    if self._loop_seen >= pinged or now - pinged <= self.lease_s / 2:
+                        with self._leases_lock:
+                            sent = list(self._leases.values())
+                        kept = self.leases.renew(self.owner, sent, self.lease_s) if sent else []
+                    else:
+                        logger.warning(
+                            "%s: the loop has not answered for %.1f s; its leases lapse",
+                            self.owner,
+                            now - pinged,
+                        )
+            except Exception as exc:  # the database is unreachable: any driver's error
+                _call_soon(loop, self._renew_failed, exc)
+                continue
+            _call_soon(loop, self._kept, census, sent, kept)
+
+    def _answer(self) -> None:
+        self._loop_seen = time.monotonic()
+
+    def _census(self, census: Census) -> None:
         self.stats.census = census
-        still = {lease.stream for lease in kept}
-        for lease in leases:
-            if lease.stream not in still:
-                self._stop_watch(lease.stream, "lease lost")
-                self.stats.lost += 1
-        if not claim:
+        after = census.next_expiry_s
+        self._next_expiry = math.inf if after is None else time.monotonic() + after
+        if self._woken is not None:  # (the loop's next tick)
+            self._woken.set()
+
+    def _kept(self, census: Census, sent: list[Lease], kept: list[Lease] | None) -> None:
+        """(On the loop.) A keeper round's outcome: the census, and the leases the renewal
+        of `sent` did not keep, whose watches stop (unless the stream was given back or
+        claimed anew meanwhile: then its lease is another)."""
+        self._census(census)
+        if kept is None:
+            return
+        still = set(kept)
+        for lease in sent:
+            held = self._held.get(lease.stream)
+            if lease not in still and held is not None and held.lease == lease:
+                task = asyncio.create_task(self._lose(lease, held.task))
+                self._losing.add(task)
+                task.add_done_callback(self._losing.discard)
+
+    async def _lose(self, lease: Lease, watch: asyncio.Task[Any]) -> None:
+        """Stop the watch of a lease the store no longer renews, unless its watch is just
+        ending: a renewal that waited on the row locks of a group commit finds the rows of
+        the streams whose verdicts it committed gone, and those watches are not lost but
+        done (each forgets its lease once its verdict is committed)."""
+        await asyncio.wait({watch}, timeout=LOSS_GRACE_S)
+        held = self._held.get(lease.stream)
+        if held is not None and held.lease == lease:
+            self._stop_watch(lease.stream, "lease lost")
+            self.stats.lost += 1
+
+    async def _stop_keeper(self) -> None:
+        self._keeper_stop.set()
+        if self._keeper is not None:
+            await asyncio.to_thread(self._keeper.join)
+            self._keeper = None
+
+    # -- claims and balance (on the loop) -----------------------------------------------------
+
+    async def _tick(self) -> None:
+        census = self.stats.census
+        if census is None:  # (no heartbeat has got through yet)
             return
         share = math.ceil(census.claimable / max(1, census.replicas))
         if self.max_streams is not None:
@@ -351,14 +480,14 @@ class Fleet:
         # Streams whose owner died (their lease expired) are taken beyond the fair share:
         # a dead replica still counts among the live ones until its heartbeat expires too,
         # and its streams must not wait for that; balancing sheds the excess later.
-        cap = self.claim_batch if self.max_streams is None else self.max_streams
-        await self._claim(min(cap - len(self._held), self.claim_batch), expired_only=True)
+        cap = math.inf if self.max_streams is None else self.max_streams
+        await self._claim(int(min(cap - len(self._held), self.claim_batch)), expired_only=True)
 
     async def _claim(self, room: int, *, expired_only: bool = False) -> None:
         if room <= 0:
             return
         try:
-            claimed = await asyncio.to_thread(
+            claimed = await self._leased(
                 functools.partial(
                     self.leases.claim,
                     self.owner,
@@ -371,6 +500,9 @@ class Fleet:
         except Exception as exc:
             logger.warning("%s: claim failed (%s)", self.owner, type(exc).__name__)
             return
+        if claimed:
+            what = "expired leases" if expired_only else "its share"
+            logger.info("%s: claims %d streams (%s)", self.owner, len(claimed), what)
         for lease in claimed:
             self._start_watch(lease)
 
@@ -395,17 +527,29 @@ class Fleet:
         await asyncio.gather(*(h.task for h in held), return_exceptions=True)
         await self.supervisor.committer.flush()
         with contextlib.suppress(Exception):
-            await asyncio.to_thread(self.leases.release, self.owner, [h.lease for h in held])
+            await self._leased(self.leases.release, self.owner, [h.lease for h in held])
         self.stats.released += len(held)
 
     def _start_watch(self, lease: Lease) -> None:
         stop = threading.Event()
         task = asyncio.create_task(self._watch(lease, stop), name=f"fleet-{lease.stream}")
         self._held[lease.stream] = _Held(lease, task, stop)
+        with self._leases_lock:
+            self._leases[lease.stream] = lease
         self.stats.claimed += 1
 
+    def _forget(self, stream: str, lease: Lease | None = None) -> _Held | None:
+        """Stop holding `stream` (only under `lease`, when given): the keeper renews it no more."""
+        held = self._held.get(stream)
+        if held is None or (lease is not None and held.lease != lease):
+            return None
+        del self._held[stream]
+        with self._leases_lock:
+            self._leases.pop(stream, None)
+        return held
+
     def _stop_watch(self, stream: str, why: str) -> None:
-        held = self._held.pop(stream, None)
+        held = self._forget(stream)
         if held is None:
             return
         logger.info("%s: stops watching %s (%s)", self.owner, stream, why)
@@ -426,6 +570,7 @@ class Fleet:
                 spec, writer = await self._replays(stream)
                 await self.supervisor.watch(spec, writer)
             self.stats.finished += 1
+            self._forget(stream, lease)  # (its verdict closed it: no lease left to renew)
             # The verdict's append closed the stream's row; a row left open by a writer
             # that keeps no index (an older library) would be claimed again and again.
             with contextlib.suppress(Exception):
@@ -436,14 +581,32 @@ class Fleet:
             logger.info("%s: %s is someone else's now (%s)", self.owner, stream, exc)
             self.stats.lost += 1
         except Exception:
+            # A replica back from a pause finds its sessions ended and its leases taken:
+            # that failure is a lease lost, not a broken watch.
+            if not await self._still_held(lease):
+                logger.info("%s: %s was someone else's when it failed", self.owner, stream)
+                self.stats.lost += 1
+                return
             logger.exception("%s: watching %s failed; giving its lease back", self.owner, stream)
             self.stats.failed += 1
             with contextlib.suppress(Exception):
-                await asyncio.to_thread(self.leases.release, self.owner, [lease])
+                await self._leased(self.leases.release, self.owner, [lease])
         finally:
-            held = self._held.get(stream)
-            if held is not None and held.lease == lease:
-                del self._held[stream]
+            self._forget(stream, lease)
+
+    async def _leased(self, call: Callable[..., Any], *args: Any) -> Any:
+        """`call(*args)` (a lease operation of the store) in the replica's lease threads."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._lease_calls, functools.partial(call, *args))
+
+    async def _still_held(self, lease: Lease) -> bool:
+        """Whether the store still gives this replica `lease` (renewing it); when the store
+        cannot say, yes."""
+        try:
+            kept = await self._leased(self.leases.renew, self.owner, [lease], self.lease_s)
+        except Exception:
+            return True
+        return bool(kept)
 
     def _job_specs(self, streams: list[str]) -> list[tuple[bool, Any]]:
         """The watches of handed-off job streams, from their replays (from each stream's
@@ -516,12 +679,22 @@ class Fleet:
             await self.supervisor.committer.close()
         with contextlib.suppress(Exception):
             await self.supervisor.snapshots.close()
+        await self._stop_keeper()  # (what was pending is committed: the leases may go)
         try:
-            await asyncio.to_thread(self.leases.release, self.owner, [h.lease for h in held])
-            await asyncio.to_thread(self.leases.leave, self.owner)
+            await self._leased(self.leases.release, self.owner, [h.lease for h in held])
+            await self._leased(self.leases.leave, self.owner)
         except Exception as exc:  # the leases expire by themselves
             logger.warning("%s: could not release its leases (%s)", self.owner, exc)
         self.stats.released += len(held)
+        if self._lease_calls is not None:
+            self._lease_calls.shutdown(wait=False)
+            self._lease_calls = None
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[..., Any], *args: Any) -> None:
+    """Have `loop` run `callback(*args)` (from another thread); nothing once it closed."""
+    with contextlib.suppress(RuntimeError):  # (the loop closed: the replica is done)
+        loop.call_soon_threadsafe(callback, *args)
 
 
 def run_fleet(store: EventStore | str, client: Any, **options: Any) -> FleetStats:

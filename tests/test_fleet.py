@@ -162,6 +162,76 @@ def test_replicas_count_live_heartbeats_and_leaving_frees_every_lease(leases):
     assert {lease.stream for lease in leases.claim("r2", 30, 10)} == {"job-a", "job-b", "job-c"}
 
 
+def test_a_census_says_when_the_soonest_lease_of_another_replica_expires(leases):
+    for stream in ("job-a", "job-b", "job-c"):
+        hand_off(leases, stream)
+    assert leases.beat("r2", 30).next_expiry_s is None  # nobody holds anything
+    leases.claim("r1", 20, 1)
+    leases.claim("r1", 5, 1)
+    soonest = leases.beat("r2", 30).next_expiry_s
+    assert soonest is not None and 4 < soonest <= 5
+    assert leases.beat("r1", 30).next_expiry_s is None  # (its own leases are not another's)
+    leases.claim("r3", 0.05, 1)
+    time.sleep(0.1)  # an expired lease is no longer to be waited for
+    later = leases.beat("r2", 30).next_expiry_s
+    assert later is not None and 4 < later <= 5
+
+
+def test_a_transaction_left_idle_ends_so_its_row_locks_never_block_a_claim(tmp_path: Path):
+    if postgres_dsn() is None:
+        pytest.skip(f"{PG_ENV} not set")
+    import psycopg
+
+    from flashfsm.adapters.postgres import PostgresStore
+
+    cleanups: list = []
+    try:
+        url = make_backend("postgres", tmp_path, cleanups).url
+        dsn, table = url.rsplit("table=", 1)
+        store = PostgresStore(dsn.rstrip("?&"), table=table, idle_in_transaction_s=0.5)
+        cleanups.append(store.close)
+        hand_off(store, "job-a")
+        # a writer paused inside a transaction, holding the row a claim would take
+        with store._pool.connection() as conn:
+            conn.execute("BEGIN")
+            conn.execute(f"SELECT 1 FROM {table}_open WHERE stream = 'job-a' FOR UPDATE")
+            assert store.claim("r2", 30, 10) == []  # (SKIP LOCKED: the row is locked)
+            time.sleep(1.0)
+            assert [lease.stream for lease in store.claim("r2", 30, 10)] == ["job-a"]
+            with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout):  # ended by it
+                conn.execute("COMMIT")
+        with pytest.raises(ValueError):
+            PostgresStore(dsn.rstrip("?&"), table=table, idle_in_transaction_s=0)
+    finally:
+        run_cleanups(cleanups)
+
+
+def test_a_renewal_that_waited_on_a_lock_extends_the_lease_from_when_it_was_sent(
+    tmp_path: Path,
+):
+    if postgres_dsn() is None:
+        pytest.skip(f"{PG_ENV} not set")
+    cleanups: list = []
+    try:
+        store = make_backend("postgres", tmp_path, cleanups).open()
+        hand_off(store, "job-a")
+        [lease] = store.claim("r1", 30, 10)
+        renewed: list = []
+        with store._pool.connection() as conn:  # a commit of the same replica, in flight
+            conn.execute("BEGIN")
+            conn.execute(f"SELECT 1 FROM {store.table}_open WHERE stream = 'job-a' FOR SHARE")
+            waiting = threading.Thread(target=lambda: renewed.append(store.renew("r1", [lease], 2)))
+            waiting.start()
+            time.sleep(1.5)  # (its replica froze here; the server ends the commit later)
+            conn.execute("COMMIT")
+            waiting.join()
+        assert renewed == [[lease]]
+        [row] = store.open_streams()
+        assert row.expires_in is not None and row.expires_in < 1.0  # not 2 s from the wait's end
+    finally:
+        run_cleanups(cleanups)
+
+
 def test_concurrent_claims_never_hand_one_stream_to_two_replicas(leases):
     for n in range(60):
         hand_off(leases, f"job-{n:02d}")
@@ -318,6 +388,105 @@ def test_a_draining_replica_releases_its_leases_and_a_peer_reattaches_by_replay(
     assert [(w.watcher, w.reattach) for w in watches] == [("first", False), ("second", True)]
     assert watches[1].seq >= events_then  # the second began where the log stopped
     assert replay(events).verdict.rule == "completed"
+
+
+def _replica_on_a_queued_job(tmp_path: Path, scenario, **options) -> tuple[LeaseStore, str, object]:
+    """An SQLite store with one handed-off job that stays queued (the simulator's
+    `no_capacity`, real time) and what `scenario(fleet, store, stream)` returned while a
+    replica (`options`) watched it; the replica is stopped after."""
+    cleanups: list = []
+    store = make_backend("sqlite", tmp_path, cleanups).open()
+    try:
+        with Simulator() as sim:
+            endpoint = sim.add_endpoint("flash-queue", scenario="no_capacity")
+            handle = JobHandle(endpoint, "flash-queue", sim.submit(endpoint, {}))
+            stream = hand_off_job(handle, store)
+
+            async def main():
+                async with sim_client(sim) as client:
+                    fleet = Fleet(store, client, owner="r1", interval_s=0.5, **options)
+                    started = asyncio.create_task(scenario(fleet, store, stream))
+                    try:
+                        await fleet.run(until=started.done)
+                    finally:
+                        fleet.stop()
+                    return await started
+
+            return store, stream, asyncio.run(main())
+    finally:
+        run_cleanups(cleanups)
+
+
+async def _held(fleet: Fleet) -> float:
+    """Wait until the replica holds a stream; how long that took."""
+    started = time.monotonic()
+    while not fleet.held:
+        await asyncio.sleep(0.02)
+    return time.monotonic() - started
+
+
+def test_renewals_go_on_while_every_worker_thread_of_the_loop_is_busy(tmp_path: Path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    async def scenario(fleet: Fleet, store, stream):
+        await _held(fleet)
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(ThreadPoolExecutor(max_workers=2))
+        busy = [loop.run_in_executor(None, time.sleep, 4.0) for _ in range(2)]  # > 2 leases
+        await asyncio.sleep(3.5)
+        held, lost = fleet.held, fleet.stats.lost
+        row = next(o for o in store.open_streams() if o.stream == stream)
+        await asyncio.gather(*busy)
+        return held, lost, row
+
+    _, stream, (held, lost, row) = _replica_on_a_queued_job(
+        tmp_path, scenario, lease_s=1.5, tick_s=0.25
+    )
+    assert held == [stream] and lost == 0
+    assert row.owner == "r1" and row.expires_in is not None and row.expires_in > 0
+
+
+def test_a_replica_whose_loop_hangs_lets_its_leases_lapse_and_loses_them(tmp_path: Path):
+    async def scenario(fleet: Fleet, store, stream):
+        await _held(fleet)
+        seen: list[float] = []
+
+        def sample() -> None:  # the lease, as other replicas see it during the hang
+            end = time.monotonic() + 2.5
+            while time.monotonic() < end:
+                row = next(o for o in store.open_streams() if o.stream == stream)
+                seen.append(row.expires_in if row.expires_in is not None else 0.0)
+                time.sleep(0.05)
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        time.sleep(2.5)  # the loop hangs (a blocking call on it) for 2.5 leases
+        sampler.join()
+        # it answers again: the next renewal finds the lease gone, and the stream is free
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and fleet.stats.claimed < 2:
+            await asyncio.sleep(0.05)
+        return seen, fleet.stats.lost, fleet.stats.claimed
+
+    _, _, (seen, lost, claimed) = _replica_on_a_queued_job(
+        tmp_path, scenario, lease_s=1.0, tick_s=0.2
+    )
+    assert min(seen) < 0  # it lapsed: free for another replica to claim
+    assert lost >= 1 and claimed >= 2  # its watch stopped; free again, the stream is claimed
+
+
+def test_a_dead_replicas_stream_is_claimed_as_its_lease_lapses_not_a_tick_later(tmp_path: Path):
+    async def scenario(fleet: Fleet, store, stream):
+        return await _held(fleet)
+
+    def dead_then(fleet: Fleet, store, stream):
+        [dead] = store.claim("dead", 7.0, 1)  # a replica that died holding the job
+        assert dead.stream == stream
+        return scenario(fleet, store, stream)
+
+    # ticks every 5 s: the lease lapses at 7 s, between the second census and the third
+    _, _, took = _replica_on_a_queued_job(tmp_path, dead_then, lease_s=30, tick_s=5.0)
+    assert 6.9 <= took < 9.0, took
 
 
 # --- the commands ---------------------------------------------------------------------------

@@ -33,7 +33,15 @@ by the appends themselves in their own transactions, with each row's lease (owne
 by the server's clock, fencing token); `<table>_replicas` holds the replicas' heartbeats.
 Claims are `SELECT … FOR UPDATE SKIP LOCKED`; an append under a lease reads its row `FOR
 SHARE` and refuses a stale token (`StaleLease`). A writer open creates both tables and
-fills the index from the log once; a read-only open never does.
+fills the index from the log once; a read-only open never does. Every pooled connection
+ends a transaction left idle for `idle_in_transaction_s` (default 5 s: the server's
+`idle_in_transaction_session_timeout`): our transactions never wait on anything but the
+client, so one idle that long belongs to a paused or cut-off process, and the row locks it
+holds must not keep `SKIP LOCKED` claims from the streams whose leases it lost. (Keep
+leases longer than that.) For the same reason a renewal extends a lease from when the
+server received it (`statement_timestamp()`), not from when its lock waits ended: a
+renewal sent just before its replica froze, waiting on that replica's own commit, must not
+renew its leases for a lease's time after the freeze.
 
 Snapshots (`save_snapshot`, `load_snapshot`) live in a second table, `<table>_snapshots`
 (`stream` primary key, `seq`, `version`, `body` BYTEA), created with the events table by a
@@ -89,7 +97,12 @@ logger = logging.getLogger(__name__)
 DEFAULT_TABLE = "flashfsm_events"
 #: The server's clock in seconds since the epoch: every lease time is read from it.
 _NOW = sql.SQL("extract(epoch from clock_timestamp())::float8")
+#: When the server received the statement: a renewal or heartbeat that waited on a lock
+#: (its replica may have been paused since) extends only from when it was sent.
+_SENT = sql.SQL("extract(epoch from statement_timestamp())::float8")
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
+#: How long the server lets a pooled connection sit idle inside a transaction (seconds).
+DEFAULT_IDLE_IN_TRANSACTION_S = 5.0
 _TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,49}$")
 
 
@@ -107,6 +120,7 @@ class PostgresStore:
         read_only: bool = False,
         strict: bool = False,
         snapshot_every: int | None = DEFAULT_SNAPSHOT_EVERY,
+        idle_in_transaction_s: float = DEFAULT_IDLE_IN_TRANSACTION_S,
     ):
         if not _TABLE_NAME.match(table):
             raise ValueError(
@@ -121,6 +135,11 @@ class PostgresStore:
         self.strict = strict
         #: Events between two snapshots of a watched job stream (None: never written).
         self.snapshot_every = snapshot_every
+        if idle_in_transaction_s <= 0:
+            raise ValueError("idle_in_transaction_s must be positive")
+        #: How long a pooled connection may sit idle inside a transaction (see above).
+        self.idle_in_transaction_s = idle_in_transaction_s
+        self._idle_ms = str(max(1, round(idle_in_transaction_s * 1000)))
         self._snap = sql.Identifier(f"{table}_snapshots")
         self._open = sql.Identifier(f"{table}_open")
         self._replicas = sql.Identifier(f"{table}_replicas")
@@ -136,6 +155,7 @@ class PostgresStore:
             min_size=1,
             max_size=max(1, pool_size),
             kwargs={"autocommit": True, **self._connect_kwargs},
+            configure=self._configure,
             open=True,
             name=f"flashfsm-{table}",
         )
@@ -173,6 +193,12 @@ class PostgresStore:
         host = info.get("host") or "localhost"
         port = f":{info['port']}" if info.get("port") else ""
         return f"postgres {host}{port}/{info.get('dbname') or ''} table {self.table}"
+
+    def _configure(self, conn: psycopg.Connection) -> None:
+        """(Each new pooled connection.) End a transaction left idle too long (see above)."""
+        conn.execute(
+            "SELECT set_config('idle_in_transaction_session_timeout', %s, false)", (self._idle_ms,)
+        )
 
     def _probe(self, timeout_s: float) -> None:
         """Fail fast, in one line, when the server cannot be reached (nobody waits for the
@@ -453,6 +479,7 @@ class PostgresStore:
                     min_size=1,
                     max_size=2,
                     kwargs={"autocommit": True, **self._connect_kwargs},
+                    configure=self._configure,
                     open=True,
                     name=f"flashfsm-{self.table}-leases",
                 )
@@ -502,9 +529,9 @@ class PostgresStore:
             " JOIN unnest(%s::text[], %s::bigint[]) AS l(stream, token)"
             " ON o.stream = l.stream AND o.token = l.token"
             " WHERE o.owner = %s AND o.expires_at > {now} ORDER BY o.stream FOR UPDATE OF o)"
-            " UPDATE {o} AS o SET expires_at = {now} + %s FROM mine"
+            " UPDATE {o} AS o SET expires_at = {sent} + %s FROM mine"
             " WHERE o.stream = mine.stream RETURNING o.stream"
-        ).format(o=self._open, now=_NOW)
+        ).format(o=self._open, now=_NOW, sent=_SENT)
         streams, tokens = [lease.stream for lease in leases], [lease.token for lease in leases]
         rows = self._retrying(query, (streams, tokens, owner, ttl_s))
         kept = {row[0] for row in rows}
@@ -561,14 +588,17 @@ class PostgresStore:
                     r=self._replicas, now=_NOW
                 )
             ).fetchone()
-            claimable, held = conn.execute(  # type: ignore[misc]
+            claimable, held, soonest = conn.execute(  # type: ignore[misc]
                 sql.SQL(
-                    "SELECT count(*), count(*) FILTER (WHERE owner = %s AND expires_at > {now})"
+                    "SELECT count(*), count(*) FILTER (WHERE owner = %s AND expires_at > {now}),"
+                    " min(expires_at) FILTER (WHERE owner <> %s AND expires_at > {now}) - {now}"
                     " FROM {o} WHERE handoff AND parent IS NULL"
                 ).format(o=self._open, now=_NOW),
-                (owner,),
+                (owner, owner),
             ).fetchone()
-        return Census(int(replicas), int(claimable), int(held))
+        return Census(
+            int(replicas), int(claimable), int(held), None if soonest is None else float(soonest)
+        )
 
     def leave(self, owner: str) -> None:
         """Forget `owner` and free its leases (see `LeaseStore.leave`)."""

@@ -906,12 +906,15 @@ class SqliteStore:
             (replicas,) = conn.execute(
                 f"SELECT count(*) FROM replicas WHERE expires_at > {_NOW}"
             ).fetchone()
-            claimable, held = conn.execute(
-                f"SELECT count(*), coalesce(sum(owner = ? AND expires_at > {_NOW}), 0) "
+            claimable, held, soonest = conn.execute(
+                f"SELECT count(*), coalesce(sum(owner = ? AND expires_at > {_NOW}), 0), "
+                f"min(CASE WHEN owner <> ? AND expires_at > {_NOW} THEN expires_at END) - {_NOW} "
                 "FROM open_streams WHERE handoff = 1 AND parent IS NULL",
-                (owner,),
+                (owner, owner),
             ).fetchone()
-            return Census(int(replicas), int(claimable), int(held))
+            return Census(
+                int(replicas), int(claimable), int(held), None if soonest is None else soonest
+            )
 
         return self._write(beat)
 

@@ -11,6 +11,9 @@ import asyncio
 import importlib
 import json
 import logging
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -45,6 +48,24 @@ def _factory(spec: str) -> Any:
         return getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as exc:
         raise fail(f"--run-adapters {spec!r}: {type(exc).__name__}: {exc}") from None
+
+
+@contextmanager
+def _watches_logged() -> Iterator[None]:
+    """Show the replica's log of its watches (each one it stops, and why: `flashfsm.fleet`
+    at INFO) on stderr, one time-stamped line each; its warnings go the CLI's way."""
+    logger = logging.getLogger("flashfsm.fleet")
+    level = logger.level
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    handler.addFilter(lambda record: record.levelno < logging.WARNING)
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def supervise_command(
@@ -83,7 +104,6 @@ def supervise_command(
     factory = _factory(run_adapters) if run_adapters else None
     url = store_url(store)
     opened = open_store_or_fail(url)
-    logging.getLogger("flashfsm.fleet").setLevel(logging.INFO)
 
     async def main() -> FleetStats:
         async with AsyncRunpodClient.from_env() as client:
@@ -108,7 +128,7 @@ def supervise_command(
             return await fleet.run(until=idle)
 
     try:
-        with UsageErrors():
+        with UsageErrors(), _watches_logged():
             stats = asyncio.run(main())
     except (ValueError, FlashFsmError) as exc:
         raise fail(message(exc)) from None

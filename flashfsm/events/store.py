@@ -123,11 +123,14 @@ class OpenStream:
 @dataclass(frozen=True, slots=True)
 class Census:
     """What one replica's heartbeat learns: live replicas (itself included), open streams
-    that a replica may lease, and how many of those this replica holds."""
+    that a replica may lease, how many of those this replica holds, and in how many
+    seconds the soonest unexpired lease another replica holds expires (None: it holds
+    none), so a replica can be there to take a dead peer's streams the moment they free."""
 
     replicas: int
     claimable: int
     held: int
+    next_expiry_s: float | None = None
 
 
 def index_change(
