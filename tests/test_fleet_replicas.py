@@ -7,11 +7,13 @@ scaled to the replicas' real clock) and runs that succeed or fail — run twice:
 no fault (the reference), once with replica r0 SIGKILLed and r1 SIGSTOPped past its lease,
 then SIGCONTed. Three live replicas must share the open streams (25–42 % each). Every job
 and run must end with the reference's verdict, its decision within the unwatched gaps of
-its handovers (each: the lease plus two poll intervals, the rule of any reattach,
-docs/fleet.md), with exactly one verdict per stream; every stream a failed replica held
-taken over within the lease plus one poll interval (and a little for a loaded machine);
-and nothing written under a stale fencing token (a trigger notes which replica wrote
-each row: after a takeover, the one before writes nothing more).
+its handovers (each claim after the first — even one whose replica failed before writing
+anything — may leave an unwatched gap of the lease plus two poll intervals, the rule of
+any reattach, docs/fleet.md), with exactly one verdict per stream; every stream a failed
+replica held claimed by another within the lease plus one poll interval, and watched again
+(replayed, its `WatchStarted` committed) a little later; and nothing written under a stale
+fencing token (triggers note which replica wrote each row, and every claim: after a
+takeover, the one before writes nothing more).
 """
 
 from __future__ import annotations
@@ -55,11 +57,11 @@ LEASE_S = (
 #: scaled to match the scenarios (a 300 s grace would outlast the test).
 POLICY = GracePolicy(queue_grace_s=20.0, throttled_grace_s=20.0, unhealthy_grace_s=20.0)
 SCENARIOS = ("success", "failed", "no_capacity", "crash_loop", "worker_death", "timed_out")
-#: Slack for a loaded two-core machine running three replicas, the simulator and Postgres.
-#: After the kill and the pause, the one replica left takes over about 660 streams at once
-#: (claim, bulk replay, a `WatchStarted` each); here that took up to 13 s against the
-#: lease + interval of 10 s, and in a fresh-clone CI run one stream's verdict came 0.5 s past
-#: a 6 s slack. Acceptance's strict bound (lease + one interval) is not met under that load.
+#: Slack for a loaded two-core machine running three replicas, the simulator and Postgres,
+#: on verdict times and on a stream being watched again: after the kill and the pause, the
+#: one replica left takes over about 660 streams at once (claim, bulk replay, a
+#: `WatchStarted` each). With four CPU-bound processes beside the test, its claims came
+#: within 8.3–9.7 s (the bound: 10 s), its watches 10.9–13.5 s after the failure.
 SLACK_S = 10.0
 
 
@@ -69,6 +71,7 @@ class Outcome:
     offset_s: float  # the verdict's time after the hand-off
     verdict_at: float
     watchers: list[tuple[str, float]]  # (replica that wrote it, when) of every WatchStarted
+    claims: list[tuple[str, float]]  # (replica, when) of every claim of its lease (a run's)
     verdicts: int
     writers: list[str]  # the process that wrote each seq (the hand-off: the test's own)
     kinds: list[str]  # each seq's event kind
@@ -85,12 +88,15 @@ def _replica(url: str, owner: str, env: dict[str, str], log: Path) -> subprocess
 
 
 def _record_writers(dsn: str, table: str) -> None:
-    """A trigger that notes which process (its connection's application_name) inserted
-    each row: what the fencing check reads (test scaffolding, not the library's)."""
+    """Triggers that note which process (its connection's application_name) inserted each
+    row, what the fencing check reads, and every claim of a lease (each bumps the token),
+    so a claim whose replica failed before it wrote anything counts as a handover too
+    (test scaffolding, not the library's)."""
     import psycopg
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"CREATE TABLE {table}_writers (stream TEXT, seq BIGINT, app TEXT)")
+        conn.execute(f"CREATE TABLE {table}_claims (stream TEXT, owner TEXT, at FLOAT8)")
         conn.execute(
             f"CREATE FUNCTION {table}_note() RETURNS trigger AS $$ BEGIN "
             f"INSERT INTO {table}_writers VALUES (NEW.stream, NEW.seq, "
@@ -100,10 +106,21 @@ def _record_writers(dsn: str, table: str) -> None:
             f"CREATE TRIGGER {table}_noted AFTER INSERT ON {table} "
             f"FOR EACH ROW EXECUTE FUNCTION {table}_note()"
         )
+        conn.execute(
+            f"CREATE FUNCTION {table}_claim() RETURNS trigger AS $$ BEGIN "
+            f"INSERT INTO {table}_claims VALUES (NEW.stream, NEW.owner, "
+            "extract(epoch from clock_timestamp())); RETURN NEW; END $$ LANGUAGE plpgsql"
+        )
+        conn.execute(
+            f"CREATE TRIGGER {table}_claimed AFTER UPDATE ON {table}_open "
+            f"FOR EACH ROW WHEN (NEW.token <> OLD.token) EXECUTE FUNCTION {table}_claim()"
+        )
 
 
-def _writers(dsn: str, table: str) -> dict[str, list[str]]:
-    """Per stream, which process wrote each seq, in seq order."""
+def _writers(
+    dsn: str, table: str
+) -> tuple[dict[str, list[str]], dict[str, list[tuple[str, float]]]]:
+    """Per stream, which process wrote each seq, in seq order; and who claimed it, when."""
     import psycopg
 
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -111,9 +128,15 @@ def _writers(dsn: str, table: str) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         for stream, _seq, app in rows.fetchall():
             out.setdefault(stream, []).append(app)
-        conn.execute(f"DROP TABLE {table}_writers")
+        rows = conn.execute(f"SELECT stream, owner, at FROM {table}_claims ORDER BY at")
+        claims: dict[str, list[tuple[str, float]]] = {}
+        for stream, owner, at in rows.fetchall():
+            claims.setdefault(stream, []).append((owner, at))
+        for name in ("writers", "claims"):
+            conn.execute(f"DROP TABLE {table}_{name}")
         conn.execute(f"DROP FUNCTION {table}_note() CASCADE")
-    return out
+        conn.execute(f"DROP FUNCTION {table}_claim() CASCADE")
+    return out, claims
 
 
 #: Per run (faults or not), the share of the leased open streams each replica held.
@@ -198,7 +221,7 @@ def _run(tmp: Path, *, faults: bool) -> tuple[dict[str, Outcome], dict[str, floa
                 code = proc.wait(timeout=60)
                 if not (faults and name == "r0"):
                     assert code == 0, (name, code, (tmp / f"{name}-{faults}.log").read_text())
-        writers = _writers(dsn, table)
+        writers, claims = _writers(dsn, table)
         outcomes: dict[str, Outcome] = {}
         for stream in store.streams():
             events = store.read(stream)
@@ -219,11 +242,14 @@ def _run(tmp: Path, *, faults: bool) -> tuple[dict[str, Outcome], dict[str, floa
                 verdicts = sum(isinstance(e, Concluded) for e in events)
                 # an attempt's job is timed from its run's hand-off
                 since = handed.get(stream) or handed[f"run-{stream[4:].rsplit('-a', 1)[0]}"]
+            # (an attempt's job stream is its run's: leased with it, never on its own)
+            leased = stream if stream in handed else f"run-{stream[4:].rsplit('-a', 1)[0]}"
             outcomes[stream] = Outcome(
                 decided,
                 ended.at - since,
                 ended.at,
                 [(apps[n], e.at) for n, e in enumerate(events) if e.kind == "WatchStarted"],
+                claims[leased],
                 verdicts,
                 apps,
                 kinds,
@@ -253,29 +279,39 @@ def test_three_replicas_survive_a_kill_and_a_pause_with_the_verdicts_of_a_run_wi
         got = faulty[stream]
         assert got.verdicts == 1 and ref.verdicts == 1, stream
         assert got.verdict == ref.verdict, (stream, got, ref)
-        # each handover (a kill, a pause, a rebalance: in either run) may leave one gap;
-        # a run's are its attempt's
-        kin = [stream] if not stream.startswith("run-") else [f"job-{stream[4:]}-a0"]
-        handovers = sum(len(faulty[k].watchers) - 1 + len(reference[k].watchers) - 1 for k in kin)
+        # each handover (a kill, a pause, a rebalance: in either run) may leave one gap: a
+        # claim after the first, even one whose replica failed before it wrote anything
+        handovers = len(got.claims) - 1 + len(ref.claims) - 1
         gap = handovers * (LEASE_S + 2 * INTERVAL_S) + 2 * INTERVAL_S + SLACK_S
         assert abs(got.offset_s - ref.offset_s) <= gap, (stream, got, ref)
-    # every stream the killed or paused replica held when it failed was taken over in time
-    taken, delays = 0, []
+    # every stream the killed or paused replica held when it failed was taken over in time:
+    # claimed by another replica, and watched again (its `WatchStarted`)
+    taken, claimed, watched = 0, [], []
     for name, at in (("r0", marks["kill"]), ("r1", marks["stop"])):
         for stream, got in faulty.items():
-            before = [w for w, when in got.watchers if when <= at]
+            before = [w for w, when in got.claims if when <= at]
             if not before or before[-1] != name or got.verdict_at <= at:
                 continue  # not this replica's stream then, or already decided
-            after = [when for w, when in got.watchers if when > at]
-            assert after, (stream, name, got.watchers)
-            delays.append(after[0] - at)
-            assert after[0] - at <= LEASE_S + INTERVAL_S + SLACK_S, (stream, name, after[0] - at)
+            if stream.startswith("run-"):
+                continue  # (a run has no `WatchStarted`: its attempt's job stream shows it)
+            claim = next((when for w, when in got.claims if when > at), None)
+            watch = next((when for w, when in got.watchers if when > at), None)
+            assert claim is not None and watch is not None, (stream, name, got.claims)
+            claimed.append(claim - at)
+            watched.append(watch - at)
+            # taken within the lease plus one poll interval; watched again (replayed, its
+            # `WatchStarted` committed, among hundreds taken at once) a little later
+            assert claim - at <= LEASE_S + INTERVAL_S, (stream, name, claim - at)
+            assert watch - at <= LEASE_S + INTERVAL_S + SLACK_S, (stream, name, watch - at)
             taken += 1
     assert taken > 0
-    delays.sort()
+    claimed.sort()
+    watched.sort()
     print(  # (with -s: how long takeovers took, against the lease plus one interval)
-        f"{taken} takeovers: median {delays[len(delays) // 2]:.2f} s, max {delays[-1]:.2f} s "
-        f"(lease {LEASE_S:g} s + interval {INTERVAL_S:g} s = {LEASE_S + INTERVAL_S:g} s)"
+        f"{taken} takeovers: claimed after median {claimed[taken // 2]:.2f} s, max "
+        f"{claimed[-1]:.2f} s; watched again after median {watched[taken // 2]:.2f} s, max "
+        f"{watched[-1]:.2f} s (lease {LEASE_S:g} s + interval {INTERVAL_S:g} s = "
+        f"{LEASE_S + INTERVAL_S:g} s)"
     )
     # no event under a stale token: a job stream's owner is the replica that wrote its
     # latest WatchStarted (each takeover writes one), and nobody else wrote anything after;
