@@ -72,13 +72,16 @@ CHILD = textwrap.dedent(
     """
     import json, sys
     from flashfsm import RunSpec, submit_run
+    from flashfsm.adapters.hub import heartbeat_prefix, make_hf_heartbeat_reader
 
     spec = RunSpec(run_id="remote-1", gpu_class="A100-80GB", hf_repo="org/runs",
                    worker_image="team/trainer:3", max_wall_seconds=3600)
     result = submit_run(spec, 0, store=sys.argv[1], interval_s=1.0,
                         hub_options={"cache_dir": sys.argv[2]})
+    prefix = heartbeat_prefix(spec.phase, spec.run_id, 0)
+    beat = make_hf_heartbeat_reader(spec.hf_repo, prefix, cache_dir=sys.argv[2])(force=True)
     print(json.dumps({"state": result.state, "failure": result.failure,
-                      "rule": result.rule, "ok": result.ok}))
+                      "rule": result.rule, "ok": result.ok, "heartbeat": beat}))
     """
 )
 
@@ -113,7 +116,9 @@ def test_a_second_process_runs_submit_run_to_a_verdict_against_the_printed_expor
         assert child.returncode == 0, child.stderr[-3000:]
         assert time.monotonic() - started < 45
         verdict = json.loads(child.stdout.strip().splitlines()[-1])
+        beat = verdict.pop("heartbeat")
         assert verdict == {"state": "SUCCEEDED", "failure": None, "rule": "completed", "ok": True}
+        assert beat["stage"] == "train" and isinstance(beat["ts"], float)  # the Hub, remotely
     finally:
         assert served.stop() == 0
     opened = open_store(store)
@@ -124,7 +129,11 @@ def test_a_second_process_runs_submit_run_to_a_verdict_against_the_printed_expor
         opened.close()
     assert run.result is not None and run.result.ok and run.result.attempts == 1
     assert job[-1].kind == "Concluded" and job[-1].state == "SUCCEEDED"
-    assert any(e.kind == "HeartbeatObserved" and e.found for e in job)  # the Hub, remotely
+    # what the watch read of the Hub was answered; whether it read at all, and found the
+    # heartbeat, is a race at 600x: it reads on its first poll only (reads are paced every
+    # 30 s), which may come before the simulated pickup writes the first heartbeat or
+    # after the job completed (the child's own read above is the Hub's proof)
+    assert all(e.read_error is None for e in job if e.kind == "HeartbeatObserved")
 
 
 def test_a_wrong_key_is_refused_and_the_startup_lines_say_what_is_served(tmp_path):
