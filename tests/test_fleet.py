@@ -390,9 +390,9 @@ def test_a_draining_replica_releases_its_leases_and_a_peer_reattaches_by_replay(
     assert replay(events).verdict.rule == "completed"
 
 
-def _replica_on_a_queued_job(tmp_path: Path, scenario, **options) -> tuple[LeaseStore, str, object]:
-    """An SQLite store with one handed-off job that stays queued (the simulator's
-    `no_capacity`, real time) and what `scenario(fleet, store, stream)` returned while a
+def _replica_on_a_queued_job(tmp_path: Path, scenario, **options) -> tuple[str, object]:
+    """The stream of one handed-off job that stays queued (the simulator's `no_capacity`,
+    real time, an SQLite store) and what `scenario(fleet, store, stream)` returned while a
     replica (`options`) watched it; the replica is stopped after."""
     cleanups: list = []
     store = make_backend("sqlite", tmp_path, cleanups).open()
@@ -412,7 +412,7 @@ def _replica_on_a_queued_job(tmp_path: Path, scenario, **options) -> tuple[Lease
                         fleet.stop()
                     return await started
 
-            return store, stream, asyncio.run(main())
+            return stream, asyncio.run(main())
     finally:
         run_cleanups(cleanups)
 
@@ -439,7 +439,7 @@ def test_renewals_go_on_while_every_worker_thread_of_the_loop_is_busy(tmp_path: 
         await asyncio.gather(*busy)
         return held, lost, row
 
-    _, stream, (held, lost, row) = _replica_on_a_queued_job(
+    stream, (held, lost, row) = _replica_on_a_queued_job(
         tmp_path, scenario, lease_s=1.5, tick_s=0.25
     )
     assert held == [stream] and lost == 0
@@ -468,9 +468,7 @@ def test_a_replica_whose_loop_hangs_lets_its_leases_lapse_and_loses_them(tmp_pat
             await asyncio.sleep(0.05)
         return seen, fleet.stats.lost, fleet.stats.claimed
 
-    _, _, (seen, lost, claimed) = _replica_on_a_queued_job(
-        tmp_path, scenario, lease_s=1.0, tick_s=0.2
-    )
+    _, (seen, lost, claimed) = _replica_on_a_queued_job(tmp_path, scenario, lease_s=1.0, tick_s=0.2)
     assert min(seen) < 0  # it lapsed: free for another replica to claim
     assert lost >= 1 and claimed >= 2  # its watch stopped; free again, the stream is claimed
 
@@ -485,7 +483,7 @@ def test_a_dead_replicas_stream_is_claimed_as_its_lease_lapses_not_a_tick_later(
         return scenario(fleet, store, stream)
 
     # ticks every 5 s: the lease lapses at 7 s, between the second census and the third
-    _, _, took = _replica_on_a_queued_job(tmp_path, dead_then, lease_s=30, tick_s=5.0)
+    _, took = _replica_on_a_queued_job(tmp_path, dead_then, lease_s=30, tick_s=5.0)
     assert 6.9 <= took < 9.0, took
 
 
