@@ -281,10 +281,10 @@ class Fleet:
         self.run_adapters = run_adapters
         self.clock = clock
         self.kinds = ("job", "run") if run_adapters is not None else ("job",)
+        # The streams held: changed on the loop, under the lock, which the keeper thread
+        # takes to read the leases it renews.
         self._held: dict[str, _Held] = {}
-        # What the keeper thread renews: the held leases, changed by the loop under the lock.
-        self._leases: dict[str, Lease] = {}
-        self._leases_lock = threading.Lock()
+        self._held_lock = threading.Lock()
         self._keeper: threading.Thread | None = None
         self._keeper_stop = threading.Event()
         self._loop_seen = -math.inf  # (monotonic) when the loop last answered the keeper
@@ -407,8 +407,8 @@ class Fleet:
                         )
                     renewed = now
                     if self._loop_seen >= pinged or now - pinged <= self.lease_s / 2:
-                        with self._leases_lock:
-                            sent = list(self._leases.values())
+                        with self._held_lock:
+                            sent = [held.lease for held in self._held.values()]
                         kept = self.leases.renew(self.owner, sent, self.lease_s) if sent else []
                     else:
                         logger.warning(
@@ -533,9 +533,8 @@ class Fleet:
     def _start_watch(self, lease: Lease) -> None:
         stop = threading.Event()
         task = asyncio.create_task(self._watch(lease, stop), name=f"fleet-{lease.stream}")
-        self._held[lease.stream] = _Held(lease, task, stop)
-        with self._leases_lock:
-            self._leases[lease.stream] = lease
+        with self._held_lock:
+            self._held[lease.stream] = _Held(lease, task, stop)
         self.stats.claimed += 1
 
     def _forget(self, stream: str, lease: Lease | None = None) -> _Held | None:
@@ -543,9 +542,8 @@ class Fleet:
         held = self._held.get(stream)
         if held is None or (lease is not None and held.lease != lease):
             return None
-        del self._held[stream]
-        with self._leases_lock:
-            self._leases.pop(stream, None)
+        with self._held_lock:
+            del self._held[stream]
         return held
 
     def _stop_watch(self, stream: str, why: str) -> None:

@@ -97,8 +97,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_TABLE = "flashfsm_events"
 #: The server's clock in seconds since the epoch: every lease time is read from it.
 _NOW = sql.SQL("extract(epoch from clock_timestamp())::float8")
-#: When the server received the statement: a renewal or heartbeat that waited on a lock
-#: (its replica may have been paused since) extends only from when it was sent.
+#: When the server received the statement: a renewal that waited on a lock (its replica
+#: may have been paused since) extends leases only from when it was sent.
 _SENT = sql.SQL("extract(epoch from statement_timestamp())::float8")
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 #: How long the server lets a pooled connection sit idle inside a transaction (seconds).
@@ -139,7 +139,6 @@ class PostgresStore:
             raise ValueError("idle_in_transaction_s must be positive")
         #: How long a pooled connection may sit idle inside a transaction (see above).
         self.idle_in_transaction_s = idle_in_transaction_s
-        self._idle_ms = str(max(1, round(idle_in_transaction_s * 1000)))
         self._snap = sql.Identifier(f"{table}_snapshots")
         self._open = sql.Identifier(f"{table}_open")
         self._replicas = sql.Identifier(f"{table}_replicas")
@@ -196,9 +195,8 @@ class PostgresStore:
 
     def _configure(self, conn: psycopg.Connection) -> None:
         """(Each new pooled connection.) End a transaction left idle too long (see above)."""
-        conn.execute(
-            "SELECT set_config('idle_in_transaction_session_timeout', %s, false)", (self._idle_ms,)
-        )
+        ms = str(max(1, round(self.idle_in_transaction_s * 1000)))
+        conn.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, false)", (ms,))
 
     def _probe(self, timeout_s: float) -> None:
         """Fail fast, in one line, when the server cannot be reached (nobody waits for the
