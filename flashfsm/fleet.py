@@ -531,6 +531,9 @@ class Fleet:
         self.stats.released += len(held)
 
     def _start_watch(self, lease: Lease) -> None:
+        if lease.stream in self._held:  # its own lease lapsed (a hung loop) and it claimed
+            self._stop_watch(lease.stream, "lease lost")  # the stream anew: one watch only
+            self.stats.lost += 1
         stop = threading.Event()
         task = asyncio.create_task(self._watch(lease, stop), name=f"fleet-{lease.stream}")
         with self._held_lock:
