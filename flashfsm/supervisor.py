@@ -66,7 +66,7 @@ from flashfsm.writer import (
     SaveSnapshot,
     StreamWriter,
     perform,
-    save_snapshot,
+    save_snapshots,
     snapshot_interval,
 )
 
@@ -251,7 +251,7 @@ class SnapshotWriter:
 
     def _write(self, batch: list[SaveSnapshot[Any]]) -> None:
         start = time.thread_time()
-        written = sum(save_snapshot(self.store, request) for request in batch)
+        written = save_snapshots(self.store, batch)
         spent = time.thread_time() - start
         with self._cpu_lock:
             self.written += written

@@ -336,22 +336,45 @@ def _last_at(state: Any) -> Any:
 def save_snapshot(store: EventStore, request: SaveSnapshot[Any]) -> bool:
     """Perform a `SaveSnapshot`: encode the state and keep it in the store. False (and a
     warning) when it could not be written; a store without snapshots just says False."""
+    return save_snapshots(store, [request]) == 1
+
+
+def save_snapshots(store: EventStore, requests: Sequence[SaveSnapshot[Any]]) -> int:
+    """Perform many `SaveSnapshot`s: encode each state, keep them in the store in one
+    transaction when it can (`save_snapshots`), and say how many were written. One that
+    cannot be encoded, or a batch that cannot be written, is a warning, never an error."""
     save = getattr(store, "save_snapshot", None)
-    if save is None:
-        return False
-    try:
-        body = request.codec.encode(request.state, request.stream)
-        save(request.stream, request.seq, request.codec.version, body)
-    except Exception as exc:
-        logger.warning(
-            "stream %s: snapshot at seq %d not written (%s: %s)",
-            request.stream,
-            request.seq,
-            type(exc).__name__,
-            exc,
-        )
-        return False
-    return True
+    if save is None or not requests:
+        return 0
+    rows = []
+    for request in requests:
+        try:
+            body = request.codec.encode(request.state, request.stream)
+        except Exception as exc:
+            _unsaved(request.stream, request.seq, exc)
+        else:
+            rows.append((request.stream, request.seq, request.codec.version, body))
+    save_many = getattr(store, "save_snapshots", None)
+    batches = [rows] if save_many is not None else [[row] for row in rows]
+    written = 0
+    for batch in batches:
+        try:
+            if save_many is not None:
+                save_many(batch)
+            else:
+                save(*batch[0])
+        except Exception as exc:
+            for stream, seq, _version, _body in batch:
+                _unsaved(stream, seq, exc)
+        else:
+            written += len(batch)
+    return written
+
+
+def _unsaved(stream: str, seq: int, exc: Exception) -> None:
+    logger.warning(
+        "stream %s: snapshot at seq %d not written (%s: %s)", stream, seq, type(exc).__name__, exc
+    )
 
 
 # --- driving a sans-IO generator ------------------------------------------------------------

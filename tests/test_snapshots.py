@@ -101,6 +101,33 @@ def test_a_snapshot_of_another_version_stream_or_seq_is_refused() -> None:
             decode_snapshot(junk, STREAM, seq, FOLD_VERSION)
 
 
+def test_a_state_holding_a_float_json_cannot_write_is_not_snapshotted() -> None:
+    _, log, _ = run_poll_job(next_script())
+    for bad in (float("inf"), float("nan")):
+        state = _state_at(log, len(log) - 1)
+        state.gaps = bad
+        with pytest.raises(SnapshotError, match="float"):
+            encode_snapshot(state, STREAM)
+
+
+def test_a_body_any_json_encoder_wrote_decodes_and_each_event_is_decoded_once() -> None:
+    import json
+
+    from flashfsm.events.codec import seal, unseal
+
+    _, log, _ = run_poll_job(next_script())
+    seq = len(log) - 1
+    state = _state_at(log, seq)
+    # the same body as the standard library writes it (spacing, escapes), sealed anew
+    raw = json.loads(unseal(encode_snapshot(state, STREAM)))
+    body = seal(json.dumps(raw, indent=1, ensure_ascii=True).encode())
+    again = decode_snapshot(body, STREAM, seq, FOLD_VERSION)
+    assert again.snapshot() == state.snapshot()
+    assert state.watch == state.first_watch and state.submitted is not None  # (one watch)
+    assert again.watch is again.first_watch
+    assert again.submitted is not None and again.policy is again.submitted.policy
+
+
 def next_script() -> Any:
     """One fixed script (the first one Hypothesis would draw from a long log)."""
     found: list[Any] = []
@@ -207,6 +234,57 @@ def test_a_store_keeps_the_latest_snapshot_per_stream(kept: Any) -> None:
     if kept.durable:
         again = kept.open()
         assert again.load_snapshot("job-a") == (12, 2, b"rebuilt")
+
+
+def test_a_batch_of_snapshots_is_kept_as_each_one_alone_would_be(kept: Any) -> None:
+    store = kept.open()
+    store.save_snapshot("job-a", 20, 1, b"twenty")
+    store.save_snapshots(
+        [
+            ("job-a", 15, 1, b"late"),  # older than the kept one: kept stays
+            ("job-b", 3, 1, b"three"),
+            ("job-c", 7, 1, b"seven"),
+            ("job-c", 9, 1, b"nine"),  # the same stream twice: the later seq wins
+        ]
+    )
+    store.save_snapshots([])
+    assert [store.load_snapshot(s) for s in ("job-a", "job-b", "job-c")] == [
+        (20, 1, b"twenty"),
+        (3, 1, b"three"),
+        (9, 1, b"nine"),
+    ]
+
+
+def test_a_snapshot_commit_leaves_a_durable_sqlite_store_durable(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "events.db")
+    store.save_snapshots([("job-a", 1, 1, b"one")])  # (committed without an fsync)
+    with store._connection() as conn:
+        assert conn.execute("PRAGMA synchronous").fetchone() == (2,)  # FULL, for appends
+    store.close()
+    assert SqliteStore(tmp_path / "events.db").load_snapshot("job-a") == (1, 1, b"one")
+
+
+def test_a_store_without_batches_gets_its_snapshots_one_by_one() -> None:
+    from flashfsm.writer import save_snapshots
+
+    class OneByOne:
+        def __init__(self) -> None:
+            self.kept: dict[str, tuple[int, int, bytes]] = {}
+
+        def save_snapshot(self, stream: str, seq: int, version: int, body: bytes) -> None:
+            if stream == "job-bad":
+                raise OSError(28, "No space left on device")
+            self.kept[stream] = (seq, version, body)
+
+    _, log, _ = run_poll_job(next_script())
+    state = replay(log)
+    requests = [
+        SaveSnapshot(STREAM, state.next_seq - 1, state, JOB_SNAPSHOTS),
+        SaveSnapshot("job-bad", state.next_seq - 1, state, JOB_SNAPSHOTS),
+    ]
+    store = OneByOne()
+    assert save_snapshots(store, requests) == 1  # type: ignore[arg-type]
+    assert list(store.kept) == [STREAM]
 
 
 def test_jsonl_keeps_no_snapshots(tmp_path: Path) -> None:
@@ -333,8 +411,8 @@ def test_writing_snapshots_changes_nothing_a_watch_records_or_decides(
 def test_a_failing_snapshot_write_is_a_warning_and_the_watch_goes_on(caplog: Any) -> None:
     script = next_script()
 
-    class Full(MemoryStore):
-        def save_snapshot(self, stream: str, seq: int, version: int, body: bytes) -> None:
+    class Full(MemoryStore):  # (its `save_snapshot` is one `save_snapshots` too)
+        def save_snapshots(self, snapshots: Any) -> None:
             raise OSError(28, "No space left on device")
 
     expected = _poll(script, MemoryStore())

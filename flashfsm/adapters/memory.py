@@ -74,10 +74,15 @@ class MemoryStore:
 
     def save_snapshot(self, stream: str, seq: int, version: int, body: bytes) -> None:
         """Keep a snapshot of `stream` (see `SnapshotStore.save_snapshot`)."""
+        self.save_snapshots([(stream, seq, version, body)])
+
+    def save_snapshots(self, snapshots: Sequence[tuple[str, int, int, bytes]]) -> None:
+        """`save_snapshot` of many `(stream, seq, version, body)` at once."""
         with self._changed:
-            kept = self._snapshots.get(stream)
-            if kept is None or kept[1] != version or kept[0] <= seq:
-                self._snapshots[stream] = (seq, version, bytes(body))
+            for stream, seq, version, body in snapshots:
+                kept = self._snapshots.get(stream)
+                if kept is None or kept[1] != version or kept[0] <= seq:
+                    self._snapshots[stream] = (seq, version, bytes(body))
 
     def load_snapshot(self, stream: str) -> tuple[int, int, bytes] | None:
         """The snapshot kept for `stream`: `(seq, version, body)`, or None."""

@@ -741,19 +741,32 @@ class PostgresStore:
     def save_snapshot(self, stream: str, seq: int, version: int, body: bytes) -> None:
         """Keep a snapshot of `stream` (see `SnapshotStore.save_snapshot`): its own
         statement, never part of an append's transaction."""
+        self.save_snapshots([(stream, seq, version, body)])
+
+    def save_snapshots(self, snapshots: Sequence[tuple[str, int, int, bytes]]) -> None:
+        """`save_snapshot` of many `(stream, seq, version, body)` in one transaction (one
+        commit for a batch the snapshot writer has due)."""
         if self.read_only:
             raise StoreError(f"{self!r} was opened read-only")
+        if not snapshots:
+            return
         upsert = sql.SQL(
             "INSERT INTO {s} AS kept (stream, seq, version, body) VALUES (%s, %s, %s, %s)"
             " ON CONFLICT (stream) DO UPDATE SET seq = excluded.seq,"
             " version = excluded.version, body = excluded.body"
             " WHERE excluded.version <> kept.version OR excluded.seq >= kept.seq"
         ).format(s=self._snap)
+        rows = [(stream, seq, version, bytes(body)) for stream, seq, version, body in snapshots]
         with self._pool.connection() as conn:
             try:
-                conn.execute(upsert, (stream, seq, version, bytes(body)))
+                with conn.transaction(), conn.cursor() as cursor:
+                    # A snapshot is a cache: its commit need not wait for the WAL flush (a
+                    # server crash may lose it, never half-apply it).
+                    cursor.execute("SET LOCAL synchronous_commit = off")
+                    cursor.executemany(upsert, rows)
             except psycopg.errors.DiskFull:
-                raise StoreFullError(self.where, stream, "the server's disk is full") from None
+                streams = ", ".join(sorted({row[0] for row in rows}))
+                raise StoreFullError(self.where, streams, "the server's disk is full") from None
 
     def load_snapshot(self, stream: str) -> tuple[int, int, bytes] | None:
         """The snapshot kept for `stream`: `(seq, version, body)`, or None (also when the

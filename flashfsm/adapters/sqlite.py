@@ -792,15 +792,34 @@ class SqliteStore:
     def save_snapshot(self, stream: str, seq: int, version: int, body: bytes) -> None:
         """Keep a snapshot of `stream` (see `SnapshotStore.save_snapshot`): one short
         transaction of its own, never part of an append's."""
+        self.save_snapshots([(stream, seq, version, body)])
+
+    def save_snapshots(self, snapshots: Sequence[tuple[str, int, int, bytes]]) -> None:
+        """`save_snapshot` of many `(stream, seq, version, body)` in one transaction (one
+        commit for a batch the snapshot writer has due)."""
         self._refuse_write()
+        if not snapshots:
+            return
+        rows = [(stream, seq, version, bytes(body)) for stream, seq, version, body in snapshots]
         with self._connection() as conn:
+            # A snapshot is a cache: its commit need not wait for an fsync (a power cut may
+            # lose it, never half-apply it, and the events it folds were committed before it
+            # was taken). The next durable commit syncs the WAL it is in.
+            if self.durable:
+                conn.execute("PRAGMA synchronous = NORMAL")
             try:
-                conn.execute(_SAVE_SNAPSHOT, (stream, seq, version, bytes(body)))
+                conn.execute("BEGIN IMMEDIATE")
+                conn.executemany(_SAVE_SNAPSHOT, rows)
+                conn.execute("COMMIT")
             except BaseException as exc:
                 self._rollback(conn)
                 if _is_full(exc):
-                    raise StoreFullError(str(self.path), stream, "the disk is full") from None
+                    streams = ", ".join(sorted({row[0] for row in rows}))
+                    raise StoreFullError(str(self.path), streams, "the disk is full") from None
                 raise
+            finally:
+                if self.durable:
+                    conn.execute("PRAGMA synchronous = FULL")
 
     def load_snapshot(self, stream: str) -> tuple[int, int, bytes] | None:
         """The snapshot kept for `stream`: `(seq, version, body)`, or None (also from a

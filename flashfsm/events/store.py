@@ -55,6 +55,9 @@ class SnapshotStore(Protocol):
     A snapshot is the folded state of a stream at a seq, as bytes, with the version of the
     fold's code that made it (`flashfsm.fsm.snapshot`). It is a cache beside the log, never
     part of it: one per stream is kept, and a reader checks it before trusting it.
+
+    A store may also offer `save_snapshots(snapshots)`, many `(stream, seq, version,
+    body)` kept in one transaction: the snapshot writer then saves what falls due together.
     """
 
     def save_snapshot(self, stream: str, seq: int, version: int, body: bytes) -> None:

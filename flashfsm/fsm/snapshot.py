@@ -14,8 +14,10 @@ sealed like a JSONL event line: its last member is the CRC-32 of the bytes witho
 value comes back as the type it was: an event as the codec's exact JSON line
 (`{"e": "<line>"}`, decoded by `flashfsm.events.codec.decode`), the policy as its fields
 (`{"p": {…}}`), a tuple as `{"t": […]}`, a dict (the timers) as `{"d": {…}}`; `None`,
-booleans, ints, floats (written with `repr`, so they round-trip exactly) and strings as
-themselves. A value of any other type cannot be encoded (`SnapshotError`).
+booleans, ints, floats (in their shortest exact form, so they round-trip exactly) and
+strings as themselves. A value of any other type, or a float JSON has no number for (a NaN,
+an infinity), cannot be encoded (`SnapshotError`). An event held in two fields (a job's
+first watch and its latest) and the submission's policy held again are decoded once.
 
 `FOLD_VERSION` is the version of the fold's code. **Bump it on any change to `evolve`
 (`flashfsm.fsm.job`), to `JobState`'s fields, or to the rules' timer declarations
@@ -29,12 +31,15 @@ whose fields are not `JobState`'s.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, Generic, TypeVar
 
+import msgspec
+
 from flashfsm.events.codec import decode, encode, seal, unseal
-from flashfsm.events.models import EventBase
+from flashfsm.events.models import EventBase, JobSubmitted
 from flashfsm.events.policy import GracePolicy
 from flashfsm.fsm.state import JobState
 
@@ -70,8 +75,16 @@ class SnapshotCodec(Generic[S]):
     copy: Callable[[S], S]
 
 
+_encode_json = msgspec.json.Encoder().encode
+_decode_json = msgspec.json.Decoder().decode
+
+
 def _value(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, int, float, str)):
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):  # (JSON has no such number: no snapshot, a full replay)
+            raise SnapshotError(f"a snapshot cannot hold the float {value!r}")
         return value
     if isinstance(value, EventBase):
         return {"e": encode(value).decode("utf-8")}  # type: ignore[arg-type]
@@ -84,19 +97,31 @@ def _value(value: Any) -> Any:
     raise SnapshotError(f"a snapshot cannot hold a {type(value).__name__}")
 
 
-def _unvalue(raw: Any) -> Any:
+def _unvalue(raw: Any, seen: dict[str, Any]) -> Any:
+    """The value `raw` encodes. `seen` holds the events and policies already decoded
+    from this body, by their JSON: a state keeps the same event in two fields (its first
+    watch and its watch) and its submission's policy again, each decoded once."""
     if raw is None or isinstance(raw, (bool, int, float, str)):
         return raw
     if isinstance(raw, dict) and len(raw) == 1:
         [(tag, inner)] = raw.items()
         if tag == "e" and isinstance(inner, str):
-            return decode(inner)
+            event = seen.get(inner)
+            if event is None:
+                event = seen[inner] = decode(inner)
+                if isinstance(event, JobSubmitted):
+                    seen["p" + repr(event.policy.model_dump())] = event.policy
+            return event
         if tag == "p" and isinstance(inner, dict):
-            return GracePolicy.model_validate(inner)
+            key = "p" + repr(inner)  # (an event's key is its JSON: never starts with p)
+            policy = seen.get(key)
+            if policy is None:
+                policy = seen[key] = GracePolicy.model_validate(inner)
+            return policy
         if tag == "t" and isinstance(inner, list):
-            return tuple(_unvalue(item) for item in inner)
+            return tuple(_unvalue(item, seen) for item in inner)
         if tag == "d" and isinstance(inner, dict):
-            return {key: _unvalue(item) for key, item in inner.items()}
+            return {key: _unvalue(item, seen) for key, item in inner.items()}
     raise SnapshotError(f"not a snapshot value: {str(raw)[:80]!r}")
 
 
@@ -109,7 +134,7 @@ def encode_snapshot(state: JobState, stream: str) -> bytes:
         "seq": state.next_seq - 1,
         "state": {name: _value(getattr(state, name)) for name in _FIELDS},
     }
-    return seal(json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+    return seal(_encode_json(body))
 
 
 def decode_snapshot(body: bytes, stream: str, seq: int, version: int) -> JobState:
@@ -121,7 +146,11 @@ def decode_snapshot(body: bytes, stream: str, seq: int, version: int) -> JobStat
     if version != FOLD_VERSION:
         raise SnapshotError(f"fold version {version}, not this library's {FOLD_VERSION}")
     try:
-        raw = json.loads(unseal(bytes(body), strict=True))
+        text = unseal(bytes(body), strict=True)
+        try:
+            raw = _decode_json(text)
+        except msgspec.DecodeError:  # (what msgspec does not read, such as `NaN`: json may)
+            raw = json.loads(text)
     except ValueError as exc:  # ChecksumError, JSONDecodeError, UnicodeDecodeError
         raise SnapshotError(f"unreadable snapshot: {exc}") from None
     if not isinstance(raw, dict):
@@ -133,11 +162,12 @@ def decode_snapshot(body: bytes, stream: str, seq: int, version: int) -> JobStat
     if not isinstance(values, dict) or set(values) != set(_FIELDS):
         raise SnapshotError("the body's fields are not JobState's")
     state = JobState()
+    seen: dict[str, Any] = {}
     try:
         for name in _FIELDS:
             raw = values[name]
             # (most fields are plain scalars: set as they are, without a call)
-            setattr(state, name, raw if type(raw) in _PLAIN else _unvalue(raw))
+            setattr(state, name, raw if type(raw) in _PLAIN else _unvalue(raw, seen))
     except SnapshotError:
         raise
     except ValueError as exc:  # an event or a policy that does not validate
