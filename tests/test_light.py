@@ -44,7 +44,7 @@ from flashfsm.events.light import (
     model_of,
     settle_fields,
 )
-from flashfsm.events.models import EVENT_TYPES, HeartbeatObserved, StatusObserved
+from flashfsm.events.models import EVENT_TYPES, HeartbeatObserved, StatusObserved, WatchStarted
 from flashfsm.fsm.job import replay
 from tests.store_support import PG_ENV, make_backend, make_events, postgres_dsn, run_cleanups
 from tests.test_events import any_event, minimal
@@ -354,6 +354,24 @@ def test_settling_swaps_every_light_event_a_state_holds_for_its_model() -> None:
     settle_fields(state)
     assert (state.status, state.last_heartbeat) == (status, beat)
     assert type(state.status) is StatusObserved and type(state.last_heartbeat) is HeartbeatObserved
+
+
+@pytest.mark.parametrize("as_iterator", [False, True])
+def test_a_chunk_with_a_kind_that_has_no_light_class_decodes_every_line_in_order(
+    as_iterator: bool,
+) -> None:
+    first = StatusObserved(stream=STREAM, seq=0, id="s0", at=1.0, status="IN_QUEUE")
+    watch = WatchStarted(stream=STREAM, seq=1, id="w", at=1.5, watcher="t")
+    after = [
+        StatusObserved(stream=STREAM, seq=n, id=f"s{n}", at=float(n), status="IN_PROGRESS")
+        for n in range(2, 6)
+    ]
+    lines = [encode(e) for e in (first, watch, *after)]
+    assert "WatchStarted" not in LIGHT_TYPES  # (so the chunk leaves the one-map path)
+    with light_reads():
+        events, error = decode_prefix(iter(lines) if as_iterator else lines, light=True)
+    assert error is None and [e.seq for e in events] == list(range(6))
+    assert [model_of(e) if is_light(e) else e for e in events] == [first, watch, *after]
 
 
 @pytest.mark.parametrize(

@@ -142,6 +142,8 @@ def decode_prefix(
     """
     fast = light_decode if light else None
     if fast is not None:
+        if not isinstance(lines, Sequence):  # (the loop below starts again from the first)
+            lines = list(lines)
         with gc_paused():  # (the usual case, every line light, without a loop of our own)
             try:
                 return list(map(fast, lines)), None
