@@ -47,7 +47,7 @@ from flashfsm.events.models import StatusObserved, WatchStarted
 from flashfsm.events.store import HANDOFF, FencedStore, append_many
 from flashfsm.fleet import Fleet
 from flashfsm.fsm.job import JobState, evolve
-from flashfsm.fsm.snapshot import FOLD_VERSION, encode_snapshot
+from flashfsm.fsm.snapshot import DEFAULT_SNAPSHOT_EVERY, FOLD_VERSION, encode_snapshot
 from flashfsm.ids import new_id
 from flashfsm.writer import (
     JOB,
@@ -62,7 +62,7 @@ from flashfsm.writer import (
 EVENTS = 1_000
 INTERVALS = (500, 100)
 #: The snapshot intervals a replica's restart, and the write loop, are measured at.
-RESTART_EVERY = (500, 50)
+RESTART_EVERY = (DEFAULT_SNAPSHOT_EVERY, 50)
 WRITE_EVERY = (500, 100, 50)
 GOAL_S, GOAL_RATIO, GOAL_CPU = 5.0, 20.0, 0.05
 # The job fold without snapshots (still on the light fast path: the baseline is the best

@@ -293,9 +293,9 @@ def test_jsonl_keeps_no_snapshots(tmp_path: Path) -> None:
     store.close()
 
 
-def test_stores_snapshot_every_500_events_by_default_except_memory(tmp_path: Path) -> None:
+def test_stores_snapshot_every_100_events_by_default_except_memory(tmp_path: Path) -> None:
     with SqliteStore(tmp_path / "e.db") as sqlite_store:
-        assert snapshot_interval(sqlite_store) == 500
+        assert snapshot_interval(sqlite_store) == 100
     assert snapshot_interval(MemoryStore()) is None
     assert snapshot_interval(MemoryStore(snapshot_every=7)) == 7
     with SqliteStore(tmp_path / "f.db", snapshot_every=None) as off:

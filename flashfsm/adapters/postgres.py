@@ -46,7 +46,7 @@ renew its leases for a lease's time after the freeze.
 Snapshots (`save_snapshot`, `load_snapshot`) live in a second table, `<table>_snapshots`
 (`stream` primary key, `seq`, `version`, `body` BYTEA), created with the events table by a
 writer open; a read-only open never creates it and reads no snapshot when it is missing.
-`snapshot_every` (default 500) is how many events a watch lets pass between two snapshots.
+`snapshot_every` (default 100) is how many events a watch lets pass between two snapshots.
 
 One store object per process: a connection pool does not survive a fork.
 

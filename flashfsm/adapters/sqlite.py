@@ -45,7 +45,7 @@ holding the latest folded state of a job stream (`flashfsm.fsm.snapshot`, which 
 body's own checksum). It is a cache beside the log, so it changes no schema version (an
 older library opens the file and ignores the table): a writer open creates it when it is
 missing; a read-only open never does, and reads no snapshot from a file without it.
-`snapshot_every` (default 500) is how many events a watch lets pass between two snapshots.
+`snapshot_every` (default 100) is how many events a watch lets pass between two snapshots.
 
 A fleet (`flashfsm.fleet`, `LeaseStore`): `open_streams` indexes the open streams (one
 row per stream a `JobSubmitted` or `RunStarted` opened and no verdict closed), kept by the
