@@ -9,6 +9,10 @@ written to a JSONL store and a SQLite store, and each figure is the median of se
   floor is its own: the stream's rows read with `sqlite3` and each body `orjson.loads`-ed;
 - fast path: `replay_job(store, stream)` — checksummed lines of the current version decoded
   into light events (`flashfsm.events.light`), folded by `evolve`, the state settled;
+- read + CRC + msgspec + fold alone: the file read, each line's CRC-32 computed and its
+  body decoded by msgspec, the events folded by `evolve`, and nothing else (no seal parsing,
+  no seq or stream check, no settling): the least any fast path that verifies checksums and
+  folds can cost, so its ratio to the floor bounds the fast path's from below;
 - validating path: `replay(iter_events(store, stream))` — every line or row decoded and
   validated in full by pydantic, folded by `evolve` (what a strict read still does);
 - trigger per event (baseline): the same decoding, then a fold that fires a `transitions`
@@ -29,6 +33,7 @@ import json
 import sqlite3
 import tempfile
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +41,12 @@ from common import Row, Section, fill, fmt, median, print_section, times, traini
 
 from flashfsm.adapters.jsonl import JsonlStore
 from flashfsm.adapters.sqlite import SqliteStore
-from flashfsm.events.codec import decode_sealed_prefix
+from flashfsm.events.codec import decode, decode_sealed_prefix
+from flashfsm.events.light import NOT_LIGHT, light_decode
 from flashfsm.events.store import iter_events
-from flashfsm.fsm.job import replay
+from flashfsm.fsm.job import evolve, replay
 from flashfsm.fsm.machine import MACHINE
+from flashfsm.fsm.state import JobState
 from flashfsm.writer import replay_job
 
 STREAM = "job-bench"
@@ -47,9 +54,17 @@ GOAL_US = 2.0
 GOAL_FLOOR_X = 8.0
 GOAL_FAST_FLOOR_X = 2.0
 GOAL_ES_X = 15.0
+SEAL_LEN = len(b',"_c":"00000000"}')  # a sealed line's checksum member
 
 
 _AGGREGATE: list[type] = []
+
+
+def _light_or_model(body: bytes) -> Any:
+    try:
+        return light_decode(body)
+    except NOT_LIGHT:
+        return decode(body)
 
 
 def _aggregate_class() -> type:
@@ -207,10 +222,22 @@ def measure(n: int, rounds: int, *, baseline_rounds: int) -> Section:
         def fast_sqlite() -> None:
             states.append(replay_job(sqlite, STREAM))
 
+        def fast_floor() -> None:
+            # The least any fast path does: read, one CRC-32 and one msgspec decode per line,
+            # the fold; no seal parsing, no seq or stream check, no settling.
+            lines = raw_read()[:-1]
+            bodies = [line[:-SEAL_LEN] + b"}" for line in lines]
+            list(map(zlib.crc32, bodies))
+            state = JobState()
+            for event in map(_light_or_model, bodies):
+                evolve(state, event)
+            assert state.next_seq == n
+
         figures["jsonl"] = median(times(replay_jsonl, rounds))
         figures["sqlite"] = median(times(replay_sqlite, rounds))
         figures["jsonl_fast"] = median(times(fast_jsonl, rounds))
         figures["sqlite_fast"] = median(times(fast_sqlite, rounds))
+        figures["fast_floor"] = median(times(fast_floor, rounds))
         assert all(s.next_seq == n and s == states[0] for s in states)
         states.clear()
 
@@ -268,6 +295,13 @@ def measure(n: int, rounds: int, *, baseline_rounds: int) -> Section:
         + (
             f"; SQLite rows + orjson.loads {fmt(us('sqlite_orjson'))}"
             if "sqlite_orjson" in figures
+            else ""
+        )
+        + f"; read + CRC + msgspec + fold alone {fmt(us('fast_floor'))}"
+        + (
+            f" ({fmt(us('fast_floor') / us('orjson'))}× the orjson floor: no fast path can go "
+            "below it)"
+            if "orjson" in figures
             else ""
         )
         + f"; replay JSONL fast {fmt(us('jsonl_fast'))}, validating {fmt(us('jsonl'))}; SQLite "
