@@ -716,6 +716,35 @@ def test_store_urls_name_their_backends(tmp_path, monkeypatch):
         open_store("mysql://x")
 
 
+def test_a_store_url_sets_the_snapshot_interval_and_refuses_a_bad_one(tmp_path):
+    every = open_store(f"sqlite://{tmp_path}/a.db?snapshot_every=25")
+    off = open_store(f"sqlite://{tmp_path}/b.db?snapshot_every=none")
+    default = open_store(f"sqlite://{tmp_path}/c.db")
+    assert (every.snapshot_every, off.snapshot_every, default.snapshot_every) == (25, None, 100)
+    for store in (every, off, default):
+        store.close()
+    for bad in ("0", "-5", "2.5", "often", ""):
+        with pytest.raises(ValueError, match="snapshot_every"):
+            open_store(f"sqlite://{tmp_path}/d.db?snapshot_every={bad}")
+    assert not (tmp_path / "d.db").exists()  # refused before anything is created
+    with pytest.raises(ValueError, match="snapshot_every must be at least 1"):
+        SqliteStore(tmp_path / "e.db", snapshot_every=0)
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(postgres_dsn() is None, reason=NO_POSTGRES)
+def test_a_postgres_url_sets_the_store_s_own_options(tmp_path, cleanups):
+    backend = make_backend("postgres", tmp_path, cleanups)
+    store = open_store(f"{backend.url}&snapshot_every=none&idle_in_transaction_s=2.5&pool_size=2")
+    backend.opened.append(store)
+    assert (store.snapshot_every, store.idle_in_transaction_s) == (None, 2.5)
+    with store._pool.connection() as conn:  # the server ends idle transactions at 2.5 s
+        assert conn.execute("SHOW idle_in_transaction_session_timeout").fetchone() == ("2500ms",)
+    for bad in ("idle_in_transaction_s=0", "idle_in_transaction_s=inf", "pool_size=many"):
+        with pytest.raises(ValueError, match=bad.split("=")[0]):
+            open_store(f"{backend.url}&{bad}")
+
+
 @pytest.mark.postgres
 @pytest.mark.skipif(postgres_dsn() is None, reason=NO_POSTGRES)
 def test_postgres_urls_open_a_postgres_store(tmp_path, cleanups):

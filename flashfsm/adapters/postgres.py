@@ -134,6 +134,8 @@ class PostgresStore:
         self.read_only = read_only
         self.strict = strict
         #: Events between two snapshots of a watched job stream (None: never written).
+        if snapshot_every is not None and snapshot_every < 1:
+            raise ValueError(f"snapshot_every must be at least 1 (or None), not {snapshot_every}")
         self.snapshot_every = snapshot_every
         if idle_in_transaction_s <= 0:
             raise ValueError("idle_in_transaction_s must be positive")

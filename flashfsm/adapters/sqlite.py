@@ -257,6 +257,8 @@ class SqliteStore:
         self.path = Path(path).expanduser().absolute()
         self.strict = strict
         #: Events between two snapshots of a watched job stream (None: never written).
+        if snapshot_every is not None and snapshot_every < 1:
+            raise ValueError(f"snapshot_every must be at least 1 (or None), not {snapshot_every}")
         self.snapshot_every = snapshot_every
         self._checksum_column = "checksum"  # "NULL" for a version-1 file opened read-only
         self.durable = durable

@@ -9,12 +9,14 @@ Store URLs (`open_store`):
   slashes after the colon: `sqlite:events.db`, `sqlite:./logs/events.db` (relative to the
   working directory), `sqlite:~/flashfsm/events.db` (relative to the home directory).
   Query parameters: `durable=false` (see `SqliteStore`), `busy_timeout_s=30`,
-  `strict=true` (every event read must carry a checksum; see below).
+  `strict=true` (every event read must carry a checksum; see below), `snapshot_every=100`
+  (events between two snapshots of a watched job; `none` writes none).
 - `jsonl:///abs/dir`, `jsonl:relative/dir`, `jsonl:~/dir` – a directory of JSONL files,
   one per stream. Query parameters: `fsync=false` (see `JsonlStore`), `strict=true`.
 - `postgresql://user@host:5432/db` or `postgres://…` – a PostgreSQL database (needs the
-  `postgres` extra). Query parameters `table=`, `pool_size=` and `strict=` are the store's
-  own; every other one goes to libpq (`sslmode=require`, `connect_timeout=5`, …).
+  `postgres` extra). Query parameters `table=`, `pool_size=`, `strict=`, `snapshot_every=`
+  and `idle_in_transaction_s=` are the store's own (see `PostgresStore`); every other one
+  goes to libpq (`sslmode=require`, `connect_timeout=5`, …).
 
 Every durable store keeps a CRC-32 of each event's bytes and verifies it on every read
 (a mismatch is `CorruptLogError`); events written before checksums read unchecked, unless
@@ -36,6 +38,7 @@ destination stores each event with a fresh checksum of the same bytes.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -67,6 +70,29 @@ def _flag(url: str, params: dict[str, str], name: str, default: bool) -> bool:
     raise ValueError(f"{display_url(url)!r}: {name}={value!r} is not a boolean")
 
 
+def _number(url: str, params: dict[str, str], name: str, kind: Callable[[str], Any]) -> Any:
+    """Pop `name` as a positive `kind` (int or float); None when it is absent."""
+    value = params.pop(name, None)
+    if value is None:
+        return None
+    try:
+        number = kind(value)
+    except ValueError:
+        number = None
+    if number is None or not 0 < number < math.inf:
+        raise ValueError(f"{display_url(url)!r}: {name}={value!r} is not a positive number")
+    return number
+
+
+def _snapshots(url: str, params: dict[str, str]) -> dict[str, Any]:
+    """The store keyword for `snapshot_every=N` (or `none`), when the URL gives one."""
+    if params.get("snapshot_every", "").lower() in ("none", "off"):
+        params.pop("snapshot_every")
+        return {"snapshot_every": None}
+    every = _number(url, params, "snapshot_every", int)
+    return {} if every is None else {"snapshot_every": every}
+
+
 def _no_more(url: str, params: dict[str, str]) -> None:
     if params:
         raise ValueError(f"{display_url(url)!r}: unknown parameter(s) {', '.join(sorted(params))}")
@@ -85,9 +111,15 @@ def _sqlite(url: str, read_only: bool) -> EventStore:
     durable = _flag(url, params, "durable", True)
     busy = float(params.pop("busy_timeout_s", 30.0))
     strict = _flag(url, params, "strict", False)
+    snapshots = _snapshots(url, params)
     _no_more(url, params)
     return SqliteStore(
-        url_path(url), durable=durable, busy_timeout_s=busy, read_only=read_only, strict=strict
+        url_path(url),
+        durable=durable,
+        busy_timeout_s=busy,
+        read_only=read_only,
+        strict=strict,
+        **snapshots,
     )
 
 
@@ -111,16 +143,19 @@ def _postgres(url: str, read_only: bool) -> EventStore:
 
     parts = urlsplit(url)
     params = parse_qsl(parts.query, keep_blank_values=True)
-    own = {k: v for k, v in params if k in {"table", "pool_size", "strict"}}
+    names = {"table", "pool_size", "strict", "snapshot_every", "idle_in_transaction_s"}
+    own = {k: v for k, v in params if k in names}
     rest = [(k, v) for k, v in params if k not in own]
     dsn = urlunsplit(parts._replace(query=urlencode(rest)))
-    kwargs: dict[str, Any] = {"read_only": read_only}
+    kwargs: dict[str, Any] = {"read_only": read_only, **_snapshots(url, own)}
     if "table" in own:
         kwargs["table"] = own["table"]
     if "pool_size" in own:
-        kwargs["pool_size"] = int(own["pool_size"])
+        kwargs["pool_size"] = _number(url, own, "pool_size", int)
     if "strict" in own:
         kwargs["strict"] = _flag(url, {"strict": own["strict"]}, "strict", False)
+    if "idle_in_transaction_s" in own:
+        kwargs["idle_in_transaction_s"] = _number(url, own, "idle_in_transaction_s", float)
     return PostgresStore(dsn, **kwargs)
 
 
