@@ -264,6 +264,35 @@ def test_a_snapshot_commit_leaves_a_durable_sqlite_store_durable(tmp_path: Path)
     assert SqliteStore(tmp_path / "events.db").load_snapshot("job-a") == (1, 1, b"one")
 
 
+def test_a_connection_that_cannot_be_made_durable_again_leaves_the_pool(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    import flashfsm.adapters.sqlite as sqlite_module
+
+    broken = {"on": False}
+
+    class Flaky(sqlite3.Connection):
+        def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+            if broken["on"] and sql == "PRAGMA synchronous = FULL":
+                raise sqlite3.OperationalError("simulated")
+            return super().execute(sql, *args)
+
+    real = sqlite3.connect
+    monkeypatch.setattr(
+        sqlite_module.sqlite3, "connect", lambda *a, **k: real(*a, factory=Flaky, **k)
+    )
+    store = SqliteStore(tmp_path / "events.db")
+    broken["on"] = True
+    with pytest.raises(sqlite3.OperationalError):
+        store.save_snapshots([("job-a", 1, 1, b"one")])
+    broken["on"] = False
+    assert store.load_snapshot("job-a") == (1, 1, b"one")  # (committed before it failed)
+    with store._connection() as conn:  # whatever the pool lends now syncs every commit
+        assert conn.execute("PRAGMA synchronous").fetchone() == (2,)
+    assert all(c.execute("PRAGMA synchronous").fetchone() == (2,) for c in store._all)
+    store.close()
+
+
 def test_a_store_without_batches_gets_its_snapshots_one_by_one() -> None:
     from flashfsm.writer import save_snapshots
 

@@ -325,8 +325,16 @@ class SqliteStore:
                     if conn in self._all:
                         self._all.remove(conn)
                     conn.close()
-                else:
+                elif conn in self._all:  # (not dropped while it was out)
                     self._idle.append(conn)
+
+    def _drop(self, conn: sqlite3.Connection) -> None:
+        """Close a borrowed connection that must not go back to the pool."""
+        with self._lock:
+            if conn in self._all:
+                self._all.remove(conn)
+        with contextlib.suppress(sqlite3.Error):
+            conn.close()
 
     def _setup(self) -> None:
         with self._connection() as conn:
@@ -821,7 +829,11 @@ class SqliteStore:
                 raise
             finally:
                 if self.durable:
-                    conn.execute("PRAGMA synchronous = FULL")
+                    try:
+                        conn.execute("PRAGMA synchronous = FULL")
+                    except sqlite3.Error:  # never lend out a connection that skips fsyncs
+                        self._drop(conn)
+                        raise
 
     def load_snapshot(self, stream: str) -> tuple[int, int, bytes] | None:
         """The snapshot kept for `stream`: `(seq, version, body)`, or None (also from a
