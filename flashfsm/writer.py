@@ -364,8 +364,17 @@ def save_snapshots(store: EventStore, requests: Sequence[SaveSnapshot[Any]]) -> 
             else:
                 save(*batch[0])
         except Exception as exc:
-            for stream, seq, _version, _body in batch:
-                _unsaved(stream, seq, exc)
+            if len(batch) == 1:
+                _unsaved(batch[0][0], batch[0][1], exc)
+            else:  # (one line for the batch, not one per stream: a full disk says it once)
+                names = ", ".join(row[0] for row in batch[:3]) + (", …" if len(batch) > 3 else "")
+                logger.warning(
+                    "%d snapshots (streams %s) not written (%s: %s)",
+                    len(batch),
+                    names,
+                    type(exc).__name__,
+                    exc,
+                )
         else:
             written += len(batch)
     return written

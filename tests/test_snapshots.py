@@ -293,6 +293,24 @@ def test_a_connection_that_cannot_be_made_durable_again_leaves_the_pool(
     store.close()
 
 
+def test_a_batch_that_cannot_be_written_is_one_warning(caplog: Any) -> None:
+    from flashfsm.writer import save_snapshots
+
+    class Full(MemoryStore):
+        def save_snapshots(self, snapshots: Any) -> None:
+            raise OSError(28, "No space left on device")
+
+    _, log, _ = run_poll_job(next_script())
+    state = replay(log)
+    requests = [
+        SaveSnapshot(f"job-{n}", state.next_seq - 1, state, JOB_SNAPSHOTS) for n in range(50)
+    ]
+    with caplog.at_level(logging.WARNING, logger="flashfsm"):
+        assert save_snapshots(Full(), requests) == 0
+    [record] = [r for r in caplog.records if "not written" in r.getMessage()]
+    assert "50 snapshots (streams job-0, job-1, job-2, …)" in record.getMessage()
+
+
 def test_a_store_without_batches_gets_its_snapshots_one_by_one() -> None:
     from flashfsm.writer import save_snapshots
 
