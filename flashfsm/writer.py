@@ -351,39 +351,35 @@ def save_snapshots(store: EventStore, requests: Sequence[SaveSnapshot[Any]]) -> 
         try:
             body = request.codec.encode(request.state, request.stream)
         except Exception as exc:
-            _unsaved(request.stream, request.seq, exc)
+            _unsaved([(request.stream, request.seq)], exc)
         else:
             rows.append((request.stream, request.seq, request.codec.version, body))
     save_many = getattr(store, "save_snapshots", None)
-    batches = [rows] if save_many is not None else [[row] for row in rows]
+    if save_many is None:  # (one at a time: one that fails leaves the others written)
+        batches, write = [[row] for row in rows], lambda batch: save(*batch[0])
+    else:
+        batches, write = [rows], save_many
     written = 0
     for batch in batches:
         try:
-            if save_many is not None:
-                save_many(batch)
-            else:
-                save(*batch[0])
+            write(batch)
         except Exception as exc:
-            if len(batch) == 1:
-                _unsaved(batch[0][0], batch[0][1], exc)
-            else:  # (one line for the batch, not one per stream: a full disk says it once)
-                names = ", ".join(row[0] for row in batch[:3]) + (", …" if len(batch) > 3 else "")
-                logger.warning(
-                    "%d snapshots (streams %s) not written (%s: %s)",
-                    len(batch),
-                    names,
-                    type(exc).__name__,
-                    exc,
-                )
+            _unsaved([(row[0], row[1]) for row in batch], exc)
         else:
             written += len(batch)
     return written
 
 
-def _unsaved(stream: str, seq: int, exc: Exception) -> None:
-    logger.warning(
-        "stream %s: snapshot at seq %d not written (%s: %s)", stream, seq, type(exc).__name__, exc
-    )
+def _unsaved(snapshots: Sequence[tuple[str, int]], exc: Exception) -> None:
+    """Warn that `(stream, seq)` snapshots were not written: one line, however many."""
+    kind = type(exc).__name__
+    if len(snapshots) == 1:
+        [(stream, seq)] = snapshots
+        logger.warning("stream %s: snapshot at seq %d not written (%s: %s)", stream, seq, kind, exc)
+        return
+    names = ", ".join(stream for stream, _ in snapshots[:3]) + (", …" if len(snapshots) > 3 else "")
+    count = len(snapshots)
+    logger.warning("%d snapshots (streams %s) not written (%s: %s)", count, names, kind, exc)
 
 
 # --- driving a sans-IO generator ------------------------------------------------------------

@@ -90,7 +90,7 @@ from flashfsm.events.errors import (
 from flashfsm.events.light import light_mode
 from flashfsm.events.models import Event
 from flashfsm.events.store import HANDOFF, Census, Lease, OpenStream, check_batch, index_change
-from flashfsm.fsm.snapshot import DEFAULT_SNAPSHOT_EVERY
+from flashfsm.fsm.snapshot import DEFAULT_SNAPSHOT_EVERY, checked_interval
 
 logger = logging.getLogger(__name__)
 
@@ -134,9 +134,7 @@ class PostgresStore:
         self.read_only = read_only
         self.strict = strict
         #: Events between two snapshots of a watched job stream (None: never written).
-        if snapshot_every is not None and snapshot_every < 1:
-            raise ValueError(f"snapshot_every must be at least 1 (or None), not {snapshot_every}")
-        self.snapshot_every = snapshot_every
+        self.snapshot_every = checked_interval(snapshot_every)
         if idle_in_transaction_s <= 0:
             raise ValueError("idle_in_transaction_s must be positive")
         #: How long a pooled connection may sit idle inside a transaction (see above).

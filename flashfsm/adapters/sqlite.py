@@ -111,7 +111,7 @@ from flashfsm.events.store import (
     follow_by_polling,
     index_change,
 )
-from flashfsm.fsm.snapshot import DEFAULT_SNAPSHOT_EVERY
+from flashfsm.fsm.snapshot import DEFAULT_SNAPSHOT_EVERY, checked_interval
 
 SCHEMA_VERSION = 2
 
@@ -257,9 +257,7 @@ class SqliteStore:
         self.path = Path(path).expanduser().absolute()
         self.strict = strict
         #: Events between two snapshots of a watched job stream (None: never written).
-        if snapshot_every is not None and snapshot_every < 1:
-            raise ValueError(f"snapshot_every must be at least 1 (or None), not {snapshot_every}")
-        self.snapshot_every = snapshot_every
+        self.snapshot_every = checked_interval(snapshot_every)
         self._checksum_column = "checksum"  # "NULL" for a version-1 file opened read-only
         self.durable = durable
         self.busy_timeout_s = busy_timeout_s

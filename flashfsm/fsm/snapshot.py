@@ -54,6 +54,14 @@ FOLD_VERSION = 1
 #: (`bench/snapshots.py`: writing them costs a write loop about 3.5 % of its CPU.)
 DEFAULT_SNAPSHOT_EVERY = 100
 
+
+def checked_interval(every: int | None) -> int | None:
+    """A store's `snapshot_every`, refused (`ValueError`) unless None or at least 1."""
+    if every is not None and every < 1:
+        raise ValueError(f"snapshot_every must be at least 1 (or None), not {every}")
+    return every
+
+
 _FIELDS = tuple(f.name for f in fields(JobState))
 _PLAIN = frozenset({type(None), bool, int, float, str})
 
