@@ -558,6 +558,15 @@ def test_a_non_finite_at_is_rejected(bad: float) -> None:
     assert "at" in str(info.value)
 
 
+@pytest.mark.parametrize(
+    "name", [name for name, info in GracePolicy.model_fields.items() if info.annotation is not int]
+)
+def test_a_policy_refuses_a_nan_in_every_number_field(name: str) -> None:
+    with pytest.raises(ValidationError):
+        GracePolicy(**{name: math.nan})
+    GracePolicy(**{name: 5.0})  # (a number is taken: the NaN is what is refused)
+
+
 def test_redact_then_cap_keeps_the_head_or_the_tail() -> None:
     assert redact_then_cap("abcdef", 10) == "abcdef"
     assert redact_then_cap("abcdef", 3) == "abc"

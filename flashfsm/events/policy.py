@@ -51,8 +51,8 @@ class GracePolicy(BaseModel):
 
     @model_validator(mode="after")
     def _finite(self) -> GracePolicy:
-        for name, value in self:
-            if isinstance(value, float) and value != value:  # NaN compares unequal to itself
+        for name, value in self.__dict__.items():  # (its fields: no extras are allowed)
+            if value != value:  # NaN compares unequal to itself
                 raise ValueError(f"{name} must be a number, not NaN")
         return self
 

@@ -63,6 +63,7 @@ def checked_interval(every: int | None) -> int | None:
 
 
 _FIELDS = tuple(f.name for f in fields(JobState))
+_FIELD_SET = frozenset(_FIELDS)
 _PLAIN = frozenset({type(None), bool, int, float, str})
 
 
@@ -110,27 +111,30 @@ def _unvalue(raw: Any, seen: dict[str, Any]) -> Any:
     """The value `raw` encodes. `seen` holds the events and policies already decoded
     from this body, by their JSON: a state keeps the same event in two fields (its first
     watch and its watch) and its submission's policy again, each decoded once."""
-    if raw is None or isinstance(raw, (bool, int, float, str)):
+    if type(raw) in _PLAIN:
         return raw
-    if isinstance(raw, dict) and len(raw) == 1:
+    if type(raw) is dict and len(raw) == 1:
         [(tag, inner)] = raw.items()
-        if tag == "e" and isinstance(inner, str):
+        if tag == "e" and type(inner) is str:
             event = seen.get(inner)
             if event is None:
                 event = seen[inner] = decode(inner)
-                if isinstance(event, JobSubmitted):
-                    seen["p" + repr(event.policy.model_dump())] = event.policy
+                if type(event) is JobSubmitted:  # (its policy, keyed as a "p" value is)
+                    seen["p" + repr(_decode_json(inner).get("policy"))] = event.policy
             return event
-        if tag == "p" and isinstance(inner, dict):
+        if tag == "p" and type(inner) is dict:
             key = "p" + repr(inner)  # (an event's key is its JSON: never starts with p)
             policy = seen.get(key)
             if policy is None:
                 policy = seen[key] = GracePolicy.model_validate(inner)
             return policy
-        if tag == "t" and isinstance(inner, list):
-            return tuple(_unvalue(item, seen) for item in inner)
-        if tag == "d" and isinstance(inner, dict):
-            return {key: _unvalue(item, seen) for key, item in inner.items()}
+        if tag == "t" and type(inner) is list:
+            return tuple([item if type(item) in _PLAIN else _unvalue(item, seen) for item in inner])
+        if tag == "d" and type(inner) is dict:
+            return {
+                key: item if type(item) in _PLAIN else _unvalue(item, seen)
+                for key, item in inner.items()
+            }
     raise SnapshotError(f"not a snapshot value: {str(raw)[:80]!r}")
 
 
@@ -168,15 +172,14 @@ def decode_snapshot(body: bytes, stream: str, seq: int, version: int) -> JobStat
     if head != ("job", version, stream, seq):
         raise SnapshotError(f"the body says {head!r}, not ('job', {version}, {stream!r}, {seq})")
     values = raw.get("state")
-    if not isinstance(values, dict) or set(values) != set(_FIELDS):
+    if not isinstance(values, dict) or values.keys() != _FIELD_SET:
         raise SnapshotError("the body's fields are not JobState's")
     state = JobState()
     seen: dict[str, Any] = {}
     try:
-        for name in _FIELDS:
-            raw = values[name]
+        for name, value in values.items():
             # (most fields are plain scalars: set as they are, without a call)
-            setattr(state, name, raw if type(raw) in _PLAIN else _unvalue(raw, seen))
+            setattr(state, name, value if type(value) in _PLAIN else _unvalue(value, seen))
     except SnapshotError:
         raise
     except ValueError as exc:  # an event or a policy that does not validate
