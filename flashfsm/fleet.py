@@ -30,7 +30,8 @@ Every `tick_s`, and the moment another replica's lease is due to expire, the loo
    or expired streams up to its share — at most `claim_batch` per tick, so a replica that
    starts first does not take everything in its first breath — and then any stream whose
    lease expired (its owner died) beyond its share: a dead replica is still counted live
-   until its heartbeat expires too, and its streams must not wait for that;
+   until its heartbeat expires too, and its streams must not wait for that (those whose
+   lease had lapsed before the replica started, it claims as it starts, not a tick later);
 4. **watches** each newly claimed stream: a job in the replica's `Supervisor` (one HTTP
    client, group commit, rate limits), a run in a worker thread (`supervise_run`, with
    the adapters `run_adapters` makes). Both reattach by replay (from the stream's latest
@@ -331,6 +332,9 @@ class Fleet:
             except Exception as exc:  # the database is unreachable: any driver's error
                 self._renew_failed(exc)
             self._start_keeper()
+            # Streams whose owner died before this replica started are taken at once: a
+            # replica restarted after its leases lapsed polls again without waiting a tick.
+            await self._claim_expired()
             await self._pause(expiry=False)  # (first breath: the next census counts the peers)
             while not self._stopping.is_set() and not (until is not None and until()):
                 await self._tick()
@@ -477,9 +481,12 @@ class Fleet:
             await self._shed(len(self._held) - share)
         room = min(share - len(self._held), self.claim_batch)
         await self._claim(room)
-        # Streams whose owner died (their lease expired) are taken beyond the fair share:
-        # a dead replica still counts among the live ones until its heartbeat expires too,
-        # and its streams must not wait for that; balancing sheds the excess later.
+        await self._claim_expired()
+
+    async def _claim_expired(self) -> None:
+        """Claim streams whose owner died (their lease expired) beyond the fair share: a
+        dead replica still counts among the live ones until its heartbeat expires too, and
+        its streams must not wait for that; balancing sheds the excess later."""
         cap = math.inf if self.max_streams is None else self.max_streams
         await self._claim(int(min(cap - len(self._held), self.claim_batch)), expired_only=True)
 

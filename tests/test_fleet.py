@@ -487,6 +487,20 @@ def test_a_dead_replicas_stream_is_claimed_as_its_lease_lapses_not_a_tick_later(
     assert 6.9 <= took < 9.0, took
 
 
+def test_a_replica_starting_after_a_dead_replicas_lease_lapsed_claims_it_before_a_tick(
+    tmp_path: Path,
+):
+    def dead_long_ago(fleet: Fleet, store, stream):
+        [dead] = store.claim("dead", 0.05, 1)  # a replica that died holding the job...
+        assert dead.stream == stream
+        time.sleep(0.2)  # ...and whose lease lapsed before this replica started
+        return _held(fleet)
+
+    # ticks every 5 s: the first census after the one at start comes 5 s in
+    _, took = _replica_on_a_queued_job(tmp_path, dead_long_ago, lease_s=30, tick_s=5.0)
+    assert took < 2.0, took
+
+
 # --- the commands ---------------------------------------------------------------------------
 
 
