@@ -29,7 +29,14 @@ from flashfsm.events.errors import (
 from flashfsm.events.store import append_many, first_misplaced, iter_events
 from flashfsm.fsm.job import replay
 from flashfsm.ids import _ALPHABET, new_id
-from tests.store_support import make_event, make_events
+from tests.store_support import (
+    PG_ENV,
+    make_backend,
+    make_event,
+    make_events,
+    postgres_dsn,
+    run_cleanups,
+)
 
 MANY = 2 * CHUNK + 7  # more than two chunks, not a multiple of one
 
@@ -127,12 +134,27 @@ def test_a_jsonl_index_primed_by_a_read_still_refuses_stale_seqs_and_known_ids(t
     assert [e.seq for e in writer.read("job-1")] == list(range(7))
 
 
-def test_sqlite_group_commit_matches_appending_the_batches_one_by_one(tmp_path):
-    store = SqliteStore(tmp_path / "events.db", durable=False)
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_group_commit_matches_appending_the_batches_one_by_one(tmp_path, kind):
+    if kind == "postgres" and postgres_dsn() is None:
+        pytest.skip(f"{PG_ENV} not set")
+    cleanups: list = []
+    try:
+        _group_commit_matches_one_by_one(make_backend(kind, tmp_path, cleanups).open())
+    finally:
+        run_cleanups(cleanups)
+
+
+def _group_commit_matches_one_by_one(store) -> None:
     store.append("b", make_events("b", 0, 1), 0)
     taken = make_event("z", 0)
     store.append("z", [taken], 0)
     a = make_events("a", 0, 4)
+
+    def one_by_one(*args):
+        raise AssertionError("a group without a clash took the batch-by-batch path")
+
+    store._append_in = one_by_one  # (the group's fast path decides every batch itself)
     outcomes = append_many(
         store,
         [
@@ -150,6 +172,7 @@ def test_sqlite_group_commit_matches_appending_the_batches_one_by_one(tmp_path):
     assert isinstance(outcomes[5], ConcurrencyError)
     assert store.read("a") == a
     assert [len(store.read(s)) for s in "bcd"] == [1, 0, 2]
+    del store._append_in
     # A batch whose id is already stored fails alone; the others of its group land.
     clash = taken.model_copy(update={"stream": "e", "seq": 0})
     outcomes = append_many(

@@ -118,8 +118,28 @@ def test_an_expired_lease_is_taken_by_another_replica_and_the_old_token_is_fence
     assert leases.renew("r2", [new], 30) == [new]
 
 
+def test_a_group_commit_keeps_the_index_as_appending_its_batches_one_by_one_does(leases):
+    hand_off(leases, "job-done")
+    handed = FencedStore(leases, lambda _stream: HANDOFF)
+    outcomes = handed.append_many(
+        [
+            ("job-new", [submitted("job-new")], 0),
+            ("job-done", [concluded("job-done", 1)], 1),
+            ("job-late", [submitted("job-late", seq=3)], 3),  # refused: nothing to index
+        ]
+    )
+    assert outcomes[:2] == [None, None] and isinstance(outcomes[2], ConcurrencyError)
+    rows = {o.stream: o for o in leases.open_streams()}
+    assert list(rows) == ["job-new"] and rows["job-new"].handoff and rows["job-new"].kind == "job"
+    outcomes = handed.append_many(  # one stream opened, then closed, by one group
+        [("job-twice", [submitted("job-twice")], 0), ("job-twice", [concluded("job-twice", 1)], 1)]
+    )
+    assert outcomes == [None, None]
+    assert [o.stream for o in leases.open_streams()] == ["job-new"]
+
+
 def test_a_group_commit_refuses_only_the_stale_batch(leases):
-    # (SQLite writes the group in one transaction; Postgres batch by batch: one contract)
+    # (Each store checks the whole group's fences, then writes its good batches: one contract)
     for stream in ("job-a", "job-b"):
         hand_off(leases, stream)
     a, b = sorted(leases.claim("r1", 30, 10), key=lambda lease: lease.stream)
