@@ -23,9 +23,13 @@ only every `fallback_s` (default 5 s) in case a notification was lost, and polls
 `poll_s` while its connection is being re-established. Commits are as durable as the
 server's `synchronous_commit` makes them (on by default: fsynced WAL).
 
-A group commit (`append_many`, what the supervisor's committer calls) is one transaction:
-each batch in a savepoint of its own (a stale one fails alone), the batches in stream order
-so two groups' advisory locks never wait on each other in a cycle.
+A group commit (`append_many`, what the supervisor's committer calls) is one transaction
+of a few statements for the whole group: its streams' advisory locks (in stream order, so
+two groups never wait on each other in a cycle), one query for every stream's next seq,
+the fences read with their rows locked `FOR SHARE`, each batch checked against them as the
+batches before it leave them (a stale one fails alone), then one insert. Only when that
+insert clashes (a duplicate id), or two batches would change one stream's index, does it
+go batch by batch, each in a savepoint of its own, so the clash fails its batch alone.
 
 A fleet (`flashfsm.fleet`, `LeaseStore`): `<table>_open` indexes the open streams (one row
 per stream that a `JobSubmitted` or `RunStarted` opened and no verdict closed yet), kept
@@ -78,18 +82,24 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from flashfsm.adapters.urls import hide_url_secrets
 from flashfsm.errors import StoreNotFound
-from flashfsm.events.codec import decode_many, encode, strict_mode
+from flashfsm.events.codec import encode, strict_mode
 from flashfsm.events.errors import (
     ConcurrencyError,
-    CorruptLogError,
     DuplicateEventError,
     StaleLease,
     StoreError,
     StoreFullError,
 )
-from flashfsm.events.light import light_mode
 from flashfsm.events.models import Event
-from flashfsm.events.store import HANDOFF, Census, Lease, OpenStream, check_batch, index_change
+from flashfsm.events.store import (
+    HANDOFF,
+    Census,
+    Lease,
+    OpenStream,
+    check_batch,
+    decode_rows,
+    index_change,
+)
 from flashfsm.fsm.snapshot import DEFAULT_SNAPSHOT_EVERY, checked_interval
 
 logger = logging.getLogger(__name__)
@@ -787,37 +797,12 @@ class PostgresStore:
         return self._decode(stream, rows)
 
     def _decode(self, stream: str, rows: list[tuple[int, str, int | None]]) -> list[Event]:
+        seqs, texts, sums = zip(*rows, strict=True) if rows else ((), (), ())
+        # (a checksum is of the body's UTF-8, the bytes the decoder reads too)
+        bodies = [text.encode("utf-8", "surrogatepass") for text in texts]
         strict = self.strict or strict_mode()
-        for seq, body, expected in rows:
-            if expected is None:
-                if strict:
-                    raise CorruptLogError(
-                        f"postgres table {self.table}",
-                        stream,
-                        "the row carries no checksum (strict mode requires one)",
-                        seq=seq,
-                    )
-            elif zlib.crc32(body.encode("utf-8", "surrogatepass")) != expected:
-                raise CorruptLogError(
-                    f"postgres table {self.table}",
-                    stream,
-                    "checksum mismatch: the row's body is not the text that was written",
-                    seq=seq,
-                )
-        events: list[Event] = []
-        light = light_mode() and not strict and all(row[2] is not None for row in rows)
-        try:
-            for event in decode_many((body for _, body, _ in rows), light=light):
-                if event.seq != rows[len(events)][0] or event.stream != stream:
-                    raise ValueError(
-                        f"the body says stream {event.stream!r} seq {event.seq}, not the row's"
-                    )
-                events.append(event)
-        except ValueError as exc:  # EventDecodeError is a ValueError
-            raise CorruptLogError(
-                f"postgres table {self.table}", stream, str(exc), seq=rows[len(events)][0]
-            ) from exc
-        return events
+        where = f"postgres table {self.table}"
+        return decode_rows(where, stream, seqs, bodies, sums, strict=strict)
 
     def read_tails(self, afters: Mapping[str, int]) -> dict[str, list[Event]]:
         """Many streams' events after their seqs in one query: `{stream: read(stream,

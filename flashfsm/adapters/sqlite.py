@@ -85,21 +85,17 @@ from flashfsm.errors import StoreNotFound
 from flashfsm.events.codec import (
     CHUNK,
     checksum,
-    decode_prefix,
     encode,
     gc_paused,
     strict_mode,
-    verify_bodies,
 )
 from flashfsm.events.errors import (
     ConcurrencyError,
-    CorruptLogError,
     DuplicateEventError,
     StaleLease,
     StoreError,
     StoreFullError,
 )
-from flashfsm.events.light import light_mode
 from flashfsm.events.models import Event
 from flashfsm.events.store import (
     HANDOFF,
@@ -107,7 +103,7 @@ from flashfsm.events.store import (
     Lease,
     OpenStream,
     check_batch,
-    first_misplaced,
+    decode_rows,
     follow_by_polling,
     index_change,
 )
@@ -662,31 +658,7 @@ class SqliteStore:
 
     def _decode_rows(self, stream: str, rows: list[Row], strict: bool) -> list[Event]:
         seqs, bodies, sums = zip(*rows, strict=True) if rows else ((), (), ())
-        bad_sum = verify_bodies(bodies, sums, strict=strict)
-        checked = bodies if bad_sum is None else bodies[:bad_sum]
-        light = light_mode() and not strict and None not in sums
-        events, error = decode_prefix(checked, light=light)
-        bad = first_misplaced(events, seqs, stream)
-        if bad is not None:
-            event = events[bad]
-            raise CorruptLogError(
-                f"sqlite file {self.path}",
-                stream,
-                f"the body says stream {event.stream!r} seq {event.seq}, not the row's",
-                seq=seqs[bad],
-            )
-        if error is not None:
-            raise CorruptLogError(
-                f"sqlite file {self.path}", stream, str(error), seq=seqs[len(events)]
-            ) from error
-        if bad_sum is not None:
-            problem = (
-                "the row carries no checksum (strict mode requires one)"
-                if sums[bad_sum] is None
-                else "checksum mismatch: the row's body is not the bytes that were written"
-            )
-            raise CorruptLogError(f"sqlite file {self.path}", stream, problem, seq=seqs[bad_sum])
-        return events
+        return decode_rows(f"sqlite file {self.path}", stream, seqs, bodies, sums, strict=strict)
 
     def _strict(self) -> bool:
         return self.strict or strict_mode()

@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Protocol, runtime_checkable
 
-from flashfsm.events.errors import ConcurrencyError, DuplicateEventError, StaleLease
+from flashfsm.events.codec import decode_prefix, verify_bodies
+from flashfsm.events.errors import (
+    ConcurrencyError,
+    CorruptLogError,
+    DuplicateEventError,
+    StaleLease,
+)
+from flashfsm.events.light import light_mode
 from flashfsm.events.models import Event
 
 
@@ -258,6 +265,44 @@ def first_misplaced(events: Sequence[Event], seqs: Sequence[int], stream: str) -
         if event.seq != seqs[index] or event.stream != stream:
             return index
     return None  # pragma: no cover - the fast comparison said otherwise
+
+
+def decode_rows(
+    where: str,
+    stream: str,
+    seqs: Sequence[int],
+    bodies: Sequence[bytes],
+    checksums: Sequence[int | None],
+    *,
+    strict: bool,
+) -> list[Event]:
+    """The events of a table's rows of `stream` (each a seq, its body's bytes and the
+    checksum stored beside it), each checked against its checksum and its position.
+
+    Raises `CorruptLogError` (naming `where`) at the first row that is not what was
+    written: a checksum that does not match (or, `strict`, a row without one), a body that
+    does not decode, or one that says another stream or seq than its row. Rows whose
+    checksums all match are decoded on the light fast path inside `light_reads()`.
+    """
+    bad_sum = verify_bodies(bodies, checksums, strict=strict)
+    checked = bodies if bad_sum is None else bodies[:bad_sum]
+    light = light_mode() and not strict and None not in checksums
+    events, error = decode_prefix(checked, light=light)
+    bad = first_misplaced(events, seqs, stream)
+    if bad is not None:
+        event = events[bad]
+        problem = f"the body says stream {event.stream!r} seq {event.seq}, not the row's"
+        raise CorruptLogError(where, stream, problem, seq=seqs[bad])
+    if error is not None:
+        raise CorruptLogError(where, stream, str(error), seq=seqs[len(events)]) from error
+    if bad_sum is not None:
+        problem = (
+            "the row carries no checksum (strict mode requires one)"
+            if checksums[bad_sum] is None
+            else "checksum mismatch: the row's body is not what was written"
+        )
+        raise CorruptLogError(where, stream, problem, seq=seqs[bad_sum])
+    return events
 
 
 def follow_by_polling(
