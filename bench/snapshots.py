@@ -60,10 +60,10 @@ from flashfsm.writer import (
 )
 
 EVENTS = 1_000
-INTERVALS = (500, 100)
+INTERVALS = (500, 100, 50, 25)
 #: The snapshot intervals a replica's restart, and the write loop, are measured at.
 RESTART_EVERY = (DEFAULT_SNAPSHOT_EVERY, 50)
-WRITE_EVERY = (500, 100, 50)
+WRITE_EVERY = (500, 100, 50, 25)
 GOAL_S, GOAL_RATIO, GOAL_CPU = 5.0, 20.0, 0.05
 # The job fold without snapshots (still on the light fast path: the baseline is the best
 # full replay there is, not the validating one)
