@@ -86,7 +86,6 @@ from flashfsm.events.codec import encode, strict_mode
 from flashfsm.events.errors import (
     ConcurrencyError,
     DuplicateEventError,
-    StaleLease,
     StoreError,
     StoreFullError,
 )
@@ -99,6 +98,7 @@ from flashfsm.events.store import (
     check_batch,
     decode_rows,
     index_change,
+    stale_lease,
 )
 from flashfsm.fsm.snapshot import DEFAULT_SNAPSHOT_EVERY, checked_interval
 
@@ -440,9 +440,9 @@ class PostgresStore:
             try:
                 check_batch(stream, events, expected_seq, next_seq.get(stream, 0))
                 if lease is not None and lease != HANDOFF:
-                    current = tokens.get(lease.stream)
-                    if current != lease.token:
-                        raise StaleLease(stream, lease.stream, lease.token, current)
+                    stale = stale_lease(stream, lease, tokens.get(lease.stream))
+                    if stale is not None:
+                        raise stale
             except (StoreError, ValueError) as exc:
                 outcomes[n] = exc
                 continue
@@ -454,50 +454,12 @@ class PostgresStore:
             return None
         if not taken:
             return outcomes
-        rows = [(stream, event) for stream, events, _lease in taken for event in events]
-        bodies = [encode(event) for _stream, event in rows]
         try:
             with conn.transaction():  # a savepoint: a clash leaves nothing of the insert
-                conn.execute(
-                    sql.SQL(
-                        "INSERT INTO {t} (stream, seq, id, at, kind, body, checksum)"
-                        " SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[],"
-                        " %s::float8[], %s::text[], %s::text[], %s::bigint[])"
-                    ).format(t=self._t),
-                    (
-                        [stream for stream, _event in rows],
-                        [event.seq for _stream, event in rows],
-                        [event.id for _stream, event in rows],
-                        [event.at for _stream, event in rows],
-                        [event.kind for _stream, event in rows],
-                        [body.decode() for body in bodies],
-                        [zlib.crc32(body) for body in bodies],
-                    ),
-                )
+                self._insert(conn, [(stream, events) for stream, events, _lease in taken])
         except psycopg.errors.UniqueViolation:
             return None
-        conn.execute(  # (delivered at commit, as an append's)
-            "SELECT pg_notify(%s, s) FROM unnest(%s::text[]) AS s",
-            (self.channel, sorted({stream for stream, _events, _lease in taken})),
-        )
-        closed = [stream for stream, change in changes if change is True]
-        opened = [change for _stream, change in changes if isinstance(change, tuple)]
-        if closed:
-            conn.execute(
-                sql.SQL("DELETE FROM {o} WHERE stream = ANY(%s) OR parent = ANY(%s)").format(
-                    o=self._open
-                ),
-                (closed, closed),
-            )
-        if opened:
-            conn.execute(
-                sql.SQL(
-                    "INSERT INTO {o} (stream, kind, parent, handoff, opened_at)"
-                    " SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::bool[],"
-                    " %s::float8[]) ON CONFLICT (stream) DO NOTHING"
-                ).format(o=self._open),
-                tuple(list(column) for column in zip(*opened, strict=True)),
-            )
+        self._index(conn, changes)
         return outcomes
 
     def _append_in(
@@ -509,24 +471,6 @@ class PostgresStore:
         lease: Lease | None,
     ) -> None:
         """One batch inside an open transaction: lock, check, fence, insert, index."""
-        bodies = [encode(e) for e in events]
-        columns = (
-            [e.seq for e in events],
-            [e.id for e in events],
-            [e.at for e in events],
-            [e.kind for e in events],
-            [body.decode() for body in bodies],
-            [zlib.crc32(body) for body in bodies],
-        )
-        # One statement inserts the whole batch (arrays, not one round trip per row) and
-        # queues the notification, which the server delivers only at commit.
-        insert = sql.SQL(
-            "WITH appended AS ("
-            " INSERT INTO {t} (stream, seq, id, at, kind, body, checksum)"
-            " SELECT %s, * FROM unnest(%s::bigint[], %s::text[], %s::float8[], %s::text[],"
-            " %s::text[], %s::bigint[]))"
-            " SELECT pg_notify(%s, %s)"
-        ).format(t=self._t)
         conn.execute(
             "SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", (self.table, stream)
         )
@@ -536,8 +480,37 @@ class PostgresStore:
         check_batch(stream, events, expected_seq, 0 if last is None else last + 1)
         if lease is not None and lease != HANDOFF:
             self._check_fence(conn, stream, lease)
-        conn.execute(insert, (stream, *columns, self.channel, stream))
-        self._index(conn, stream, events, lease)
+        self._insert(conn, [(stream, events)])
+        self._index(conn, [(stream, index_change(stream, events, lease))])
+
+    def _insert(
+        self, conn: psycopg.Connection, batches: Sequence[tuple[str, Sequence[Event]]]
+    ) -> None:
+        """Insert the events of `batches` (checked already) in one statement (arrays, not a
+        round trip per row), which also queues one notification per stream (the server
+        delivers them only at commit)."""
+        rows = [(stream, event) for stream, events in batches for event in events]
+        bodies = [encode(event) for _stream, event in rows]
+        conn.execute(
+            sql.SQL(
+                "WITH appended AS ("
+                " INSERT INTO {t} (stream, seq, id, at, kind, body, checksum)"
+                " SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::float8[],"
+                " %s::text[], %s::text[], %s::bigint[]))"
+                " SELECT pg_notify(%s, s) FROM unnest(%s::text[]) AS s"
+            ).format(t=self._t),
+            (
+                [stream for stream, _event in rows],
+                [event.seq for _stream, event in rows],
+                [event.id for _stream, event in rows],
+                [event.at for _stream, event in rows],
+                [event.kind for _stream, event in rows],
+                [body.decode() for body in bodies],
+                [zlib.crc32(body) for body in bodies],
+                self.channel,
+                sorted({stream for stream, _events in batches}),
+            ),
+        )
 
     def _lock_fences(
         self, conn: psycopg.Connection, fences: Sequence[Lease | None]
@@ -560,27 +533,30 @@ class PostgresStore:
             sql.SQL("SELECT token FROM {o} WHERE stream = %s FOR SHARE").format(o=self._open),
             (lease.stream,),
         ).fetchone()
-        current = None if row is None else int(row[0])
-        if current != lease.token:
-            raise StaleLease(stream, lease.stream, lease.token, current)
+        stale = stale_lease(stream, lease, None if row is None else int(row[0]))
+        if stale is not None:
+            raise stale
 
-    def _index(
-        self, conn: psycopg.Connection, stream: str, events: Sequence[Event], lease: Lease | None
-    ) -> None:
-        """Keep the open-streams index in step with an append (inside its transaction)."""
-        change = index_change(stream, events, lease)
-        if change is True:
+    def _index(self, conn: psycopg.Connection, changes: Sequence[tuple[str, Any]]) -> None:
+        """Keep the open-streams index in step with appends (inside their transaction):
+        `(stream, index_change(…))` of each, one change per stream at most."""
+        closed = [stream for stream, change in changes if change is True]
+        opened = [change for _stream, change in changes if isinstance(change, tuple)]
+        if closed:
             conn.execute(
-                sql.SQL("DELETE FROM {o} WHERE stream = %s OR parent = %s").format(o=self._open),
-                (stream, stream),
+                sql.SQL("DELETE FROM {o} WHERE stream = ANY(%s) OR parent = ANY(%s)").format(
+                    o=self._open
+                ),
+                (closed, closed),
             )
-        elif change:
+        if opened:
             conn.execute(
                 sql.SQL(
                     "INSERT INTO {o} (stream, kind, parent, handoff, opened_at)"
-                    " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (stream) DO NOTHING"
+                    " SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::bool[],"
+                    " %s::float8[]) ON CONFLICT (stream) DO NOTHING"
                 ).format(o=self._open),
-                change,
+                tuple(list(column) for column in zip(*opened, strict=True)),
             )
 
     # -- leases (`flashfsm.events.store.LeaseStore`) ------------------------------------

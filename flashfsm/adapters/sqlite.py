@@ -106,6 +106,7 @@ from flashfsm.events.store import (
     decode_rows,
     follow_by_polling,
     index_change,
+    stale_lease,
 )
 from flashfsm.fsm.snapshot import DEFAULT_SNAPSHOT_EVERY, checked_interval
 
@@ -202,10 +203,7 @@ def _stale(conn: sqlite3.Connection, stream: str, lease: Lease | None) -> StaleL
     row = conn.execute(
         "SELECT token FROM open_streams WHERE stream = ?", (lease.stream,)
     ).fetchone()
-    current = None if row is None else int(row[0])
-    return (
-        None if current == lease.token else StaleLease(stream, lease.stream, lease.token, current)
-    )
+    return stale_lease(stream, lease, None if row is None else int(row[0]))
 
 
 def _index(

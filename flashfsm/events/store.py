@@ -267,6 +267,14 @@ def first_misplaced(events: Sequence[Event], seqs: Sequence[int], stream: str) -
     return None  # pragma: no cover - the fast comparison said otherwise
 
 
+def stale_lease(stream: str, lease: Lease, current: int | None) -> StaleLease | None:
+    """The fencing check of an append to `stream` under `lease`, given the token its
+    lease row holds now (None: no row): the `StaleLease` to refuse it with, or None."""
+    if current == lease.token:
+        return None
+    return StaleLease(stream, lease.stream, lease.token, current)
+
+
 def decode_rows(
     where: str,
     stream: str,
