@@ -38,7 +38,7 @@ from typer.core import TyperArgument, TyperCommand
 from flashfsm.adapters.jsonl import read_jsonl_file, stream_file_name
 from flashfsm.adapters.stores import default_store_url, open_store
 from flashfsm.adapters.urls import display_url, hide_url_secrets, scrub_urls
-from flashfsm.events.errors import FlashFsmError
+from flashfsm.events.errors import CorruptLogError, EventDecodeError, FlashFsmError
 from flashfsm.events.failures import FailureKind
 from flashfsm.events.models import Concluded, Event, RunConcluded
 from flashfsm.fsm import explain as ex
@@ -146,6 +146,7 @@ EXIT_DISAGREES = 3  # `replay --verify` found a disagreement
 EXIT_SWEEP_ERRORS = 4  # `sweep` ran, but a listing, a health read or a delete failed
 EXIT_NO_VERDICT = 5  # the log holds no verdict yet
 EXIT_GATE = 6  # `whatif --all`: a `--fail-if` threshold was crossed
+EXIT_DAMAGED = 7  # a store-wide command skipped damaged streams (each flagged: `read_all_streams`)
 
 #: Exit code of a command that reports a verdict, by failure kind (None: success).
 EXIT_CODES: dict[str | None, int] = {
@@ -183,6 +184,9 @@ EXIT_CODE_TABLE: tuple[ExitCode, ...] = (
     ExitCode(EXIT_SWEEP_ERRORS, "sweep_errors", "sweep ran, but a list, read or delete failed"),
     ExitCode(EXIT_NO_VERDICT, "no_verdict", "no verdict yet: the log is still open"),
     ExitCode(EXIT_GATE, "gate", "whatif --all: a --fail-if threshold was crossed"),
+    ExitCode(
+        EXIT_DAMAGED, "damaged", "a store-wide command skipped damaged streams (each flagged)"
+    ),
     *(
         ExitCode(code, str(kind), _FAILURE_MEANINGS[kind])
         for kind, code in EXIT_CODES.items()
@@ -405,21 +409,105 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * _UNIT_S[match.group(2) or "s"]
 
 
-def read_all_streams(url: str, since_s: float | None = None) -> dict[str, list[Event]]:
-    """Every non-empty stream of the store at `url`, read-only, by name. With `since_s`, only
-    those whose last event is within `since_s` of the store's newest event: a store is
-    measured on its own clock, never the reader's (a simulator's log lists as it ran)."""
+@dataclass(frozen=True)
+class Damaged:
+    """A stream a store-wide command skipped because an event of it cannot be read (a
+    corrupted line, a row whose checksum fails): `where` is its file or store, `seq` (and,
+    in a file, `line`) the first damaged event's, None when unknown; `error` is the whole
+    reason in one line, its outside text escaped."""
+
+    where: str
+    stream: str
+    seq: int | None
+    line: int | None
+    error: str
+
+    def json(self) -> dict[str, Any]:
+        """The flag as `--json` carries it."""
+        return {
+            "where": self.where,
+            "stream": self.stream,
+            "seq": self.seq,
+            "line": self.line,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class StoreLogs:
+    """A store as a store-wide command reads it: every healthy non-empty stream's events, by
+    name, and each damaged stream, flagged once (`Damaged`), in the store's order."""
+
+    logs: dict[str, list[Event]]
+    damaged: tuple[Damaged, ...] = ()
+
+    def exit_code(self) -> int:
+        """The command's exit when it did its job: 0, or 7 when it skipped damaged streams."""
+        return EXIT_DAMAGED if self.damaged else 0
+
+    def damaged_json(self) -> list[dict[str, Any]]:
+        """The `"damaged"` list of a `--json` output."""
+        return [d.json() for d in self.damaged]
+
+    def flag(self) -> None:
+        """Say each damaged stream on stderr, one `damaged:` line each."""
+        for d in self.damaged:
+            say(("damaged:", "red"), f" {d.error} (stream skipped)", err=True)
+
+
+def escaped(text: str) -> str:
+    """`text` on one line with every character that is not printable (a control character,
+    an escape sequence's ESC, a bidirectional override) written as its Python escape."""
+    return "".join(
+        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
+        for ch in one_line(text)
+    )
+
+
+def _damaged(url: str, stream: str, exc: EventDecodeError | CorruptLogError) -> Damaged:
+    if isinstance(exc, CorruptLogError):
+        where, line = exc.where, exc.line
+    else:
+        where, line = display_url(url), None
+    return Damaged(
+        escaped(hide_url_secrets(where, url)),
+        stream,
+        exc.seq,
+        line,
+        escaped(hide_url_secrets(message(exc), url)),
+    )
+
+
+def read_all_streams(url: str, since_s: float | None = None) -> StoreLogs:
+    """Every non-empty stream of the store at `url`, read-only, by name: the one place the
+    store-wide commands (`ls`, `cost`, `whatif --all`) read a whole store.
+
+    A stream holding a damaged event (a `CorruptLogError`: a line or row that fails its
+    checksum or does not decode) is not read: it is flagged in `StoreLogs.damaged` and every
+    other stream is read on. Nothing is repaired or written. A store that cannot be opened
+    or listed is still one line, exit 1. With `since_s`, only the streams whose last event
+    is within `since_s` of the store's newest event: a store is measured on its own clock,
+    never the reader's (a simulator's log lists as it ran); a damaged stream is flagged
+    whatever `since_s` says, as its time cannot be read."""
     opened = open_reader(url)
+    logs: dict[str, list[Event]] = {}
+    damaged: list[Damaged] = []
     try:
         with UsageErrors():
-            logs = {name: opened.read(name) for name in opened.streams()}
+            for name in opened.streams():
+                try:
+                    events = opened.read(name)
+                except (CorruptLogError, EventDecodeError) as exc:
+                    damaged.append(_damaged(url, name, exc))
+                    continue
+                if events:
+                    logs[name] = events
     finally:
         opened.close()
-    logs = {name: events for name, events in logs.items() if events}
     if since_s is not None and logs:
         newest = max(events[-1].at for events in logs.values())
         logs = {n: ev for n, ev in logs.items() if ev[-1].at >= newest - since_s}
-    return logs
+    return StoreLogs(logs, tuple(damaged))
 
 
 def attempt_prices(logs: dict[str, list[Event]]) -> dict[str, float]:

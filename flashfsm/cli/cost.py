@@ -18,6 +18,7 @@ from rich.table import Table
 from flashfsm.adapters.urls import display_url
 from flashfsm.cli.common import (
     JsonOption,
+    StoreLogs,
     StoreOption,
     UsageErrors,
     attempt_prices,
@@ -93,19 +94,21 @@ def cost_command(
     if streams and since is not None:
         raise fail("--since selects streams of the store: give STREAMs or --since, not both")
     since_s = parse_duration(since) if since is not None else None
+    read = StoreLogs({})  # named streams: a damaged one is an error (exit 1), not skipped
     if streams:
         ledgers = [_named_ledger(name, store, price) for name in streams]
         where = None
     else:
         url = store_url(store)
-        logs = read_all_streams(url, since_s)
-        ledgers = store_ledgers(logs, price)
+        read = read_all_streams(url, since_s)
+        ledgers = store_ledgers(read.logs, price)
         where = display_url(url)
     groups = group(ledgers, by)
     if as_json:
         emit_json(
             {
                 "store": where,
+                "damaged": read.damaged_json(),
                 "model": {
                     "name": MODEL.name,
                     "source": MODEL.source,
@@ -117,13 +120,15 @@ def cost_command(
                 "groups": [group_json(g) for g in groups],
             }
         )
-        return
+        raise typer.Exit(read.exit_code())
     if not ledgers:
-        say(f"{where}: no run or job to cost")
-        return
-    for led in ledgers:
-        print_ledger(led, attempts=bool(streams))
-    print_total(ledgers, groups, by)
+        say(f"{where}: no {'readable ' if read.damaged else ''}run or job to cost")
+    else:
+        for led in ledgers:
+            print_ledger(led, attempts=bool(streams))
+        print_total(ledgers, groups, by)
+    read.flag()
+    raise typer.Exit(read.exit_code())
 
 
 def _named_ledger(name: str, store: str | None, price: float | None) -> Ledger:

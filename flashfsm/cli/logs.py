@@ -655,15 +655,16 @@ def _whatif_all(
     url = store_url(store)
     with UsageErrors():
         ex.policy_with(GracePolicy(), **overrides)  # a bad value is one line, before any work
-    logs = read_all_streams(url, since_s)
+    read = read_all_streams(url, since_s)
     with UsageErrors():
-        result = ex.what_if_corpus(corpus_logs(logs, price), **overrides)
+        result = ex.what_if_corpus(corpus_logs(read.logs, price), **overrides)
     metrics = result.metrics()
     crossed = [g for g in gates if g.crossed(result)]
     if as_json:
         emit_json(
             {
                 "store": display_url(url),
+                "damaged": read.damaged_json(),
                 "overrides": dict(overrides),
                 "jobs": result.jobs,
                 "open": result.open,
@@ -709,7 +710,9 @@ def _whatif_all(
                 say("gate ", (g.text, "bold red"), f": crossed ({g.metric} = {value})")
             else:
                 say(f"gate {g.text}: ok ({g.metric} = {value})")
-    return EXIT_GATE if crossed else 0
+        read.flag()
+    # A crossed gate wins over the damaged streams (still flagged): a CI gate routes on 6.
+    return EXIT_GATE if crossed else read.exit_code()
 
 
 def _print_corpus(where: str, result: ex.CorpusWhatIf, m: dict[str, float]) -> None:

@@ -34,6 +34,7 @@ from flashfsm.cli.common import (
     message,
     open_reader,
     open_store_or_fail,
+    read_all_streams,
     read_events_file,
     read_stream,
     say,
@@ -172,23 +173,22 @@ def ls_command(
 ) -> None:
     """The store's streams: job, run or sweeper, with their state, verdict and time span."""
     url = store_url(store)
-    opened = open_reader(url)
     if owner:
-        _ls_owners(url, opened, as_json)
+        _ls_owners(url, open_reader(url), as_json)
         return
-    try:
-        with UsageErrors():
-            rows = [stream_row(name, opened.read(name)) for name in opened.streams()]
-    finally:
-        opened.close()
+    read = read_all_streams(url)
+    rows = [stream_row(name, events) for name, events in read.logs.items()]
     if as_json:
-        emit_json({"store": display_url(url), "streams": rows})
-        return
+        emit_json({"store": display_url(url), "streams": rows, "damaged": read.damaged_json()})
+        raise typer.Exit(read.exit_code())
+    damaged = f", {len(read.damaged)} damaged (skipped)" if read.damaged else ""
     if not rows:
-        say(f"{display_url(url)}: no streams")
-        return
-    say(f"{display_url(url)}: {len(rows)} stream(s)")
-    console.print(ls_table(rows, console.width))
+        say(f"{display_url(url)}: no {'readable ' if damaged else ''}streams{damaged}")
+    else:
+        say(f"{display_url(url)}: {len(rows)} stream(s){damaged}")
+        console.print(ls_table(rows, console.width))
+    read.flag()
+    raise typer.Exit(read.exit_code())
 
 
 def _ls_owners(url: str, opened: Any, as_json: bool) -> None:
