@@ -4,7 +4,9 @@ Theory of operation. A watch is a sequence of polls. Each poll opens with a stat
 (a `StatusObserved` or a `StatusFetchFailed` event) and may be followed by the reads that
 fetch made due (a health probe, a heartbeat read, or the forced reads after a terminal
 failure); `JobState.pending` lists the reads still due in the current poll. After every
-event `decide` first asks the verdict rules (`rules.judge`, in `rules.RULES` order), then
+event `decide` first asks the verdict rules (`rules.judge_poll`: `rules.RULES` order, but
+among the rules with a timer the limit that passed first wins, once the reads it waits
+for are made, so a late poll judges as an on-time one would), then
 asks for the next pending read, then waits for the next poll, then checks the client
 deadline and fetches again. A forced heartbeat read that failed on a transient error goes
 back to the end of `pending` with a due time (`forced_retry_at`, from the failed read's
@@ -126,8 +128,6 @@ _REQUEUED_FROM = _from("requeued")
 #: The phases a worker picking the job up leads out of (with or without training seen).
 _PICKED_UP_FROM = _from("picked_up") | _from("resumed")
 _TRAINING_STARTED_FROM = _from("training_started")
-#: The checks judged after every observation, paired with their rules.
-_AFTER_OBSERVATION = tuple((rule, rule.check) for rule in rules.AFTER_OBSERVATION)
 
 
 class NotWatchingError(RuntimeError):
@@ -209,6 +209,7 @@ def _on_watch(s: JobState, e: WatchStarted) -> None:
             s.pending = ()
             s.cycle = None
             s.health = None
+            s.probed = False
             s.next_fetch_at = None
             s.heartbeat_asked_at = None  # the first poll after a gap reads the heartbeat
     s.watch = e
@@ -236,6 +237,8 @@ def _on_status(s: JobState, e: StatusObserved) -> None:
     if s.fetch_error is not None or s.error_seqs:
         s.fetch_error = None
         s.error_seqs = ()
+    if s.probed:
+        s.probed = False
     if s.health is not None or s.forced_heartbeat is not None or s.failure_seq is not None:
         s.health = None
         s.forced_heartbeat = None
@@ -291,6 +294,7 @@ def _on_fetch_failed(s: JobState, e: StatusFetchFailed) -> None:
     s.error_seqs = (*s.error_seqs, e.seq)[-s.policy.max_poll_errors :]
     s.pending = ()
     s.health = None
+    s.probed = False
     wait = rules.status_error_backoff(_interval(s), len(s.error_seqs), s.policy.max_backoff_s)
     s.next_fetch_at, s.wait_anchor, s.wait_s = e.at + wait, e.at, wait
 
@@ -306,6 +310,7 @@ def _on_health(s: JobState, e: HealthObserved) -> None:
     _done_read(s, "probe")
     s.last_probe_at = e.at
     s.health = e
+    s.probed = True
     unhealthy, throttled = worker_condition(e)
     for actions in _PROBE[unhealthy, throttled]:
         _signal(s, actions, e.at, e.seq)
@@ -320,6 +325,7 @@ def _on_health(s: JobState, e: HealthObserved) -> None:
 def _on_probe_failed(s: JobState, e: HealthProbeFailed) -> None:
     _done_read(s, "probe")
     s.last_probe_at = e.at  # a failed probe still spends the probe slot; it changes no timer
+    s.probed = True
 
 
 def _on_heartbeat(s: JobState, e: HeartbeatObserved) -> None:
@@ -439,10 +445,11 @@ def decide(s: JobState, now: float, *, judged: bool = False) -> Command:
     if s.watch is None:
         raise NotWatchingError(f"stream {s.stream!r} has no WatchStarted event: nothing watches it")
     if not judged:
-        for rule, check in _AFTER_OBSERVATION:
-            finding = check(s, now)
-            if finding is not None:
-                return Conclude(rules.verdict_of(rule, finding))
+        judged_poll = rules.judge_poll(s)
+        if judged_poll is not None:
+            if isinstance(judged_poll, str):  # a read an earlier limit's rule waits for
+                return READ_COMMANDS[judged_poll]
+            return Conclude(judged_poll)
     if s.pending:
         name = s.pending[0]
         due = s.forced_retry_at

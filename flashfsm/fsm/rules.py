@@ -34,7 +34,7 @@ Adding a rule is one declaration here plus its tests.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from flashfsm.events.models import (
@@ -297,6 +297,10 @@ class Rule:
     explain: Explain
     timer: TimerSpec | None = None
     before_fetch: bool = False
+    #: The reads of a poll the rule's finding rests on besides the status: while a rule
+    #: whose limit passed earlier than a firing rule's waits for one, the poll makes it first
+    #: (`judge_poll`).
+    waits_for: tuple[str, ...] = ()
 
 
 def _measure(
@@ -908,6 +912,7 @@ UNHEALTHY_WORKER = Rule(
     check=_check_unhealthy_worker,
     explain=_explain_unhealthy_worker,
     timer=UNHEALTHY_TIMER,
+    waits_for=("probe",),
 )
 THROTTLED_WORKER = Rule(
     name="throttled_worker",
@@ -918,6 +923,7 @@ THROTTLED_WORKER = Rule(
     check=_check_throttled_worker,
     explain=_explain_throttled_worker,
     timer=THROTTLED_TIMER,
+    waits_for=("probe",),
 )
 
 
@@ -999,6 +1005,7 @@ STALL = Rule(
     check=_check_stall,
     explain=_explain_stall,
     timer=PROGRESS_TIMER,
+    waits_for=("heartbeat",),
 )
 
 
@@ -1070,3 +1077,81 @@ def verdict_of(rule: Rule, finding: Finding) -> Verdict:
     """The verdict a rule's firing finding reaches."""
     assert finding.state is not None, f"rule {rule.name} fired without a state"
     return Verdict(finding.state, rule.name, finding.detail, finding.evidence, finding.metrics)
+
+
+# --- which rule decides a poll: the limit that passed first -----------------------------------
+
+
+def limit_passed_at(rule: Rule, s: JobState) -> float | None:
+    """When `rule`'s limit passed (or will): its timer's start plus its limit; None for a
+    rule without a running timer that counts (it judges an observation, not a time)."""
+    spec = rule.timer
+    if spec is None:
+        return None
+    timer, limit = s.timers.get(spec.name), spec.limit(s)
+    if timer is None or limit is None:
+        return None
+    return timer[SINCE] + limit[1]
+
+
+#: Reads `judge_poll` makes a poll do although the poll's pace did not ask for them: a
+#: probe for a rule that judges one (the heartbeat keeps its pace, D5).
+FORCED_READS = frozenset({"probe"})
+
+
+def judge_poll(s: JobState) -> Verdict | str | None:
+    """The verdict of this point of a poll, the read to make before judging it, or None.
+
+    Late is not different (D8). Rules judged on an observation (the job's status, an
+    error) fire as before, in `RULES` order. When timer rules fire, the one whose limit
+    passed first decides, whatever the order of the reads that showed it: a poll that
+    comes late — a paused process, a loaded host, a drifted probe pace — can find more
+    than one limit passed, and it must conclude what an on-time watch would have. So
+    before concluding, while another timer rule whose limit passed earlier still waits
+    for a read (a pending read of this poll, or a health probe this poll has not made),
+    the read is made first; then, with that evidence, the earliest limit wins (ties go
+    to `RULES` order), and the detail says which other limits it came before.
+
+    The client deadline is not part of this: it is checked before a fetch with the time
+    now, because it is a promise to the caller (stop watching after so long) rather than
+    a judgement of the job, and it stops the watch however the job is doing.
+    """
+    fired: list[tuple[float, int, Rule, Finding]] = []
+    for order, rule in enumerate(AFTER_OBSERVATION):
+        finding = rule.check(s, 0.0)
+        if finding is None:
+            continue
+        at = limit_passed_at(rule, s)
+        if at is None:  # an observation's rule: it decides at once, as it always has
+            return verdict_of(rule, finding)
+        fired.append((at, order, rule, finding))
+    if not fired:
+        return None
+    fired.sort(key=lambda item: (item[0], item[1]))
+    first = fired[0][0]
+    for rule in AFTER_OBSERVATION:
+        at = limit_passed_at(rule, s) if rule.waits_for else None
+        if at is None or at >= first or any(rule is item[2] for item in fired):
+            continue
+        # An earlier limit whose rule has not judged this poll's evidence yet.
+        if s.pending:
+            return s.pending[0]
+        forced = FORCED_READS.intersection(rule.waits_for)
+        if forced and not s.probed and s.status is not None and s.status.status == QUEUED_STATUS:
+            return next(iter(forced))
+    at, _, rule, finding = fired[0]
+    if len(fired) > 1:
+        later = ", ".join(
+            f"{(rule_limit_name(other, s) or other.name)} {other_at - at:.0f}s later"
+            for other_at, _, other, _ in fired[1:]
+        )
+        finding = replace(finding, detail=f"{finding.detail} (its limit passed first: {later})")
+    return verdict_of(rule, finding)
+
+
+def rule_limit_name(rule: Rule, s: JobState) -> str | None:
+    """The name of `rule`'s limit as the views print it ("queue grace"), if it has one."""
+    if rule.timer is None:
+        return None
+    limit = rule.timer.limit(s)
+    return None if limit is None else limit[0]

@@ -60,6 +60,7 @@ class JobState:
     fetch_error: StatusFetchFailed | None = None
     pending: tuple[str, ...] = ()
     health: HealthObserved | None = None  # this poll's probe answer
+    probed: bool = False  # this poll made a health probe (answered or failed)
     forced_heartbeat: HeartbeatObserved | None = None  # the poll's last forced read
     forced_read_errors: tuple[int, ...] = ()  # seqs of this poll's failed forced reads
     forced_retry_at: float | None = None  # when the failed forced read is due again
