@@ -1094,6 +1094,8 @@ def limit_passed_at(rule: Rule, s: JobState) -> float | None:
     return timer[SINCE] + limit[1]
 
 
+#: The rules judged after each observation with their checks, looked up once.
+_CHECKS = tuple((order, rule, rule.check) for order, rule in enumerate(AFTER_OBSERVATION))
 #: Reads `judge_poll` makes a poll do although the poll's pace did not ask for them: a
 #: probe for a rule that judges one (the heartbeat keeps its pace, D5).
 FORCED_READS = frozenset({"probe"})
@@ -1116,16 +1118,18 @@ def judge_poll(s: JobState) -> Verdict | str | None:
     now, because it is a promise to the caller (stop watching after so long) rather than
     a judgement of the job, and it stops the watch however the job is doing.
     """
-    fired: list[tuple[float, int, Rule, Finding]] = []
-    for order, rule in enumerate(AFTER_OBSERVATION):
-        finding = rule.check(s, 0.0)
+    fired: list[tuple[float, int, Rule, Finding]] | None = None
+    for order, rule, check in _CHECKS:
+        finding = check(s, 0.0)
         if finding is None:
             continue
         at = limit_passed_at(rule, s)
         if at is None:  # an observation's rule: it decides at once, as it always has
             return verdict_of(rule, finding)
+        if fired is None:
+            fired = []
         fired.append((at, order, rule, finding))
-    if not fired:
+    if fired is None:
         return None
     fired.sort(key=lambda item: (item[0], item[1]))
     first = fired[0][0]

@@ -1,0 +1,186 @@
+"""A/B of one change in one run: the supervisor's per-poll CPU and memory, and the core's
+cost per observation, on the code of a baseline commit (A) and on this tree (B).
+
+The baseline is checked out into a temporary `git worktree`; every measurement runs in a
+fresh child process whose `PYTHONPATH` puts one tree or the other first, and the runs are
+interleaved (A, B, A, B, ...) so the noise of a shared machine falls on both alike:
+
+- `supervisor`: `fleet.run_supervisor` (one `Supervisor`, N `training` jobs on a simulator
+  in its own process, a durable SQLite store) — CPU % of one core over the measured window
+  divided by the observations written in it (µs per observation), and RSS per job;
+- `core`: `evolve` then `decide` over a training log and over a crash-looping job's log, as
+  the live loop runs them (µs per observation; `bench/core.py` measures the same on one tree).
+
+    PYTHONPATH=.:bench python bench/verdict_ab.py --base 7b4c3d9 [--quick]
+
+Prints one JSON line per run and a summary with the B / A ratios (below 1: B is cheaper).
+Not part of `bench/run.py`: it compares two trees, so it needs the git history.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+
+def _core_us(rounds: int) -> dict[str, float]:
+    """µs per observation of evolve + decide over two logs, best of `rounds`."""
+    from common import training_log
+
+    from flashfsm.events.models import HealthObserved, JobSubmitted, StatusObserved, WatchStarted
+    from flashfsm.events.policy import GracePolicy
+    from flashfsm.fsm.job import JobState, decide, evolve
+
+    def crash_loop(n: int) -> list[Any]:
+        stream, t0 = "job-crash", 1_700_000_000.0
+        events: list[Any] = [
+            JobSubmitted(
+                stream=stream,
+                seq=0,
+                id="0" * 26,
+                at=t0,
+                endpoint_id="ep",
+                job_id="crash",
+                policy=GracePolicy(queue_grace_s=1e9, unhealthy_grace_s=1e9),
+                submitted_at=t0,
+            ),
+            WatchStarted(
+                stream=stream, seq=1, id="1" + "0" * 25, at=t0, watcher="bench", interval_s=10.0
+            ),
+        ]
+        for i in range(n):
+            seq, at = len(events), t0 + 10.0 * i
+            ident = f"{seq:026d}"
+            events.append(
+                StatusObserved(stream=stream, seq=seq, id=ident, at=at, status="IN_QUEUE")
+            )
+            if i % 10 == 0:
+                events.append(
+                    HealthObserved(
+                        stream=stream,
+                        seq=seq + 1,
+                        id=f"{seq + 1:026d}",
+                        at=at,
+                        workers={"unhealthy": 1},
+                    )
+                )
+        return events
+
+    logs = {"training": list(training_log("job-core", 20_000)), "crash_loop": crash_loop(20_000)}
+    out: dict[str, float] = {}
+    for name, events in logs.items():
+        head, body = events[:2], events[2:]
+        best = float("inf")
+        for _ in range(rounds):
+            s = JobState()
+            for event in head:
+                evolve(s, event)
+            start = time.perf_counter()
+            for event in body:
+                evolve(s, event)
+                decide(s, event.at)
+            best = min(best, time.perf_counter() - start)
+        out[name] = best / len(body) * 1e6
+    return out
+
+
+def _child(label: str, jobs: int, window_s: float) -> None:
+    import fleet
+
+    import flashfsm
+
+    result: dict[str, Any] = {"tree": label, "flashfsm": str(Path(flashfsm.__file__).parent)}
+    result["core_us"] = _core_us(5)
+    with tempfile.TemporaryDirectory(prefix="flashfsm-ab-") as tmp:
+        run = fleet.run_supervisor(jobs, window_s, Path(tmp))
+    start, end = run["window"]
+    events = max(1, run["events"])
+    result["supervisor_cpu_pct"] = run["cpu"]
+    result["supervisor_us_per_event"] = run["cpu"] / 100 * (end - start) / events * 1e6
+    result["rss_kib_per_job"] = (run["rss_after"] - run["rss_before"]) / jobs
+    result["unexpected"] = run["unexpected"]
+    print(json.dumps(result))
+
+
+def _run_child(label: str, tree: Path, jobs: int, window_s: float) -> dict[str, Any]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(tree), str(tree / "bench"), str(HERE)])
+    argv = [sys.executable, __file__, "--child", label, "--jobs", str(jobs)]
+    out = subprocess.run(
+        [*argv, "--window", str(window_s)], env=env, capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    """Check the baseline out, run the interleaved comparison, print runs and the summary."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", default="HEAD~1", help="the baseline commit (A)")
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--window", type=float, default=30.0)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="300 jobs, 10 s windows, 1 round")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        _child(args.child, args.jobs, args.window)
+        return
+    if args.quick:
+        args.jobs, args.window, args.rounds = 300, 10.0, 1
+    with tempfile.TemporaryDirectory(prefix="flashfsm-base-") as tmp:
+        base = Path(tmp) / "base"
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(base), args.base],
+            check=True,
+        )
+        try:
+            runs: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
+            for _ in range(args.rounds):
+                for label, tree in (("A", base), ("B", ROOT)):
+                    result = _run_child(label, tree, args.jobs, args.window)
+                    runs[label].append(result)
+                    print(json.dumps(result), flush=True)
+        finally:
+            subprocess.run(
+                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base)], check=True
+            )
+
+    def mean(label: str, *path: str) -> float:
+        values = []
+        for run in runs[label]:
+            value: Any = run
+            for key in path:
+                value = value[key]
+            values.append(float(value))
+        return statistics.fmean(values)
+
+    figures = {
+        "supervisor µs/event": ("supervisor_us_per_event",),
+        "supervisor RSS KiB/job": ("rss_kib_per_job",),
+        "core µs/obs, training": ("core_us", "training"),
+        "core µs/obs, crash loop": ("core_us", "crash_loop"),
+    }
+    summary = {
+        name: {
+            "A": mean("A", *path),
+            "B": mean("B", *path),
+            "B/A": mean("B", *path) / mean("A", *path),
+        }
+        for name, path in figures.items()
+    }
+    print(json.dumps({"base": args.base, "jobs": args.jobs, "summary": summary}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
