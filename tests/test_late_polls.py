@@ -214,6 +214,26 @@ def _late_watch_of(scenario: str, delays: dict[int, float]) -> Watched:
     return watch(scenario, delays)[0]
 
 
+def test_why_not_says_the_losing_rule_held_but_another_limit_passed_first() -> None:
+    store = MemoryStore()
+    platform = Platform("crash_loop")
+    clock = platform.sim.clock
+    polls = iter(range(10_000))
+
+    def sleep(seconds: float) -> None:
+        clock.sleep(seconds + (8.0 if next(polls) == 29 else 0.0))
+
+    handle = JobHandle(platform.endpoint_id, "flash-late-s0", platform.job_id)
+    poll_job(handle, client=platform, clock=clock.now, sleep=sleep, store=store, stream="job-l")
+    log = store.read("job-l")
+    assert log[-1].rule == "unhealthy_worker"
+    assert "its limit passed first: queue grace" in log[-1].detail
+    report = why_not_report(log, "queue_grace")
+    assert report.held and not report.fired
+    assert "unhealthy_worker had its limit pass first (D8)" in report.text
+    assert verify(log).ok
+
+
 @pytest.mark.regression
 def test_a_crash_loop_polled_late_past_the_queue_grace_is_still_a_crash_loop() -> None:
     # The case: the poll due at 300 s comes 8 s late. The status alone would end the

@@ -347,10 +347,10 @@ def why_not_report(events: Iterable[Event], rule: str) -> WhyNot:
     if fired:
         text = f"{rule} did fire, at {when}: {finding.text}"
     elif finding.held and verdict is not None:
-        text = (
-            f"{rule} holds too at {when} ({finding.text}), "
-            f"but {verdict.rule} comes first in the rule order"
-        )
+        # (among the rules with a timer the limit that passed first wins, D8)
+        earlier = RULE_NAMES.index(verdict.rule) < RULE_NAMES.index(rule)
+        why = "comes first in the rule order" if earlier else "had its limit pass first (D8)"
+        text = f"{rule} holds too at {when} ({finding.text}), but {verdict.rule} {why}"
     elif finding.held:
         text = f"{rule} holds at the end of the log ({when}): {finding.text}; it fires next"
     else:
