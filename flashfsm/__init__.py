@@ -5,6 +5,7 @@ The public API: `submit_run` deploys, submits and watches one attempt of a train
 `replay` rebuilds a job's state from its log and `verify` re-decides it with today's rules.
 """
 
+import flashfsm.sigint  # noqa: I001  (before any other: Ctrl-C in the command exits 130)
 import flashfsm.redact  # noqa: F401  (first: the environment's secrets are masked everywhere)
 from flashfsm.adapters.flash_deploy import DeployError, KeyPool
 from flashfsm.adapters.flash_wire import build_function_input, decode_output

@@ -21,10 +21,12 @@ that holds a stream the demo did not write.
 Quiet. The Hub readers download into a temporary cache, with huggingface_hub's progress
 bars off for the duration of the demo (and back on after, if they were on).
 
-Ctrl-C. An interrupted run is cancelled in the log before the demo stops: a
-`CancelRequested`, its job cancelled and its endpoints deleted on the simulator, and a
-`RunConcluded` with the `cancelled` verdict; then `DemoInterrupted` (a `KeyboardInterrupt`)
-is raised with what was done.
+Ctrl-C. An interrupted run is cancelled in the log before the demo stops
+(`supervise_run` does it): a `CancelRequested`, its job cancelled on the simulator and
+watched to its answer (the job stream concludes: CANCELLED, by `platform_termination`), its
+endpoints deleted, and a `RunConcluded` with the `cancelled` verdict; then
+`DemoInterrupted` (a `KeyboardInterrupt`) is raised with what was done. No stream is left
+open, wherever the Ctrl-C lands.
 """
 
 from __future__ import annotations

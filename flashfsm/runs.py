@@ -18,6 +18,10 @@ simulator in tests and the demo). A candidate's `provider` is where its attempt 
 adapters that name the providers they deploy to (`providers`) refuse, before the run
 starts, a candidate whose provider is not one of them (`UnsupportedProvider`).
 
+A cancelled run leaves no stream open: its job, cancelled on the platform, is watched on
+to the platform's answer, and a Ctrl-C (`KeyboardInterrupt`) is a cancel too, recorded and
+wound down before it is raised again.
+
 Every outcome of an attempt — a deploy or submit error, its job's verdict — and a user's
 cancel becomes events through the pure `flashfsm.fsm.run.apply_outcome`; the shell only
 stamps and appends them. A new walk first records its ranking (`CandidatesRanked`) from
@@ -26,10 +30,11 @@ the store's capacity memory (`flashfsm.capacity`), unless `capacity_memory` turn
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -79,7 +84,7 @@ from flashfsm.fsm.run import (
 from flashfsm.naming import attempt_stream, endpoint_name, run_stream
 from flashfsm.redact import redact
 from flashfsm.shell import JobHandle, PollResult, poll_job, resolve_store
-from flashfsm.writer import FOLD_CANCELS, REBUILD, RUN, TAIL, StreamWriter
+from flashfsm.writer import FOLD_CANCELS, REBUILD, RUN, TAIL, StreamWriter, replay_job
 
 logger = logging.getLogger("flashfsm.runs")
 
@@ -251,6 +256,14 @@ def supervise_run(
     ranking) is recorded as a hand-off and the call returns at once with a pending result
     (`ok=False`, `failure=None`, no attempt); a replica alive on the same store drives it.
     The store must keep leases (SQLite, PostgreSQL).
+
+    A cancel (`request_cancel`, or Ctrl-C: a `KeyboardInterrupt` anywhere in the call)
+    closes everything the run opened: its job is cancelled on the platform and watched on
+    to the platform's answer (CANCELLED concludes its stream by `platform_termination`; a
+    platform that cannot be reached, by `poll_errors` once the policy's error budget is
+    spent), its endpoints are deleted and the run concludes `cancelled`. After a Ctrl-C
+    the `KeyboardInterrupt` is raised again once that is done (a second one leaves at
+    once; calling again on the stream finishes the cancel).
     """
     opened = resolve_store(store)
     name = stream or run_stream(run_id)
@@ -262,14 +275,8 @@ def supervise_run(
     writer = StreamWriter(target, name, RUN, FOLD_CANCELS)
     writer.open()
     say = log or (lambda line: logger.info("%s", line))
-
-    def record(cls: type[EventBase], **fields: Any) -> Any:
-        return writer.record(cls, clock(), **fields)
-
-    def record_outcome(outcome: AttemptOutcome) -> None:
-        at = clock()
-        writer.append(lambda state: _stamp(writer, apply_outcome(state, outcome), at))
-
+    ended_before = {a.started.attempt for a in writer.state.attempts if a.ended is not None}
+    run = _RunLoop(run_id, seed, adapters, opened, clock, sleep, say, on_attempt_end, ended_before)
     if writer.state.started is None and not writer.state.done:
         check_providers(candidates, adapters)
         at = clock()
@@ -292,75 +299,171 @@ def supervise_run(
         if policy.enabled and single_attempt is None and len(candidates) > 0:
             ranked = ranking_for(opened, tuple(candidates), at, policy, exclude=(name,))
             drafts.append(Draft(CandidatesRanked, ranked))
-        writer.append(lambda _state: _stamp(writer, drafts, at))
+        with run.cancelled_on_interrupt(StreamWriter(target, name, RUN, FOLD_CANCELS), detach):
+            writer.append(lambda _state: _stamp(writer, drafts, at))
     if detach:
         if writer.state.done:
             return RunResult.from_event(writer.state.result)
         return RunResult(False, None, "handed to the fleet", 0, None, name)
+    with run.cancelled_on_interrupt(StreamWriter(target, name, RUN, FOLD_CANCELS)):
+        return run.drive(writer)
 
-    def cancelled() -> bool:  # asked before each status fetch of a watch
-        writer.catch_up()
-        return writer.state.cancel_requested
 
-    ended_before = {a.started.attempt for a in writer.state.attempts if a.ended is not None}
-    while True:
-        writer.catch_up()
-        if on_attempt_end is not None:
-            for a in writer.state.attempts:
-                if a.ended is not None and a.started.attempt not in ended_before:
-                    ended_before.add(a.started.attempt)
-                    on_attempt_end(writer.state, a)
-        command = decide_run(writer.state, clock())
-        match command:
-            case RunFinished(result=result):
-                return RunResult.from_event(result)
-            case StartAttempt(plan=plan):
-                endpoint = endpoint_name(run_id, plan.gpu_class, seed or 0, plan.attempt)
-                where = "" if plan.provider == "runpod" else f"{plan.provider}/"
-                say(
-                    f"run {run_id}: attempt {plan.attempt} on {where}{plan.gpu_class}"
-                    f"{' (last GPU)' if plan.on_last_gpu else ''}"
-                    f"{' without the weight cache' if plan.cache_dropped else ''}"
-                )
-                record(
-                    AttemptStarted,
-                    attempt=plan.attempt,
-                    candidate=plan.candidate,
-                    provider=plan.provider,
-                    gpu_class=plan.gpu_class,
-                    on_last_gpu=plan.on_last_gpu,
-                    cache_dropped=plan.cache_dropped,
-                    bonus=plan.bonus,
-                    weight_cache=plan.weight_cache,
-                    endpoint_name=endpoint,
-                    job_stream=attempt_stream(run_id, plan.attempt, seed),
-                )
-            case Deploy(attempt=attempt):
-                _deploy(writer.state, record, record_outcome, adapters, attempt)
-            case Submit(attempt=attempt):
-                _submit(writer.state, record, record_outcome, adapters, attempt, say)
-            case WatchJob(attempt=attempt):
-                _watch(writer, record_outcome, adapters, attempt, opened, cancelled, say)
-            case EndAttempt(attempt=number, failure=failure, detail=detail):
-                record(AttemptEnded, attempt=number, ok=False, failure=failure, detail=detail)
-            case CancelJob(attempt=attempt):
-                ok = _quietly(adapters.cancel_job, writer.state, attempt)
-                record(JobCancelled, attempt=attempt.started.attempt, job_id=attempt.job_id, ok=ok)
-            case DeleteEndpoint(endpoint_id=endpoint_id, reason=reason):
-                ok = _quietly(adapters.delete_endpoint, writer.state, endpoint_id)
-                record(EndpointDeleted, endpoint_id=endpoint_id, reason=reason, ok=ok)
-            case WaitRun(seconds=seconds):
-                sleep(seconds)
-            case ConcludeRun(ok=ok, failure=failure, detail=detail, metrics=metrics):
-                record(
-                    RunConcluded,
-                    ok=ok,
-                    failure=failure,
-                    attempts=len(writer.state.attempts),
-                    detail=detail,
-                    metrics=metrics,
-                )
-                say(f"run {run_id}: {'succeeded' if ok else failure}")
+#: Who a Ctrl-C's `CancelRequested` names, and its reason.
+INTERRUPTED_BY, INTERRUPTED_REASON = "Ctrl-C", "(Ctrl-C)"
+
+
+def _never() -> bool:
+    """The stop of a watch that must reach its verdict (a cancelled job's, to its end)."""
+    return False
+
+
+@dataclass
+class _RunLoop:
+    """`supervise_run`'s loop: ask `decide_run`, perform the command, record what happened."""
+
+    run_id: str
+    seed: int | None
+    adapters: RunAdapters
+    store: EventStore
+    clock: Callable[[], float]
+    sleep: Callable[[float], Any]
+    say: Callable[[str], Any]
+    on_attempt_end: AttemptHook | None
+    ended_before: set[int]
+
+    def drive(self, writer: StreamWriter[RunState]) -> RunResult:
+        """Drive the run in `writer`'s stream to its result."""
+        run_id, seed, adapters, say, clock = (
+            self.run_id,
+            self.seed,
+            self.adapters,
+            self.say,
+            self.clock,
+        )
+
+        def record(cls: type[EventBase], **fields: Any) -> Any:
+            return writer.record(cls, clock(), **fields)
+
+        def record_outcome(outcome: AttemptOutcome) -> None:
+            at = clock()
+            writer.append(lambda state: _stamp(writer, apply_outcome(state, outcome), at))
+
+        def cancelled() -> bool:  # asked before each status fetch of a watch
+            writer.catch_up()
+            return writer.state.cancel_requested
+
+        while True:
+            writer.catch_up()
+            if self.on_attempt_end is not None:
+                for a in writer.state.attempts:
+                    if a.ended is not None and a.started.attempt not in self.ended_before:
+                        self.ended_before.add(a.started.attempt)
+                        self.on_attempt_end(writer.state, a)
+            command = decide_run(writer.state, clock())
+            settling = _settling(writer.state, self.store)
+            if settling is not None and isinstance(command, (DeleteEndpoint, ConcludeRun)):
+                # A cancelled run's job, cancelled on the platform: its watch goes on to the
+                # platform's answer (CANCELLED concludes it), so the run leaves no job
+                # stream open; the attempt ends with that verdict.
+                job = settling.job_id
+                say(f"run {run_id}: job {job} cancelled; watching it to the platform's answer")
+                _watch(writer, record_outcome, adapters, settling, self.store, _never, say)
+                continue
+            match command:
+                case RunFinished(result=result):
+                    return RunResult.from_event(result)
+                case StartAttempt(plan=plan):
+                    endpoint = endpoint_name(run_id, plan.gpu_class, seed or 0, plan.attempt)
+                    where = "" if plan.provider == "runpod" else f"{plan.provider}/"
+                    say(
+                        f"run {run_id}: attempt {plan.attempt} on {where}{plan.gpu_class}"
+                        f"{' (last GPU)' if plan.on_last_gpu else ''}"
+                        f"{' without the weight cache' if plan.cache_dropped else ''}"
+                    )
+                    record(
+                        AttemptStarted,
+                        attempt=plan.attempt,
+                        candidate=plan.candidate,
+                        provider=plan.provider,
+                        gpu_class=plan.gpu_class,
+                        on_last_gpu=plan.on_last_gpu,
+                        cache_dropped=plan.cache_dropped,
+                        bonus=plan.bonus,
+                        weight_cache=plan.weight_cache,
+                        endpoint_name=endpoint,
+                        job_stream=attempt_stream(run_id, plan.attempt, seed),
+                    )
+                case Deploy(attempt=attempt):
+                    _deploy(writer.state, record, record_outcome, adapters, attempt)
+                case Submit(attempt=attempt):
+                    _submit(writer.state, record, record_outcome, adapters, attempt, say)
+                case WatchJob(attempt=attempt):
+                    _watch(writer, record_outcome, adapters, attempt, self.store, cancelled, say)
+                case EndAttempt(attempt=number, failure=failure, detail=detail):
+                    record(AttemptEnded, attempt=number, ok=False, failure=failure, detail=detail)
+                case CancelJob(attempt=attempt):
+                    ok = _quietly(adapters.cancel_job, writer.state, attempt)
+                    number, job_id = attempt.started.attempt, attempt.job_id
+                    record(JobCancelled, attempt=number, job_id=job_id, ok=ok)
+                case DeleteEndpoint(endpoint_id=endpoint_id, reason=reason):
+                    ok = _quietly(adapters.delete_endpoint, writer.state, endpoint_id)
+                    record(EndpointDeleted, endpoint_id=endpoint_id, reason=reason, ok=ok)
+                case WaitRun(seconds=seconds):
+                    self.sleep(seconds)
+                case ConcludeRun(ok=ok, failure=failure, detail=detail, metrics=metrics):
+                    record(
+                        RunConcluded,
+                        ok=ok,
+                        failure=failure,
+                        attempts=len(writer.state.attempts),
+                        detail=detail,
+                        metrics=metrics,
+                    )
+                    say(f"run {run_id}: {'succeeded' if ok else failure}")
+
+    @contextlib.contextmanager
+    def cancelled_on_interrupt(
+        self, writer: StreamWriter[RunState], detach: bool = False
+    ) -> Iterator[None]:
+        """A Ctrl-C in the block cancels the run (`interrupted`, in `writer`'s stream), then
+        goes on (the `KeyboardInterrupt` is raised again); a run handed to a fleet
+        (`detach`) is the fleet's, and is left alone."""
+        try:
+            yield
+        except KeyboardInterrupt:
+            if not detach:
+                self.interrupted(writer)
+            raise
+
+    def interrupted(self, writer: StreamWriter[RunState]) -> None:
+        """After a Ctrl-C (a `KeyboardInterrupt` anywhere in `drive`): cancel the run and
+        drive it to its `cancelled` result — its job cancelled on the platform and watched
+        to the platform's answer, its endpoints deleted.
+
+        `writer` is a fresh one: the interrupted writer may be behind its stream (an append
+        the store took, cut short before it was folded), so the stream is replayed.
+        """
+        writer.open()
+        if writer.state.done or writer.state.started is None:
+            return
+        self.say(f"run {self.run_id}: interrupted (Ctrl-C): cancelling it")
+        at = self.clock()
+        cancel = UserCancel(by=INTERRUPTED_BY, reason=INTERRUPTED_REASON)
+        writer.append(lambda state: _stamp(writer, apply_outcome(state, cancel), at))
+        self.drive(writer)
+
+
+def _settling(run: RunState, store: EventStore) -> Attempt | None:
+    """The attempt of a cancelled run whose job was cancelled on the platform and whose job
+    stream is still open (watched, no verdict yet); None when there is none."""
+    a = run.current
+    if not run.cancel_requested or a is None or a.ended is not None or not a.job_cancelled:
+        return None
+    if a.job_stream is None:
+        return None
+    job = replay_job(store, a.job_stream)
+    return a if job.submitted is not None and not job.done else None
 
 
 def _error(exc: BaseException) -> dict[str, str]:

@@ -547,9 +547,17 @@ def _check_unrecorded(store: EventStore, stream: str, job_stream: str, attempt: 
 def _attempt_result(
     store: EventStore, result: RunResult, adapters: RunpodRunAdapters, attempt: int
 ) -> PollResult:
-    """The attempt's verdict as `poll_job` returns it, or the error that kept it from a job."""
-    run = replay_run(store.read(result.stream))
+    """The attempt's verdict as `poll_job` returns it, or the error that kept it from a job.
+
+    A run cancelled before its attempt ended is `WatchStopped`, although its job's stream
+    has a verdict too: the platform's answer to the cancel, watched to close the stream.
+    """
+    events = store.read(result.stream)
+    run = replay_run(events)
     tried = run.attempts[-1] if run.attempts else None
+    cancel = next((e.seq for e in events if e.kind == "CancelRequested"), None)
+    if cancel is not None and (tried is None or tried.ended is None or tried.ended.seq > cancel):
+        raise WatchStopped(f"run {result.stream!r} was cancelled: {result.detail}")
     if tried is not None and tried.job_stream:
         state = replay(store.read(tried.job_stream))
         if state.verdict is not None:

@@ -20,10 +20,12 @@ share is in `common`. This module builds the one `app` from them.
 
 from __future__ import annotations
 
+import signal
 from typing import Annotated
 
 import typer
 
+from flashfsm import sigint
 from flashfsm.cli import cost, fleet, logs, store, tools
 from flashfsm.cli.common import (
     EXIT_CODE_TABLE,
@@ -113,8 +115,20 @@ for _name, _command in COMMANDS:
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point. Ctrl-C exits 130, never with a traceback: a command
+    winds down what it started (a run in progress is cancelled) and typer exits 130; a
+    Ctrl-C outside a command's code is caught here, and before and after `main` by
+    `flashfsm.sigint`."""
+    guarded = sigint.guarded()
+    if guarded:  # the command's code handles Ctrl-C itself: hand it back to Python
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        app()
+    except KeyboardInterrupt:
+        raise SystemExit(sigint.EXIT_INTERRUPTED) from None
+    finally:
+        if guarded:  # the interpreter's shutdown: a Ctrl-C exits 130 at once again
+            signal.signal(signal.SIGINT, sigint.exit_interrupted)
 
 
 __all__ = [

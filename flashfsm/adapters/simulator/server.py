@@ -29,6 +29,7 @@ import json
 import re
 import socket
 import struct
+import sys
 import threading
 import time
 import traceback
@@ -98,6 +99,12 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 1024
     allow_reuse_address = True
     sim: Simulator
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client gone mid-request (a process stopped by Ctrl-C) is no error to print."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
