@@ -239,11 +239,23 @@ def test_an_event_removed_and_the_rest_renumbered_is_reported_where_the_conversa
 
 def test_a_fetch_with_no_read_removed_is_a_late_fetch_and_verifies() -> None:
     """Not every removal is detectable: without the IN_QUEUE at t=10 the log is one whose
-    fetch at 10 came late, at 20 (a slow call), which a real watch can write."""
+    fetch at 10 came late, at 20 (a slow call), which a real watch can write — once the
+    verdict's evidence names the renumbered seqs, as that watch's would."""
     log = no_capacity_log()
     at_10 = seq_of(log, lambda e: isinstance(e, StatusObserved) and e.at - log[0].at == 10)
     assert isinstance(log[at_10 + 1], StatusObserved)
-    assert verify(renumbered([event for event in log if event.seq != at_10])).ok
+    doctored = renumbered([event for event in log if event.seq != at_10])
+    verdict = doctored[-1]
+    assert verdict.evidence == (2, 37)  # the queue's first IN_QUEUE and its last, as recorded
+    found = _disagreement(verify(doctored))
+    assert (found.seq, found.reason, found.fields) == (
+        37,
+        "a verdict whose evidence differs",
+        ("evidence",),
+    )
+    assert (found.recorded, found.expected) == ("evidence=[2, 37]", "evidence=[2, 36]")
+    careful = [*doctored[:-1], verdict.model_copy(update={"evidence": (2, 36)})]
+    assert verify(careful).ok
 
 
 def test_a_queued_status_changed_to_in_progress_is_reported_at_the_verdict() -> None:

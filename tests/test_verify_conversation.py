@@ -105,11 +105,19 @@ LOG_NAMES = [f"sim:{name}" for name in sorted(SCENARIOS)] + [
 
 
 def renumbered(events: list[Event]) -> list[Event]:
-    """The events with seqs 0, 1, 2 … again, and fresh ids (a careful forger's edit)."""
-    return [
-        event.model_copy(update={"seq": seq, "id": f"forged-{seq}"})
-        for seq, event in enumerate(events)
-    ]
+    """The events with seqs 0, 1, 2 … again, fresh ids, and the verdict's evidence pointing
+    at the events it pointed at (a careful forger's edit)."""
+    new_seq: dict[int, int] = {}
+    for seq, event in enumerate(events):
+        new_seq.setdefault(event.seq, seq)
+
+    def moved(event: Event, seq: int) -> Event:
+        update: dict[str, object] = {"seq": seq, "id": f"forged-{seq}"}
+        if isinstance(event, Concluded):
+            update["evidence"] = tuple(new_seq.get(old, old) for old in event.evidence)
+        return event.model_copy(update=update)
+
+    return [moved(event, seq) for seq, event in enumerate(events)]
 
 
 # --- the mutations ---------------------------------------------------------------------------

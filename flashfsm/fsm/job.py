@@ -482,12 +482,14 @@ def replay(events: Iterable[Event], state: JobState | None = None) -> JobState:
 
 @dataclass(frozen=True, slots=True)
 class Disagreement:
-    """Where a log and today's rules part ways."""
+    """Where a log and today's rules part ways (`fields`: the verdict fields that differ,
+    when the disagreement is about a recorded verdict's content)."""
 
     seq: int
     reason: str
     recorded: str | None = None
     expected: str | None = None
+    fields: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -535,8 +537,9 @@ def verify(events: Iterable[Event]) -> VerifyReport:
       command means nobody asked for it;
     - a regular heartbeat read is recorded only when it brings news (the watch drops the
       others), so a recorded one must differ from the last one recorded;
-    - a recorded verdict is the one the rules reach (same rule, same state), and nothing
-      follows a point where they would already have concluded.
+    - a recorded verdict is the one the rules reach, field by field (`VERDICT_FIELDS`: state,
+      ok, failure, detail, rule, evidence, metrics, each as recording the rules' verdict
+      would store it), and nothing follows a point where they would already have concluded.
 
     `WatchStarted` (a reattach, D2) may come at any time; a late observation is accepted
     (slow I/O or a paused host delay a poll without changing what it asks for).
@@ -642,15 +645,7 @@ def _check_next(s: JobState, event: Event) -> Disagreement | None:
             return Disagreement(
                 event.seq, "verdict the rules do not reach", f"{event.state} by {event.rule}"
             )
-        expected = command.verdict
-        if expected.rule != event.rule or expected.state.value != event.state:
-            return Disagreement(
-                event.seq,
-                "a different verdict",
-                f"{event.state} by {event.rule}",
-                _describe(expected),
-            )
-        return None
+        return _verdict_disagreement(event, command.verdict)
     if isinstance(command, Conclude):
         return Disagreement(
             event.seq, "the rules had already concluded", event.kind, _describe(command.verdict)
@@ -670,3 +665,91 @@ def _check_next(s: JobState, event: Event) -> Disagreement | None:
     else:
         reason = f"{what} the rules did not ask for"
     return Disagreement(event.seq, reason, event.kind, _command_text(command))
+
+
+# --- a recorded verdict, field by field -----------------------------------------------------
+
+#: The fields of a `Concluded` that its verdict fills (the envelope aside), in the event's order.
+VERDICT_FIELDS = ("state", "ok", "failure", "detail", "rule", "evidence", "metrics")
+#: How much of a differing value a disagreement shows: its repr (escaped, one line), capped.
+_SHOWN = 60
+#: Characters shown before the point where two texts part.
+_SHOWN_BEFORE = 20
+
+
+def concluded_fields(verdict: Verdict) -> dict[str, Any]:
+    """The `VERDICT_FIELDS` of the `Concluded` that records `verdict`."""
+    return {
+        "state": verdict.state.value,
+        "ok": verdict.ok,
+        "failure": verdict.failure,
+        "detail": verdict.detail,
+        "rule": verdict.rule,
+        "evidence": verdict.evidence,
+        "metrics": verdict.metrics,
+    }
+
+
+def _as_stored(fields: dict[str, Any]) -> dict[str, Any]:
+    """Verdict fields as a `Concluded` holding them stores them: built through the model
+    (outside text masked with the secrets known now, then capped, as recording does) and in
+    their JSON form (what a store gives back: lists for tuples, string keys, null for NaN)."""
+    event = Concluded(stream="", seq=0, id="", at=0.0, **fields)
+    return event.__pydantic_serializer__.to_python(event, mode="json", include=set(fields))
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal JSON values, types included (`true` is not `1`, `1` is not `1.0`)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(map(_same, a, b))
+    return bool(a == b)
+
+
+def _excerpt(value: Any, other: Any) -> str:
+    """`value` as a disagreement shows it: its repr (outside text escaped), from a little
+    before where it parts from `other` when both are text, at most `_SHOWN` characters."""
+    if isinstance(value, str) and isinstance(other, str):
+        common = min(len(value), len(other))
+        parts = next((i for i in range(common) if value[i] != other[i]), common)
+        start = max(0, parts - _SHOWN_BEFORE)
+        text = ("…" if start else "") + repr(value[start:])
+    else:
+        text = repr(value)
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 1] + "…"
+
+
+def _verdict_disagreement(event: Concluded, expected: Verdict) -> Disagreement | None:
+    """Does the recorded verdict hold what recording the rules' verdict would, field by
+    field (`VERDICT_FIELDS`)? None when it does; else the fields that differ.
+
+    Both sides are compared as stored (`_as_stored`). A recorded detail was masked with the
+    secrets its recorder knew, from texts of the log masked alike, so masking it again with
+    the secrets known now changes nothing — unless the log holds a secret its recorder did
+    not know, which is then masked on both sides the same way. A state or rule that differs
+    is "a different verdict" (the other fields follow from them); any other field is named.
+    """
+    recorded = _as_stored({name: getattr(event, name) for name in VERDICT_FIELDS})
+    rules_say = _as_stored(concluded_fields(expected))
+    differ = tuple(name for name in VERDICT_FIELDS if not _same(recorded[name], rules_say[name]))
+    if not differ:
+        return None
+    if "state" in differ or "rule" in differ:
+        return Disagreement(
+            event.seq,
+            "a different verdict",
+            f"{event.state} by {event.rule}",
+            _describe(expected),
+            differ,
+        )
+    names = differ[0] if len(differ) == 1 else f"{', '.join(differ[:-1])} and {differ[-1]}"
+    return Disagreement(
+        event.seq,
+        f"a verdict whose {names} {'differs' if len(differ) == 1 else 'differ'}",
+        ", ".join(f"{name}={_excerpt(recorded[name], rules_say[name])}" for name in differ),
+        ", ".join(f"{name}={_excerpt(rules_say[name], recorded[name])}" for name in differ),
+        differ,
+    )
