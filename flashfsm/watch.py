@@ -63,7 +63,7 @@ from flashfsm.fsm.commands import (
     Verdict,
     Wait,
 )
-from flashfsm.fsm.job import JobState, decide, heartbeat_is_news, skip_read
+from flashfsm.fsm.job import JobState, concluded_fields, decide, heartbeat_is_news, skip_read
 from flashfsm.naming import job_stream
 from flashfsm.redact import redact
 from flashfsm.writer import JOB, NEWER_WATCH_WINS, Build, StoreRequest, StreamWriter
@@ -375,16 +375,8 @@ def failure_detail_observation(raw: Any) -> Built:
 
 
 def conclusion(verdict: Verdict) -> Built:
-    """The `Concluded` event for a verdict."""
-    return Concluded, {
-        "state": verdict.state.value,
-        "ok": verdict.ok,
-        "failure": verdict.failure,
-        "detail": verdict.detail,
-        "rule": verdict.rule,
-        "evidence": verdict.evidence,
-        "metrics": verdict.metrics,
-    }
+    """The `Concluded` event for a verdict (its fields are the ones `verify` checks)."""
+    return Concluded, concluded_fields(verdict)
 
 
 def say_observation(

@@ -337,7 +337,8 @@ def state_after(events: list[Any], upto: int) -> JobState:
 
 NO_WORKERS = WorkerCounts()
 #: What a failed probe may change: it spends the probe slot, nothing else (step 8).
-PROBE_FAILURE_MAY_CHANGE = {"pending", "last_probe_at", "next_seq", "last_at"}
+#: (`probed`: the poll made its probe, so no rule waits for one in this poll, D8)
+PROBE_FAILURE_MAY_CHANGE = {"pending", "last_probe_at", "probed", "next_seq", "last_at"}
 
 
 def assert_failed_probes_change_nothing(events: list[Any]) -> None:
