@@ -21,7 +21,7 @@ import logging
 import re
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +30,8 @@ from typing import Annotated, Any, NamedTuple
 import typer
 from pydantic import ValidationError
 from rich.cells import cell_len
-from rich.console import Console, ConsoleDimensions
+from rich.console import Console, ConsoleDimensions, ConsoleOptions, RenderableType
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 from typer.core import TyperArgument, TyperCommand
@@ -79,6 +80,59 @@ class PlainConsole(Console):
     def size(self, new_size: tuple[int, int]) -> None:
         Console.size.fset(self, new_size)  # type: ignore[attr-defined]
 
+    def render_str(self, text: str, **options: Any) -> Text:
+        """A string as rich text, its unprintable characters escaped (`shown_text`)."""
+        return shown_text(super().render_str(text, **options))
+
+    def render(
+        self, renderable: RenderableType, options: ConsoleOptions | None = None
+    ) -> Iterable[Segment]:
+        """Every line this console prints, and every cell of its tables, comes through here:
+        a rich text's unprintable characters (an escape sequence's ESC, a carriage return,
+        a bidirectional override) are escaped before it is laid out (`shown_text`)."""
+        if isinstance(renderable, Text):
+            renderable = shown_text(renderable)
+        return super().render(renderable, options)
+
+
+def shown(text: str) -> str:
+    """`text` as the terminal may see it: every character that is not printable, but the
+    line break, written as its Python escape (`\\x1b`, `\\r`, `\\u202e`), so outside text
+    (a stream name, an error body, a log line) can neither move the cursor, recolour the
+    terminal nor hide what follows."""
+    if text.isprintable():
+        return text
+    return "\n".join(
+        "".join(
+            ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in line
+        )
+        for line in text.split("\n")
+    )
+
+
+def shown_text(text: Text) -> Text:
+    """A rich text with its unprintable characters escaped (`shown`), its styles kept."""
+    plain = text.plain
+    if shown(plain) == plain:
+        return text
+    cuts = sorted({i + d for i, ch in enumerate(plain) if shown(ch) != ch for d in (0, 1)})
+    pieces = []
+    for piece in text.divide(cuts):
+        if len(piece.plain) == 1 and shown(piece.plain) != piece.plain:
+            escaped_piece = Text(shown(piece.plain), style=piece.style)
+            for span in piece.spans:
+                escaped_piece.stylize(span.style)
+            piece = escaped_piece
+        pieces.append(piece)
+    out = Text("").join(pieces)
+    out.justify, out.overflow, out.no_wrap, out.end = (
+        text.justify,
+        text.overflow,
+        text.no_wrap,
+        text.end,
+    )
+    return out
+
 
 #: Everything printed is literal: logs carry outside text (worker output, error bodies), and
 #: rich markup in it would be interpreted — a `[i]` could rejoin the pieces of a masked
@@ -94,7 +148,9 @@ def styled(*parts: str | tuple[str, str]) -> Text:
     is the last line of defence)."""
     return Text.assemble(
         *(
-            scrub_urls(part) if isinstance(part, str) else (scrub_urls(part[0]), part[1])
+            shown(scrub_urls(part))
+            if isinstance(part, str)
+            else (shown(scrub_urls(part[0])), part[1])
             for part in parts
         )
     )
@@ -458,10 +514,7 @@ class StoreLogs:
 def escaped(text: str) -> str:
     """`text` on one line with every character that is not printable (a control character,
     an escape sequence's ESC, a bidirectional override) written as its Python escape."""
-    return "".join(
-        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
-        for ch in one_line(text)
-    )
+    return shown(one_line(text))
 
 
 def _damaged(url: str, stream: str, exc: EventDecodeError | CorruptLogError) -> Damaged:
