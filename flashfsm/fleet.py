@@ -66,12 +66,12 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from flashfsm.errors import JobOwnedElsewhere, LeaseLost
-from flashfsm.events.errors import StaleLease
+from flashfsm.events.errors import FlashFsmError, StaleLease
 from flashfsm.events.models import JobSubmitted, RunStarted
 from flashfsm.events.policy import GracePolicy
 from flashfsm.events.store import (
@@ -84,7 +84,7 @@ from flashfsm.events.store import (
     iter_events,
 )
 from flashfsm.fsm.job import JobState
-from flashfsm.runs import RunAdapters, supervise_run
+from flashfsm.runs import RunAdapters, RunpodRunAdapters, supervise_run
 from flashfsm.shell import resolve_store
 from flashfsm.supervisor import JobSpec, Supervisor
 from flashfsm.watch import JobHandle, default_stream, recorded_handle, submission
@@ -100,6 +100,8 @@ MAX_RUNS = 1024
 DEFAULT_CLAIM_BATCH = 1000
 #: How long a watch whose lease was not renewed may take to show it just ended (seconds).
 LOSS_GRACE_S = 1.0
+#: How often a replica that cannot drive runs looks for handed-off runs it has not named.
+UNDRIVEN_EVERY_S = 60.0
 
 #: Makes the adapters a replica drives a handed-off run with, from its `RunStarted` and the
 #: sleep the adapters must use (it raises `LeaseLost` once the run is no longer this
@@ -226,11 +228,18 @@ class _Batched:
             self._task = None
 
 
+class OwnerInUse(FlashFsmError, ValueError):
+    """A replica was started under the name (`owner`) of a live one: two replicas under one
+    name would renew each other's leases and drop each other's heartbeat."""
+
+
 @dataclass
 class _Held:
     lease: Lease
     task: asyncio.Task[Any]
     stop: threading.Event
+    #: A run's worker thread (its future), once it started: a stream given back waits for it.
+    worker: Future[None] | None = None
 
 
 class Fleet:
@@ -253,6 +262,7 @@ class Fleet:
         claim_batch: int = DEFAULT_CLAIM_BATCH,
         max_streams: int | None = None,
         run_adapters: RunAdaptersFactory | None = None,
+        no_runs_reason: str = "no run adapters",
         clock: Callable[[], float] = time.time,
         **supervisor_options: Any,
     ):
@@ -280,6 +290,9 @@ class Fleet:
         self.claim_batch = claim_batch
         self.max_streams = max_streams
         self.run_adapters = run_adapters
+        self.no_runs_reason = no_runs_reason
+        self._undriven: set[str] = set()  # the runs it said it cannot drive
+        self._undriven_due = -math.inf  # (monotonic) when to look for such runs again
         self.clock = clock
         self.kinds = ("job", "run") if run_adapters is not None else ("job",)
         # The streams held: changed on the loop, under the lock, which the keeper thread
@@ -305,6 +318,7 @@ class Fleet:
         # behind the watches' store reads, commits and replays in the default pool.
         self._lease_calls: ThreadPoolExecutor | None = None
         self._replays = _Batched(self._job_specs)
+        self._joined = False
 
     def __repr__(self) -> str:
         return f"Fleet({self.owner!r}, {len(self._held)} streams)"
@@ -321,23 +335,97 @@ class Fleet:
 
     # -- the loop --------------------------------------------------------------------------
 
+    async def join(self) -> bool:
+        """Join the fleet under `owner`: the replica's first heartbeat (the census its first
+        claims are sized by), in one transaction with the check that no live replica holds
+        that name (`LeaseStore.join`). Raises `OwnerInUse` when one does: nothing is
+        recorded or claimed, and the live replica's heartbeat and leases are left alone.
+        While the store does not answer, it tries again every tick; False when the replica
+        was stopped first. `run` joins first when this was not called."""
+        if self._joined:
+            return True
+        if self._stopping is None or self._woken is None:
+            self._stopping, self._woken = asyncio.Event(), asyncio.Event()
+        if self._lease_calls is None:
+            self._lease_calls = ThreadPoolExecutor(2, thread_name_prefix="flashfsm-fleet-leases")
+        while not self._stopping.is_set():
+            try:
+                census = await self._leased(self.leases.join, self.owner, self.lease_s)
+            except Exception as exc:  # the database is unreachable: any driver's error
+                self.stats.renew_failures += 1
+                logger.warning(
+                    "%s: cannot join the fleet (%s); trying again", self.owner, type(exc).__name__
+                )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), self.tick_s)
+                continue
+            if census is None:
+                self._close_lease_calls()
+                raise OwnerInUse(
+                    f"replica name {self.owner!r} is held by a live replica (its heartbeat or "
+                    "a lease has not expired): choose another --owner, or start this one once "
+                    "that replica has stopped"
+                )
+            self._census(census)
+            self._joined = True
+            return True
+        self._close_lease_calls()
+        return False
+
+    async def _say_undriven(self) -> None:
+        """A replica that cannot drive runs says so, in one warning naming the handed-off
+        runs that wait for a replica that can (those nobody holds), as it starts and then
+        at most every `UNDRIVEN_EVERY_S` for the runs it has not named yet."""
+        if self.run_adapters is not None or time.monotonic() < self._undriven_due:
+            return
+        self._undriven_due = time.monotonic() + UNDRIVEN_EVERY_S
+        try:
+            rows = await self._leased(self.leases.open_streams)
+        except Exception:  # (the census and the claims say when the store is unreachable)
+            return
+        waiting = [
+            o.stream
+            for o in rows
+            if o.kind == "run"
+            and o.handoff
+            and o.parent is None
+            and (o.owner is None or o.expires_in is None or o.expires_in <= 0)
+        ]
+        new = [stream for stream in waiting if stream not in self._undriven]
+        self._undriven = set(waiting)
+        if new:
+            shown = ", ".join(new[:5]) + (f" and {len(new) - 5} more" if len(new) > 5 else "")
+            logger.warning(
+                "%s: cannot drive runs (%s): %d handed-off run(s) wait for a replica that can: %s",
+                self.owner,
+                self.no_runs_reason,
+                len(new),
+                shown,
+            )
+
+    def _close_lease_calls(self) -> None:
+        if self._lease_calls is not None:
+            self._lease_calls.shutdown(wait=False)
+            self._lease_calls = None
+
     async def run(self, *, until: Callable[[], bool] | None = None) -> FleetStats:
-        """Run the replica until `stop()` (or a signal, or `until()` turns true), then drain."""
-        self._stopping, self._woken = asyncio.Event(), asyncio.Event()
-        self._lease_calls = ThreadPoolExecutor(2, thread_name_prefix="flashfsm-fleet-leases")
+        """Run the replica until `stop()` (or a signal, or `until()` turns true), then drain.
+
+        It joins the fleet first (`join`: `OwnerInUse` when a live replica has its name)."""
+        if not await self.join():
+            return self.stats
+        assert self._stopping is not None
         self.supervisor.committer.start()
         try:
-            try:  # the first heartbeat: the census the first claims are sized by
-                self._census(await self._leased(self.leases.beat, self.owner, self.lease_s))
-            except Exception as exc:  # the database is unreachable: any driver's error
-                self._renew_failed(exc)
             self._start_keeper()
+            await self._say_undriven()
             # Streams whose owner died before this replica started are taken at once: a
             # replica restarted after its leases lapsed polls again without waiting a tick.
             await self._claim_expired()
             await self._pause(expiry=False)  # (first breath: the next census counts the peers)
             while not self._stopping.is_set() and not (until is not None and until()):
                 await self._tick()
+                await self._say_undriven()
                 await self._pause()
         finally:
             await self._drain()
@@ -526,12 +614,16 @@ class Fleet:
             self.stats.lost += 1
 
     async def _shed(self, count: int) -> None:
-        """Give back `count` streams (the newest claims first): stop, then release."""
+        """Give back `count` streams (the newest claims first): stop, then release — a run
+        only once its worker thread has stopped (at its next wait), so nothing of it acts
+        after its lease is another replica's to take."""
         streams = list(self._held)[-count:]
         held = [self._held[stream] for stream in streams]
         for stream in streams:
             self._stop_watch(stream, "rebalancing")
         await asyncio.gather(*(h.task for h in held), return_exceptions=True)
+        workers = [h.worker for h in held if h.worker is not None]
+        await asyncio.gather(*map(asyncio.wrap_future, workers), return_exceptions=True)
         await self.supervisor.committer.flush()
         with contextlib.suppress(Exception):
             await self._leased(self.leases.release, self.owner, [h.lease for h in held])
@@ -572,8 +664,11 @@ class Fleet:
                     self._runs = ThreadPoolExecutor(
                         max_workers=MAX_RUNS, thread_name_prefix="flashfsm-fleet-run"
                     )
-                loop = asyncio.get_running_loop()
-                await loop.run_in_executor(self._runs, self._drive_run, lease, stop)
+                worker = self._runs.submit(self._drive_run, lease, stop)
+                held = self._held.get(stream)
+                if held is not None and held.lease == lease:
+                    held.worker = worker
+                await asyncio.wrap_future(worker)
             else:
                 spec, writer = await self._replays(stream)
                 await self.supervisor.watch(spec, writer)
@@ -658,6 +753,8 @@ class Fleet:
                 raise LeaseLost(f"{lease.stream}: this replica no longer drives it")
 
         adapters = self.run_adapters(first, sleep)
+        if isinstance(adapters, RunpodRunAdapters) and adapters.watcher is None:
+            adapters.watcher = self.owner  # (each attempt's WatchStarted names this replica)
         try:
             supervise_run(
                 first.run_id,
@@ -694,9 +791,9 @@ class Fleet:
         except Exception as exc:  # the leases expire by themselves
             logger.warning("%s: could not release its leases (%s)", self.owner, exc)
         self.stats.released += len(held)
-        if self._lease_calls is not None:
-            self._lease_calls.shutdown(wait=False)
-            self._lease_calls = None
+        self._close_lease_calls()
+        self._joined = False
+        self._stopping = self._woken = None
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[..., Any], *args: Any) -> None:

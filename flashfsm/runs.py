@@ -229,6 +229,7 @@ def supervise_run(
     capacity_memory: CapacityPolicy | bool = True,
     on_attempt_end: AttemptHook | None = None,
     detach: bool = False,
+    spec: str | None = None,
 ) -> RunResult:
     """Run one training job to a result: the GPU walk, retries, cleanup; every step an event.
 
@@ -255,7 +256,9 @@ def supervise_run(
     `detach=True` hands the run to a fleet (`flashfsm.fleet`): its `RunStarted` (and
     ranking) is recorded as a hand-off and the call returns at once with a pending result
     (`ok=False`, `failure=None`, no attempt); a replica alive on the same store drives it.
-    The store must keep leases (SQLite, PostgreSQL).
+    The store must keep leases (SQLite, PostgreSQL). `spec` (a `RunSpec` as JSON) is
+    recorded in the `RunStarted`, for a replica to deploy the run from
+    (`flashfsm.submit.supervise_spec(..., detach=True)` records it).
 
     A cancel (`request_cancel`, or Ctrl-C: a `KeyboardInterrupt` anywhere in the call)
     closes everything the run opened: its job is cancelled on the platform and watched on
@@ -292,6 +295,7 @@ def supervise_run(
                 "seed": seed,
                 "single_attempt": single_attempt,
                 "on_last_gpu": on_last_gpu,
+                "spec": spec,
             },
         )
         drafts = [started]
@@ -605,6 +609,8 @@ class RunpodRunAdapters:
     client_for: Callable[[int], Any] | None = None
     on_handle: Callable[[dict[str, Any]], Any] | None = None
     errors: dict[int, BaseException] = field(default_factory=dict)
+    #: Who watches the attempts' jobs, as their `WatchStarted` names it (None: host:pid).
+    watcher: str | None = None
     #: The providers these adapters deploy to: RunPod only.
     providers: frozenset[str] = frozenset({"runpod"})
 
@@ -668,6 +674,7 @@ class RunpodRunAdapters:
             stream=attempt.job_stream,
             stop=stop,
             allow_pickle=self.allow_pickle,
+            watcher=self.watcher,
             **stall_kwargs(attempt.started.on_last_gpu),
         )
 

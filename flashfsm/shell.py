@@ -212,6 +212,7 @@ def poll_job(
     allow_pickle: bool | None = None,
     stop: Callable[[], bool] | None = None,
     heartbeat_every_s: float | None = 30.0,
+    watcher: str | None = None,
 ) -> PollResult:
     """Watch a submitted job until a rule reaches a verdict; every observation is an event.
 
@@ -231,7 +232,7 @@ def poll_job(
     the time nobody watched is charged to no timer. When it already holds a verdict, that
     verdict is returned without any call. Raises `JobOwnedElsewhere` if a newer watch takes
     the stream over, and `WatchStopped` when `stop()` (asked before each status fetch)
-    says so.
+    says so. `watcher` names who watches in the `WatchStarted` (default: host and process).
 
     Output is JSON-only unless the handle is `trusted_output` (its endpoint was deployed by
     this run): a Flash envelope holding only a pickle is then recorded as undecodable
@@ -263,6 +264,7 @@ def poll_job(
         failure_detail=failure_detail_reader is not None,
         allow_pickle=allow_pickle,
         stoppable=stop is not None,
+        watcher=watcher,
         snapshot_every=snapshot_interval(resolved := resolve_store(store)),
     )
     io = SyncIO(resolved, client, handle, readers, clock, sleep, stop)

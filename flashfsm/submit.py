@@ -60,7 +60,7 @@ from flashfsm.adapters.runpod import (
 )
 from flashfsm.adapters.stores import default_store_url
 from flashfsm.errors import RunpodApiError, WatchStopped
-from flashfsm.events.models import NAME_CAP, AttemptStarted, Candidate
+from flashfsm.events.models import NAME_CAP, SPEC_CAP, AttemptStarted, Candidate, RunStarted
 from flashfsm.events.store import EventStore
 from flashfsm.fsm.capacity import CapacityPolicy
 from flashfsm.fsm.job import replay, verdict_of
@@ -73,6 +73,7 @@ from flashfsm.runs import (
     Recorder,
     RunpodRunAdapters,
     RunResult,
+    check_providers,
     supervise_run,
 )
 from flashfsm.shell import PollResult, resolve_store
@@ -328,6 +329,17 @@ def deploy_request(
     )
 
 
+def _checked_spec(spec: RunSpec, seed: int) -> WorkerDependencies:
+    """The checks a spec passes before anything is provisioned or handed off: the seed is an
+    integer, the spec's env holds no known secret, the worker's dependencies parse."""
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
+    leaked = sorted(k for k, v in spec.env.items() if redact(v) != v)
+    if leaked:
+        raise ValueError(f"spec env {', '.join(leaked)} holds a secret: use runtime_secrets")
+    return resolve_worker_dependencies(spec)
+
+
 def flash_run_adapters(
     spec: RunSpec,
     seed: int,
@@ -363,12 +375,7 @@ def flash_run_adapters(
     """
     secrets = _check_secrets(runtime_secrets)
     register_secrets(*secrets.values(), os.environ.get("HF_TOKEN"))
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise ValueError(f"seed must be an integer, got {seed!r}")
-    leaked = sorted(k for k, v in spec.env.items() if redact(v) != v)
-    if leaked:
-        raise ValueError(f"spec env {', '.join(leaked)} holds a secret: use runtime_secrets")
-    deps = resolve_worker_dependencies(spec)
+    deps = _checked_spec(spec, seed)
     if not deps.baked and function is None:
         if spec.entrypoint is None:
             raise ValueError("a worker without a baked image needs spec.entrypoint or function")
@@ -583,6 +590,7 @@ def supervise_spec(
     sleep: Callable[[float], Any] = time.sleep,
     capacity_memory: CapacityPolicy | bool = True,
     on_attempt_end: AttemptHook | None = None,
+    detach: bool = False,
     **adapter_options: Any,
 ) -> RunResult:
     """Run `spec` for `seed` to a result: the GPU walk over `candidates`, with retries.
@@ -591,7 +599,21 @@ def supervise_spec(
     the run (see `supervise_run`, which also says what `capacity_memory` and
     `on_attempt_end` do). Every candidate's provider must be `runpod`
     (`UnsupportedProvider` otherwise). `adapter_options` go to `flash_run_adapters`.
+
+    `detach=True` hands the run to a fleet (`flashfsm.fleet`) instead: the spec is checked
+    as for a deploy, its `RunStarted` recorded with the spec as a hand-off, and a pending
+    result returned at once; a `flashfsm supervise` replica on the same store deploys,
+    submits and watches it (`fleet_run_adapters`). Nothing is deployed here, so neither a
+    key nor runpod-flash is needed; runtime secrets cannot travel this way (the store
+    would hold them), nor can other `adapter_options`.
     """
+    if detach:
+        if adapter_options:
+            raise ValueError(
+                f"{', '.join(sorted(adapter_options))}: not for a run handed to a fleet "
+                "(its replica makes the adapters)"
+            )
+        return _hand_off_spec(spec, seed, candidates, max_retries, store, clock, capacity_memory)
     with _spec_adapters(spec, seed, store, clock, sleep, adapter_options) as (opened, adapters):
         stream = naming.run_stream(spec.run_id, seed)
         return _walk(
@@ -607,6 +629,112 @@ def supervise_spec(
             capacity_memory=capacity_memory,
             on_attempt_end=on_attempt_end,
         )
+
+
+def _hand_off_spec(
+    spec: RunSpec,
+    seed: int,
+    candidates: Sequence[Candidate],
+    max_retries: int,
+    store: EventStore | str | None,
+    clock: Callable[[], float],
+    capacity_memory: CapacityPolicy | bool,
+) -> RunResult:
+    """`supervise_spec(..., detach=True)`: the run recorded for a fleet, with its spec."""
+    deps = _checked_spec(spec, seed)
+    if not deps.baked and spec.entrypoint is None:
+        raise ValueError("a worker without a baked image needs spec.entrypoint")
+    if spec.entrypoint is not None and not _ENTRYPOINT.fullmatch(spec.entrypoint):
+        raise ValueError(f"entrypoint {spec.entrypoint!r} is not 'module:function'")
+    check_providers(candidates, RunpodRunAdapters)  # (the providers the replica deploys to)
+    recorded = spec.to_json()
+    if len(recorded) > SPEC_CAP:
+        raise ValueError(f"the spec is {len(recorded)} characters as JSON: at most {SPEC_CAP}")
+    owns_store = store is None or isinstance(store, str)
+    opened = resolve_store(store if store is not None else default_store_url())
+    try:
+        return supervise_run(
+            spec.run_id,
+            candidates,
+            None,  # type: ignore[arg-type]  (a hand-off deploys nothing)
+            max_retries=max_retries,
+            weight_cache=bool(spec.weight_cache),
+            budget_s=spec.max_wall_seconds,
+            phase=spec.phase,
+            seed=seed,
+            store=opened,
+            stream=naming.run_stream(spec.run_id, seed),
+            clock=clock,
+            capacity_memory=capacity_memory,
+            detach=True,
+            spec=recorded,
+        )
+    finally:
+        if owns_store:
+            opened.close()
+
+
+#: What `hand_off_spec` reads beside the spec's own fields.
+HAND_OFF_FIELDS = frozenset({"seed", "candidates", "max_retries"})
+
+
+def hand_off_spec(data: Mapping[str, Any], store: EventStore | str | None = None) -> RunResult:
+    """Hand a run to a fleet from plain data (`flashfsm runs add` of a spec file): a
+    `RunSpec`'s fields, and optionally `seed` (0), `candidates` (the spec's GPU class
+    alone) and `max_retries` (2). See `supervise_spec(..., detach=True)`."""
+    fields = {k: v for k, v in data.items() if k not in HAND_OFF_FIELDS}
+    spec = RunSpec.model_validate(fields)
+    raw = data.get("candidates")
+    if raw is not None and (not isinstance(raw, list) or not raw):
+        raise ValueError("candidates must be a non-empty list")
+    candidates = (
+        [Candidate.model_validate(c) for c in raw]
+        if raw is not None
+        else [Candidate(gpu_class=spec.gpu_class)]
+    )
+    seed, retries = data.get("seed", 0), data.get("max_retries", 2)
+    if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
+        raise ValueError(f"max_retries must be a non-negative integer, got {retries!r}")
+    return supervise_spec(spec, seed, candidates, max_retries=retries, store=store, detach=True)
+
+
+def fleet_run_adapters(
+    store: EventStore,
+    *,
+    interval_s: float = 10.0,
+    clock: Callable[[], float] = time.time,
+    **adapter_options: Any,
+) -> Callable[[RunStarted, Callable[[float], None]], RunpodRunAdapters]:
+    """What a fleet replica drives handed-off runs with by default (`flashfsm supervise`):
+    each run's recorded spec (`supervise_spec(..., detach=True)`), deployed with
+    runpod-flash and watched over REST with the keys in `RUNPOD_API_KEY`, everything else
+    from the SDKs' own environment variables — the one deploy path, `flash_run_adapters`.
+    Sweeps of quota go to `store`. Raises at once, before any run is claimed, when a run
+    could not be deployed: `ImportError` naming the `deploy` extra without runpod-flash,
+    `ValueError` without a key. A run recorded without a spec is a `ValueError` when
+    its adapters are asked for (drive such runs with adapters of your own)."""
+    require_sdk()
+    accounts = KeyPool.from_env()
+
+    def adapters(started: RunStarted, sleep: Callable[[float], None]) -> RunpodRunAdapters:
+        if started.spec is None:
+            raise ValueError(
+                f"run {started.run_id!r} was handed off without a spec: nothing says what "
+                "to deploy (hand it off with supervise_spec, or drive it with --run-adapters)"
+            )
+        spec = RunSpec.model_validate_json(started.spec)
+        return flash_run_adapters(
+            spec,
+            started.seed or 0,
+            store=store,
+            accounts=accounts,
+            clock=clock,
+            sleep=sleep,
+            interval_s=interval_s,
+            **adapter_options,
+        )
+
+    return adapters
 
 
 @contextlib.contextmanager

@@ -663,36 +663,55 @@ class PostgresStore:
         streams, tokens = [lease.stream for lease in leases], [lease.token for lease in leases]
         self._retrying(query, (streams, tokens, owner))
 
+    def join(self, owner: str, ttl_s: float) -> Census | None:
+        """`beat`, unless a live replica holds `owner` (see `LeaseStore.join`): then None."""
+        self._refuse_write()
+        with self._lease_pool().connection() as conn, conn.transaction():
+            # Two replicas joining under one name at once: one waits for the other's commit.
+            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (owner,))
+            live = conn.execute(
+                sql.SQL(
+                    "SELECT 1 FROM {r} WHERE owner = %s AND expires_at > {now} UNION ALL "
+                    "SELECT 1 FROM {o} WHERE owner = %s AND expires_at > {now} LIMIT 1"
+                ).format(r=self._replicas, o=self._open, now=_NOW),
+                (owner, owner),
+            ).fetchone()
+            return None if live is not None else self._beat(conn, owner, ttl_s)
+
     def beat(self, owner: str, ttl_s: float) -> Census:
         """Record `owner`'s heartbeat (see `LeaseStore.beat`)."""
         self._refuse_write()
         with self._lease_pool().connection() as conn, conn.transaction():
-            conn.execute(
-                sql.SQL(
-                    "INSERT INTO {r} (owner, seen_at, expires_at) VALUES (%s, {now}, {now} + %s)"
-                    " ON CONFLICT (owner) DO UPDATE SET seen_at = excluded.seen_at,"
-                    " expires_at = excluded.expires_at"
-                ).format(r=self._replicas, now=_NOW),
-                (owner, ttl_s),
+            return self._beat(conn, owner, ttl_s)
+
+    def _beat(self, conn: Any, owner: str, ttl_s: float) -> Census:
+        """(In `conn`'s transaction.) Record `owner`'s heartbeat; the census."""
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {r} (owner, seen_at, expires_at) VALUES (%s, {now}, {now} + %s)"
+                " ON CONFLICT (owner) DO UPDATE SET seen_at = excluded.seen_at,"
+                " expires_at = excluded.expires_at"
+            ).format(r=self._replicas, now=_NOW),
+            (owner, ttl_s),
+        )
+        conn.execute(
+            sql.SQL("DELETE FROM {r} WHERE expires_at < {now} - 86400").format(
+                r=self._replicas, now=_NOW
             )
-            conn.execute(
-                sql.SQL("DELETE FROM {r} WHERE expires_at < {now} - 86400").format(
-                    r=self._replicas, now=_NOW
-                )
+        )
+        (replicas,) = conn.execute(  # type: ignore[misc]
+            sql.SQL("SELECT count(*) FROM {r} WHERE expires_at > {now}").format(
+                r=self._replicas, now=_NOW
             )
-            (replicas,) = conn.execute(  # type: ignore[misc]
-                sql.SQL("SELECT count(*) FROM {r} WHERE expires_at > {now}").format(
-                    r=self._replicas, now=_NOW
-                )
-            ).fetchone()
-            claimable, held, soonest = conn.execute(  # type: ignore[misc]
-                sql.SQL(
-                    "SELECT count(*), count(*) FILTER (WHERE owner = %s AND expires_at > {now}),"
-                    " min(expires_at) FILTER (WHERE owner <> %s AND expires_at > {now}) - {now}"
-                    " FROM {o} WHERE handoff AND parent IS NULL"
-                ).format(o=self._open, now=_NOW),
-                (owner, owner),
-            ).fetchone()
+        ).fetchone()
+        claimable, held, soonest = conn.execute(  # type: ignore[misc]
+            sql.SQL(
+                "SELECT count(*), count(*) FILTER (WHERE owner = %s AND expires_at > {now}),"
+                " min(expires_at) FILTER (WHERE owner <> %s AND expires_at > {now}) - {now}"
+                " FROM {o} WHERE handoff AND parent IS NULL"
+            ).format(o=self._open, now=_NOW),
+            (owner, owner),
+        ).fetchone()
         return Census(
             int(replicas), int(claimable), int(held), None if soonest is None else float(soonest)
         )

@@ -893,9 +893,25 @@ class SqliteStore:
             )
         )
 
+    def join(self, owner: str, ttl_s: float) -> Census | None:
+        """`beat`, unless a live replica holds `owner` (see `LeaseStore.join`): then None."""
+
+        def join(conn: sqlite3.Connection) -> Census | None:
+            live = conn.execute(
+                f"SELECT 1 FROM replicas WHERE owner = ? AND expires_at > {_NOW} UNION ALL "
+                f"SELECT 1 FROM open_streams WHERE owner = ? AND expires_at > {_NOW} LIMIT 1",
+                (owner, owner),
+            ).fetchone()
+            return None if live is not None else beat(conn)
+
+        beat = self._beat(owner, ttl_s)
+        return self._write(join)
+
     def beat(self, owner: str, ttl_s: float) -> Census:
         """Record `owner`'s heartbeat (see `LeaseStore.beat`)."""
+        return self._write(self._beat(owner, ttl_s))
 
+    def _beat(self, owner: str, ttl_s: float) -> Callable[[sqlite3.Connection], Census]:
         def beat(conn: sqlite3.Connection) -> Census:
             conn.execute(
                 f"INSERT INTO replicas (owner, seen_at, expires_at) VALUES (?, {_NOW}, {_NOW} + ?)"
@@ -917,7 +933,7 @@ class SqliteStore:
                 int(replicas), int(claimable), int(held), None if soonest is None else soonest
             )
 
-        return self._write(beat)
+        return beat
 
     def leave(self, owner: str) -> None:
         """Forget `owner` and free its leases (see `LeaseStore.leave`)."""

@@ -11,7 +11,6 @@ import asyncio
 import importlib
 import json
 import logging
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -50,14 +49,25 @@ def _factory(spec: str) -> Any:
         raise fail(f"--run-adapters {spec!r}: {type(exc).__name__}: {exc}") from None
 
 
+class _LogLines(logging.Handler):
+    """A log record as one time-stamped line on stderr, printed the CLI's way (`say`): its
+    outside text (a stream name, an error) escaped."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        say(self.format(record), err=True)
+
+
 @contextmanager
 def _watches_logged() -> Iterator[None]:
     """Show the replica's log of its watches (each one it stops, and why: `flashfsm.fleet`
     at INFO) on stderr, one time-stamped line each; its warnings go the CLI's way."""
     logger = logging.getLogger("flashfsm.fleet")
     level = logger.level
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    handler = _LogLines()
     handler.addFilter(lambda record: record.levelno < logging.WARNING)
     logger.setLevel(logging.INFO)
     logger.addHandler(handler)
@@ -86,7 +96,8 @@ def supervise_command(
         str | None,
         typer.Option(
             metavar="MODULE:FUNCTION",
-            help="Drive handed-off runs with the adapters this makes (else leave runs).",
+            help="Drive handed-off runs with the adapters this makes (default: deploy each "
+            "run's recorded spec with runpod-flash).",
         ),
     ] = None,
     until_idle: Annotated[
@@ -95,7 +106,9 @@ def supervise_command(
 ) -> None:
     """Run one fleet replica: watch the store's open jobs and runs (SIGTERM drains).
 
-    RUNPOD_API_KEY (and RUNPOD_*_BASE_URL) come from the environment.
+    RUNPOD_API_KEY (and RUNPOD_*_BASE_URL) come from the environment. Runs handed off
+    with a spec are deployed with runpod-flash, configured by its own environment
+    variables; --run-adapters drives runs with adapters of your own instead.
     """
     from flashfsm.adapters.runpod import AsyncRunpodClient
 
@@ -104,6 +117,14 @@ def supervise_command(
     factory = _factory(run_adapters) if run_adapters else None
     url = store_url(store)
     opened = open_store_or_fail(url)
+    no_runs = "no run adapters"
+    if factory is None:
+        from flashfsm.submit import fleet_run_adapters
+
+        try:
+            factory = fleet_run_adapters(opened, interval_s=interval_s)
+        except (ImportError, ValueError) as exc:
+            no_runs = message(exc)  # (jobs are still watched; the replica says which runs wait)
 
     async def main() -> FleetStats:
         async with AsyncRunpodClient.from_env() as client:
@@ -115,8 +136,10 @@ def supervise_command(
                 interval_s=interval_s,
                 max_streams=max_streams,
                 run_adapters=factory,
+                no_runs_reason=no_runs,
             )
             fleet.install_signal_handlers()
+            await fleet.join()  # (OwnerInUse: one line, exit 1, nothing claimed)
             say(f"replica {fleet.owner} on {display_url(url)}: lease {lease_s:g} s")
             # (the last heartbeat's census: no handed-off stream open, nothing held)
             census = lambda: fleet.stats.census  # noqa: E731
@@ -182,6 +205,10 @@ def _add(store: Any, data: dict[str, Any]) -> tuple[str, str]:
     """Record one hand-off from a `runs add` file: (stream, kind)."""
     from flashfsm.runs import supervise_run
 
+    if "gpu_class" in data:  # a RunSpec (and seed, candidates, max_retries): deployed by the fleet
+        from flashfsm.submit import hand_off_spec
+
+        return hand_off_spec(data, store).stream, "run"
     if "run_id" in data:
         known = {"run_id", "candidates", "max_retries", "budget_s", "phase", "seed", "stream"}
         unknown = sorted(set(data) - known)

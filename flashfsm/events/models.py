@@ -37,6 +37,7 @@ MESSAGE_CAP = 500  # an API error message
 ARTIFACT_CAP = 8000  # failure artifacts read from the Hub
 DETAIL_CAP = 12000  # a verdict's detail
 NAME_CAP = 200  # ids, names, stages, status strings
+SPEC_CAP = 16000  # a run's RunSpec, as JSON
 OUTPUT_ERROR_CAP = ERROR_CAP + STDOUT_CAP + 64  # an output that did not decode, and why
 
 Text = Annotated[str, Field(max_length=NAME_CAP)]
@@ -284,6 +285,19 @@ class RunStarted(EventBase):
     seed: int | None = None
     single_attempt: NonNegativeInt | None = None
     on_last_gpu: bool = False
+    spec: Outside[SPEC_CAP] | None = Field(
+        None,
+        description="the run's `RunSpec` as JSON (it holds no secret), recorded when the run "
+        "is handed to a fleet with one: what a replica deploys and submits (unset: the "
+        "adapters driving the run know what it runs)",
+    )
+
+    @model_serializer(mode="wrap")
+    def _unset_spec_unwritten(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if self.spec is None:
+            del data["spec"]  # a run without one is written exactly as before the field existed
+        return data
 
 
 class AttemptStarted(EventBase):

@@ -203,6 +203,12 @@ class LeaseStore(Protocol):
         """Record that `owner` is alive for `ttl_s`; the fleet as it stands."""
         ...
 
+    def join(self, owner: str, ttl_s: float) -> Census | None:
+        """`beat` for a replica starting under the name `owner`, in one transaction with
+        the check that no live replica holds that name (an unexpired heartbeat or lease of
+        `owner`): None, and nothing recorded, when one does."""
+        ...
+
     def leave(self, owner: str) -> None:
         """Forget `owner`'s heartbeat and release every lease it holds."""
         ...
