@@ -53,6 +53,9 @@ V2 = Annotated[int, Field(strict=True, ge=2, le=2)]
 #: (`WatchStarted.skew_s`): it keeps writing v1 otherwise, so a log without that value stays
 #: readable by a library that knows only v1, and one with it is refused there by version.
 V1or2 = Annotated[int, Field(strict=True, ge=1, le=2)]
+#: Version 2 or 3, the same way: `JobSubmitted` v3 adds the fields a fleet's hand-off sets
+#: only when it has them (`hub`, `interval_s`).
+V2or3 = Annotated[int, Field(strict=True, ge=2, le=3)]
 
 
 class EventBase(BaseModel):
@@ -71,15 +74,39 @@ class EventBase(BaseModel):
     at: Annotated[float, Field(strict=True)]
 
 
+class HubLocation(BaseModel):
+    """Where a job's worker writes its heartbeat and failure artifacts on the Hugging Face
+    Hub: `{phase}/{run_id}/seed{seed}/` of the dataset repo `hf_repo`. Names only: the Hub's
+    URL and token come from each watcher's environment (`HF_ENDPOINT`, `HF_TOKEN`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    hf_repo: Annotated[str, Field(max_length=NAME_CAP)] = Field(
+        description="the dataset repo the worker writes to"
+    )
+    phase: Annotated[str, Field(max_length=NAME_CAP)] = Field(
+        "train", description="the training phase (`error_{phase}.txt` is its failure artifact)"
+    )
+    run_id: Annotated[str, Field(max_length=NAME_CAP)] = Field(
+        description="the run the worker writes under"
+    )
+    seed: Annotated[int, Field(ge=-(2**63), le=2**63 - 1)] = Field(
+        description="the run's seed (`seed{seed}` in the path)"
+    )
+
+
 class JobSubmitted(EventBase):
     """The job exists on RunPod: its handle, where it runs, and the policy that judges it.
 
     v2 added `policy.heartbeat_every_s`; a v1 event is upcast with it None (a regular
     heartbeat read on every poll, as v1 watches made them), see `flashfsm.events.codec`.
+    v3 adds what a fleet's hand-off carries besides (`hub`, `interval_s`): a submission
+    without them keeps writing v2, so a library that knows only v2 reads it, and refuses
+    one with them by its version. Built with either and no `v`, the event is v3.
     """
 
     kind: Literal["JobSubmitted"] = "JobSubmitted"
-    v: V2 = 2
+    v: V2or3 = 2
     endpoint_id: Text
     endpoint_name: Text = ""
     job_id: Text
@@ -88,6 +115,41 @@ class JobSubmitted(EventBase):
     on_last_gpu: bool = False
     policy: GracePolicy = GracePolicy()
     submitted_at: float | None = None  # None when the watcher does not know it
+    hub: HubLocation | None = Field(
+        None,
+        description="v3: where the worker's heartbeat and failure artifacts are on the Hub; "
+        "a fleet replica builds its readers from it (None: the hand-off gave no reader)",
+    )
+    interval_s: float | None = Field(
+        None,
+        gt=0,
+        description="v3: the poll interval a fleet replica watches the job at "
+        "(None: the replica's own)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _hand_off_writes_v3(cls, data: Any) -> Any:
+        if (
+            isinstance(data, dict)
+            and "v" not in data
+            and (data.get("hub") is not None or data.get("interval_s") is not None)
+        ):
+            return {**data, "v": 3}  # a hand-off's fields given, no version: a v3 event
+        return data
+
+    @model_validator(mode="after")
+    def _hand_off_is_v3(self) -> JobSubmitted:
+        if (self.hub is not None or self.interval_s is not None) and self.v < 3:
+            raise ValueError("hub and interval_s are JobSubmitted v3 fields: write v=3")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _v2_has_no_hand_off(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if self.v == 2:  # v2 has no such fields: written exactly as before they existed
+            del data["hub"], data["interval_s"]
+        return data
 
 
 class WatchStarted(EventBase):
@@ -599,8 +661,12 @@ EVENT_TYPES: dict[str, type[EventBase]] = {
 """Every event kind and its model."""
 
 #: The versions of a kind its model validates as they are, without an upcaster, where that
-#: is more than its current one: `WatchStarted` is v1 without a skew and v2 with one.
-VERSIONS_READ_AS_IS: dict[str, frozenset[int]] = {"WatchStarted": frozenset({1, 2})}
+#: is more than its current one: `WatchStarted` is v1 without a skew and v2 with one,
+#: `JobSubmitted` v2 without a hand-off's fields and v3 with them.
+VERSIONS_READ_AS_IS: dict[str, frozenset[int]] = {
+    "WatchStarted": frozenset({1, 2}),
+    "JobSubmitted": frozenset({2, 3}),
+}
 
 #: Decodes any event. Only keys are cached while parsing: ids, times and most values differ
 #: on every line, so caching string values costs a replay more than it saves.

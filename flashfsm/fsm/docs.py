@@ -40,6 +40,7 @@ from flashfsm.events.models import (
     Candidate,
     CapacityEvidence,
     EventBase,
+    HubLocation,
     JobCounts,
     WatchStarted,
     WorkerCounts,
@@ -282,6 +283,7 @@ FAILURE_NOTES: dict[str, str] = {
 #: Value types that events nest, documented once each after the kinds.
 NESTED: tuple[type[BaseModel], ...] = (
     GracePolicy,
+    HubLocation,
     Candidate,
     CapacityEvidence,
     WorkerCounts,
