@@ -57,6 +57,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import logging
 import math
 import os
@@ -65,14 +66,22 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from flashfsm.errors import JobOwnedElsewhere, LeaseLost
 from flashfsm.events.errors import FlashFsmError, StaleLease
-from flashfsm.events.models import JobSubmitted, RunStarted
+from flashfsm.events.models import (
+    NAME_CAP,
+    Candidate,
+    HubLocation,
+    JobSubmitted,
+    RunStarted,
+)
 from flashfsm.events.policy import GracePolicy
 from flashfsm.events.store import (
     HANDOFF,
@@ -84,13 +93,15 @@ from flashfsm.events.store import (
     iter_events,
 )
 from flashfsm.fsm.job import JobState
+from flashfsm.naming import attempt_stream, check_stream, job_stream, run_stream
 from flashfsm.runs import RunAdapters, RunpodRunAdapters, supervise_run
 from flashfsm.shell import resolve_store
-from flashfsm.supervisor import JobSpec, Supervisor
-from flashfsm.watch import JobHandle, default_stream, recorded_handle, submission
+from flashfsm.supervisor import JobSpec, Supervisor, hub_readers
+from flashfsm.watch import JobHandle, recorded_handle, submission
 from flashfsm.writer import JOB, NEWER_WATCH_WINS, Replay, StreamWriter, perform, preload
 
 logger = logging.getLogger("flashfsm.fleet")
+M = TypeVar("M", bound=BaseModel)
 
 #: How long a lease lasts without renewal (seconds, by the database's clock).
 DEFAULT_LEASE_S = 30.0
@@ -100,6 +111,8 @@ MAX_RUNS = 1024
 DEFAULT_CLAIM_BATCH = 1000
 #: How long a watch whose lease was not renewed may take to show it just ended (seconds).
 LOSS_GRACE_S = 1.0
+#: Failures in a row after which a stream's watch is not tried again (see `FleetStats`).
+MAX_CLAIM_FAILURES = 3
 #: How often a replica that cannot drive runs looks for handed-off runs it has not named.
 UNDRIVEN_EVERY_S = 60.0
 
@@ -109,36 +122,267 @@ UNDRIVEN_EVERY_S = 60.0
 RunAdaptersFactory = Callable[[RunStarted, Callable[[float], None]], RunAdapters]
 
 
+# --- intake: what a hand-off may say, checked before anything is opened ---------------------
+
+#: The largest intake document `flashfsm runs add` reads (a handle or a run is a few hundred
+#: bytes), and how deep it may nest (a run's candidates are two levels down).
+MAX_INTAKE_BYTES = 1 << 20
+MAX_INTAKE_DEPTH = 8
+#: The most digits an integer of an intake document may have (a 64-bit integer's 19): a
+#: longer one is refused before Python converts it.
+MAX_INTAKE_DIGITS = 19
+#: The longest number (its JSON text) an intake document may hold.
+MAX_NUMBER_CHARS = 64
+#: Bounds of a hand-off's numbers: the poll interval, a policy's windows and a run's budget
+#: (seconds), a submission time (Unix seconds), an attempt's index, a run's retries and
+#: candidates.
+MAX_INTERVAL_S = 86_400.0
+#: The longest lease a replica takes (`flashfsm supervise --lease`).
+MAX_LEASE_S = 86_400.0
+MAX_WINDOW_S = 10 * 365 * 86_400.0
+MAX_SUBMITTED_AT = 1e11
+MAX_ATTEMPT = 1000
+MAX_RETRIES = 100
+MAX_CANDIDATES = 100
+
+
+def _plain(value: str) -> str:
+    bad = next((c for c in value if ord(c) < 32 or ord(c) == 127), None)
+    if bad is not None:
+        raise ValueError(f"holds the control character {bad!r}")
+    return value
+
+
+#: An id or name of a hand-off: a string of 1 to `NAME_CAP` characters, none a control one.
+IntakeName = Annotated[str, Field(min_length=1, max_length=NAME_CAP), AfterValidator(_plain)]
+_STRICT = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
+
+
+class JobIntake(BaseModel):
+    """A job handed to the fleet: a `JobHandle`'s fields (what `JobHandle.to_dict` writes)
+    and what its watch needs besides — where its heartbeat is (`hub`), its `policy` and
+    `interval_s` — and the `stream` to record it in. `trusted_output` is taken and never
+    recorded: the fleet reads every handed-off job's output as JSON only."""
+
+    model_config = _STRICT
+
+    provider: Literal["runpod"] = "runpod"
+    endpoint_id: IntakeName
+    endpoint_name: Annotated[str, Field(max_length=NAME_CAP), AfterValidator(_plain)] = ""
+    job_id: IntakeName
+    gpu_class: IntakeName | None = None
+    attempt: int = Field(0, ge=0, le=MAX_ATTEMPT)
+    on_last_gpu: bool = False
+    submitted_at: float | None = Field(None, ge=0, le=MAX_SUBMITTED_AT)
+    trusted_output: bool = False
+    stream: IntakeName | None = None
+    hub: HubLocation | None = None
+    policy: GracePolicy | None = None
+    interval_s: float | None = Field(None, gt=0, le=MAX_INTERVAL_S)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> JobIntake:
+        if self.hub is not None:
+            for name in ("hf_repo", "phase", "run_id"):
+                if not getattr(self.hub, name):
+                    raise ValueError(f"hub.{name} is empty")
+                _plain(getattr(self.hub, name))
+        if self.policy is not None:
+            for name, value in self.policy.model_dump().items():
+                if value is not None and not 0 <= value <= MAX_WINDOW_S:
+                    raise ValueError(
+                        f"policy.{name} {value!r} is out of range (0 to {MAX_WINDOW_S:,.0f})"
+                    )
+        check_stream(self.stream_name, "stream" if self.stream else "job_id")
+        return self
+
+    @property
+    def stream_name(self) -> str:
+        """The stream the job is recorded in: `stream`, else `job-<job_id>`."""
+        return self.stream or job_stream(self.job_id)
+
+    def handle(self) -> JobHandle:
+        """The job's handle (JSON-only: `trusted_output` is never handed over)."""
+        return JobHandle(
+            self.endpoint_id,
+            self.endpoint_name,
+            self.job_id,
+            on_last_gpu=self.on_last_gpu,
+            submitted_at=self.submitted_at,
+            gpu_class=self.gpu_class,
+            attempt=self.attempt,
+        )
+
+
+class RunIntake(BaseModel):
+    """A run handed to the fleet by `flashfsm runs add`: `supervise_run`'s arguments."""
+
+    model_config = _STRICT
+
+    run_id: IntakeName
+    candidates: list[Candidate] = Field(min_length=1, max_length=MAX_CANDIDATES)
+    max_retries: int = Field(2, ge=0, le=MAX_RETRIES)
+    budget_s: float | None = Field(None, gt=0, le=MAX_WINDOW_S)
+    phase: IntakeName | None = None
+    seed: int | None = Field(None, ge=-(2**63), le=2**63 - 1)
+    stream: IntakeName | None = None
+
+    @model_validator(mode="after")
+    def _bounded(self) -> RunIntake:
+        check_stream(self.stream or run_stream(self.run_id), "stream" if self.stream else "run_id")
+        last = attempt_stream(self.run_id, self.max_retries + 1, self.seed)  # (+1: a bonus)
+        check_stream(last, "run_id (its last attempt's job stream)")
+        return self
+
+
+def job_intake(data: Mapping[str, Any]) -> JobIntake:
+    """A job hand-off from plain data, checked (`ValueError`: what is wrong, in one line)."""
+    return _validated(JobIntake, data)
+
+
+def run_intake(data: Mapping[str, Any]) -> RunIntake:
+    """A run hand-off from plain data, checked (`ValueError`: what is wrong, in one line)."""
+    return _validated(RunIntake, data)
+
+
+def _validated(model: type[M], data: Mapping[str, Any]) -> M:
+    if not isinstance(data, Mapping):
+        raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+    check_plain_json(data)
+    try:
+        return model.model_validate(dict(data))
+    except ValidationError as exc:
+        parts = []
+        for err in exc.errors(include_url=False, include_input=False):
+            where = ".".join(str(part) for part in err["loc"])
+            what = str(err["msg"]).removeprefix("Value error, ")  # (a validator's own words)
+            parts.append(f"{where}: {what}" if where else what)
+        raise ValueError("; ".join(parts)) from None
+
+
+def check_plain_json(value: Any) -> None:
+    """Refuse (`ValueError`) a value nested deeper than `MAX_INTAKE_DEPTH`, a string or key
+    holding a NUL character, or a float that is not finite (the walk is iterative)."""
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, Mapping | list | tuple):
+            if depth > MAX_INTAKE_DEPTH:
+                raise ValueError(f"nested deeper than {MAX_INTAKE_DEPTH} levels")
+            if isinstance(item, Mapping):
+                pending.extend((key, depth) for key in item)
+                pending.extend((inner, depth + 1) for inner in item.values())
+            else:
+                pending.extend((inner, depth + 1) for inner in item)
+        elif isinstance(item, str) and "\x00" in item:
+            raise ValueError(f"a NUL character in {item[:40]!r}")
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise ValueError(f"{item!r} is not a finite number")
+
+
+def load_intake(raw: bytes) -> dict[str, Any]:
+    """An intake document (what `flashfsm runs add FILE` reads) as a dict, or a one-line
+    `ValueError`: over `MAX_INTAKE_BYTES`, not UTF-8 JSON, not an object, a key given twice,
+    `NaN` or `Infinity`, a number out of a float's range or longer than `MAX_NUMBER_CHARS`, an
+    integer of more than `MAX_INTAKE_DIGITS` digits, deeper than `MAX_INTAKE_DEPTH`, a NUL
+    character."""
+    if len(raw) > MAX_INTAKE_BYTES:
+        raise ValueError(f"larger than {MAX_INTAKE_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 text (byte {exc.start})") from None
+    try:
+        data = json.loads(
+            text,
+            parse_constant=_no_constant,
+            parse_int=_bounded_int,
+            parse_float=_finite_float,
+            object_pairs_hook=_object,
+        )
+    except RecursionError:
+        raise ValueError(f"nested deeper than {MAX_INTAKE_DEPTH} levels") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"expected a JSON object, got a JSON {type(data).__name__}")
+    check_plain_json(data)
+    return data
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number")
+
+
+def _bounded_int(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INTAKE_DIGITS:
+        raise ValueError(f"an integer of {digits} digits (at most {MAX_INTAKE_DIGITS})")
+    return int(text)
+
+
+def _finite_float(text: str) -> float:
+    if len(text) > MAX_NUMBER_CHARS:
+        raise ValueError(f"a number of {len(text)} characters (at most {MAX_NUMBER_CHARS})")
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of range")
+    return value
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:
+            raise ValueError(f"key {key[:40]!r} given twice")
+        data[key] = value
+    return data
+
+
 def hand_off_job(
-    handle: JobHandle | dict[str, Any],
+    handle: JobHandle | Mapping[str, Any],
     store: EventStore | str,
     *,
     policy: GracePolicy | None = None,
     stream: str | None = None,
+    hub: HubLocation | Mapping[str, Any] | None = None,
+    interval_s: float | None = None,
     clock: Callable[[], float] = time.time,
 ) -> str:
     """Hand a submitted job to the fleet: record its `JobSubmitted` and return at once.
 
     Returns the job's stream (default `job-<job_id>`); whichever replica is alive claims it
-    and watches it to its verdict. A stream that already records this job is left as it
-    is (handing off twice is harmless); one that records another job is a `ValueError`.
-    The handle is JSON-only there (`trusted_output` is not recorded).
+    and watches it to its verdict. The hand-off carries the whole watch: `hub` (where the
+    worker writes its heartbeat and failure artifacts: the replica reads them as
+    `poll_job`'s Hub readers would), `policy` and `interval_s` (None: the replica's own).
+    Without `hub` the job is watched without heartbeat readers, and `flashfsm ls` and
+    `explain` say so. A dict `handle` may carry all of these (`JobIntake`'s fields).
+
+    Everything is checked before the store is opened (a `ValueError` naming what is
+    wrong, and nothing written). A stream that already records this job is left as it is
+    (handing off twice is harmless); one that records another job is a `ValueError`. The
+    handle is JSON-only there (`trusted_output` is not recorded).
     """
-    job = handle if isinstance(handle, JobHandle) else JobHandle.from_dict(handle)
-    name = stream or default_stream(job)
+    fields = dict(handle.to_dict() if isinstance(handle, JobHandle) else handle)
+    given = {"policy": policy, "stream": stream, "hub": hub, "interval_s": interval_s}
+    fields.update({k: v for k, v in given.items() if v is not None})
+    if isinstance(fields.get("hub"), HubLocation):
+        fields["hub"] = fields["hub"].model_dump()
+    if isinstance(fields.get("policy"), GracePolicy):
+        fields["policy"] = fields["policy"].model_dump()
+    intake = job_intake(fields)
     opened = resolve_store(store)
     try:
-        _record_hand_off(opened, job, name, policy or GracePolicy(), clock)
+        _record_hand_off(opened, intake, clock)
     finally:
         if isinstance(store, str):  # opened here: closed here
             opened.close()
-    return name
+    return intake.stream_name
 
 
-def _record_hand_off(
-    store: EventStore, job: JobHandle, name: str, policy: GracePolicy, clock: Callable[[], float]
-) -> None:
+def _record_hand_off(store: EventStore, intake: JobIntake, clock: Callable[[], float]) -> None:
     _require_leases(store)
+    job, name = intake.handle(), intake.stream_name
     writer = StreamWriter(FencedStore(store, lambda _s: HANDOFF), name, JOB, NEWER_WATCH_WINS)
     writer.open()
     recorded = writer.state.submitted
@@ -148,7 +392,13 @@ def _record_hand_off(
         return
     if writer.next_seq:
         raise ValueError(f"stream {name!r} holds events but no submitted job: not a job stream")
-    writer.record(JobSubmitted, clock(), **submission(job, policy))
+    writer.record(
+        JobSubmitted,
+        clock(),
+        **submission(job, intake.policy or GracePolicy()),
+        hub=intake.hub,
+        interval_s=intake.interval_s,
+    )
 
 
 def _require_leases(store: EventStore) -> LeaseStore:
@@ -177,6 +427,11 @@ class FleetStats:
     failed: int = 0
     renew_failures: int = 0
     census: Census | None = None
+    #: Failures in a row of each stream's watch (from its claim); a stream that reaches
+    #: `MAX_CLAIM_FAILURES` is held, unwatched, until the replica drains (so no replica
+    #: claims it again in a loop) and kept in `failed_streams` with its reason.
+    claim_failures: dict[str, int] = field(default_factory=dict)
+    failed_streams: dict[str, str] = field(default_factory=dict)
 
 
 class _Batched:
@@ -658,6 +913,7 @@ class Fleet:
 
     async def _watch(self, lease: Lease, stop: threading.Event) -> None:
         stream = lease.stream
+        unwatched = False  # (held on, never watched again: it failed on every claim)
         try:
             if lease.kind == "run":
                 if self._runs is None:
@@ -673,6 +929,7 @@ class Fleet:
                 spec, writer = await self._replays(stream)
                 await self.supervisor.watch(spec, writer)
             self.stats.finished += 1
+            self.stats.claim_failures.pop(stream, None)
             self._forget(stream, lease)  # (its verdict closed it: no lease left to renew)
             # The verdict's append closed the stream's row; a row left open by a writer
             # that keeps no index (an older library) would be claimed again and again.
@@ -683,19 +940,35 @@ class Fleet:
         except (StaleLease, JobOwnedElsewhere, LeaseLost) as exc:
             logger.info("%s: %s is someone else's now (%s)", self.owner, stream, exc)
             self.stats.lost += 1
-        except Exception:
+        except Exception as exc:
             # A replica back from a pause finds its sessions ended and its leases taken:
             # that failure is a lease lost, not a broken watch.
             if not await self._still_held(lease):
                 logger.info("%s: %s was someone else's when it failed", self.owner, stream)
                 self.stats.lost += 1
                 return
-            logger.exception("%s: watching %s failed; giving its lease back", self.owner, stream)
             self.stats.failed += 1
+            failures = self.stats.claim_failures[stream] = 1 + self.stats.claim_failures.get(
+                stream, 0
+            )
+            if failures >= MAX_CLAIM_FAILURES:  # it fails on every claim: held, never again
+                unwatched = True
+                quarantined = f"{type(exc).__name__}: {str(exc)[:300]}"
+                self.stats.failed_streams[stream] = quarantined
+                logger.warning(
+                    "%s: %s failed on %d claims in a row; held unwatched: %s",
+                    self.owner,
+                    stream,
+                    failures,
+                    quarantined,
+                )
+                return
+            logger.exception("%s: watching %s failed; giving its lease back", self.owner, stream)
             with contextlib.suppress(Exception):
                 await self._leased(self.leases.release, self.owner, [lease])
         finally:
-            self._forget(stream, lease)
+            if not unwatched:
+                self._forget(stream, lease)
 
     async def _leased(self, call: Callable[..., Any], *args: Any) -> Any:
         """`call(*args)` (a lease operation of the store) in the replica's lease threads."""
@@ -738,7 +1011,15 @@ class Fleet:
         writer = StreamWriter(
             None, stream, JOB, NEWER_WATCH_WINS, state=state, snapshot_seq=request.loaded
         )
-        spec = JobSpec(handle, stream=stream, interval_s=self.interval_s, policy=first.policy)
+        heartbeat, failure_detail = hub_readers(first.hub, clock=self.clock)
+        spec = JobSpec(
+            handle,
+            stream=stream,
+            interval_s=first.interval_s or self.interval_s,
+            policy=first.policy,
+            heartbeat_reader=heartbeat,
+            failure_detail_reader=failure_detail,
+        )
         return spec, writer
 
     def _drive_run(self, lease: Lease, stop: threading.Event) -> None:

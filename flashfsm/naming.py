@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import re
 
+from flashfsm.events.models import NAME_CAP
+
 RUN_SLUG_CAP = 40  # characters of the run id kept in an endpoint name
 
 
@@ -28,7 +30,23 @@ def endpoint_name(run_id: str, gpu_class: str, seed: int, attempt: int = 0) -> s
 
 # --- streams --------------------------------------------------------------------------------
 # Every stream the library writes is named here. Stream names must fit an event's `stream`
-# field (`flashfsm.events.models.NAME_CAP` characters).
+# field (`STREAM_CAP` characters).
+
+#: The longest stream name a store takes: an event's `stream` field holds at most this many
+#: characters (`flashfsm.events.models.NAME_CAP`).
+STREAM_CAP = NAME_CAP
+
+
+def check_stream(name: str, made_from: str = "") -> str:
+    """`name`, or a `ValueError` naming `STREAM_CAP` when it is longer (`made_from`: what
+    the name was made from, for the message)."""
+    if len(name) > STREAM_CAP:
+        source = f"{made_from} makes " if made_from else ""
+        raise ValueError(
+            f"{source}a stream name of {len(name)} characters, over the store's limit of "
+            f"{STREAM_CAP}"
+        )
+    return name
 
 
 def job_stream(job_id: str) -> str:

@@ -18,6 +18,11 @@ Store URLs (`open_store`):
   and `idle_in_transaction_s=` are the store's own (see `PostgresStore`); every other one
   goes to libpq (`sslmode=require`, `connect_timeout=5`, …).
 
+A numeric option must be a positive, finite number no larger than its bound in
+`URL_NUMBER_MAX` (`busy_timeout_s` 3600, `idle_in_transaction_s` 86400, `snapshot_every`
+1,000,000, `pool_size` 1000); anything else is a `ValueError` before the store is opened or
+created.
+
 Every durable store keeps a CRC-32 of each event's bytes and verifies it on every read
 (a mismatch is `CorruptLogError`); events written before checksums read unchecked, unless
 the store is `strict`.
@@ -38,7 +43,6 @@ destination stores each event with a fresh checksum of the same bytes.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -70,17 +74,32 @@ def _flag(url: str, params: dict[str, str], name: str, default: bool) -> bool:
     raise ValueError(f"{display_url(url)!r}: {name}={value!r} is not a boolean")
 
 
+#: The most each numeric URL option may be: a timeout beyond an hour or a day is a typo, and
+#: the databases take these as 32-bit milliseconds (at most ~24 days) or small counts.
+URL_NUMBER_MAX: dict[str, int] = {
+    "busy_timeout_s": 3600,
+    "idle_in_transaction_s": 86_400,
+    "snapshot_every": 1_000_000,
+    "pool_size": 1000,
+}
+
+
 def _number(url: str, params: dict[str, str], name: str, kind: Callable[[str], Any]) -> Any:
-    """Pop `name` as a positive `kind` (int or float); None when it is absent."""
+    """Pop `name` as a positive, finite `kind` (int or float) of at most
+    `URL_NUMBER_MAX[name]`; None when it is absent."""
     value = params.pop(name, None)
     if value is None:
         return None
+    most = URL_NUMBER_MAX[name]
     try:
-        number = kind(value)
+        number = kind(value) if len(value) <= 32 else None
     except ValueError:
         number = None
-    if number is None or not 0 < number < math.inf:
-        raise ValueError(f"{display_url(url)!r}: {name}={value!r} is not a positive number")
+    if number is None or not 0 < number <= most:  # (NaN is in no range)
+        raise ValueError(
+            f"{display_url(url)!r}: {name}={value[:40]!r} is not a positive number of at most "
+            f"{most:,}"
+        )
     return number
 
 
@@ -109,14 +128,14 @@ def _sqlite(url: str, read_only: bool) -> EventStore:
 
     params = _query(url)
     durable = _flag(url, params, "durable", True)
-    busy = float(params.pop("busy_timeout_s", 30.0))
+    busy = _number(url, params, "busy_timeout_s", float)
     strict = _flag(url, params, "strict", False)
     snapshots = _snapshots(url, params)
     _no_more(url, params)
     return SqliteStore(
         url_path(url),
         durable=durable,
-        busy_timeout_s=busy,
+        busy_timeout_s=30.0 if busy is None else busy,
         read_only=read_only,
         strict=strict,
         **snapshots,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,11 +30,21 @@ from flashfsm.cli.common import (
     store_url,
 )
 from flashfsm.events.errors import FlashFsmError
-from flashfsm.events.models import Candidate
-from flashfsm.fleet import DEFAULT_LEASE_S, Fleet, FleetStats, hand_off_job
+from flashfsm.fleet import (
+    DEFAULT_LEASE_S,
+    MAX_INTAKE_BYTES,
+    MAX_INTERVAL_S,
+    MAX_LEASE_S,
+    Fleet,
+    FleetStats,
+    hand_off_job,
+    job_intake,
+    load_intake,
+    run_intake,
+)
 
 #: The most a `runs add` file may hold (a handle or a run description is a few hundred bytes).
-MAX_ADD_BYTES = 1 << 20
+MAX_ADD_BYTES = MAX_INTAKE_BYTES
 
 
 def _factory(spec: str) -> Any:
@@ -112,8 +121,14 @@ def supervise_command(
     """
     from flashfsm.adapters.runpod import AsyncRunpodClient
 
-    if lease_s <= 0 or interval_s <= 0:
-        raise fail("--lease and --interval must be positive")
+    for name, value, most in (
+        ("--lease", lease_s, MAX_LEASE_S),
+        ("--interval", interval_s, MAX_INTERVAL_S),
+    ):
+        if not 0 < value <= most:  # (NaN is no number in range either)
+            raise fail(f"{name} must be positive and at most {most:g} seconds, not {value!r}")
+    if max_streams is not None and max_streams < 1:
+        raise fail(f"--max-streams must be at least 1, not {max_streams}")
     factory = _factory(run_adapters) if run_adapters else None
     url = store_url(store)
     opened = open_store_or_fail(url)
@@ -141,10 +156,18 @@ def supervise_command(
             fleet.install_signal_handlers()
             await fleet.join()  # (OwnerInUse: one line, exit 1, nothing claimed)
             say(f"replica {fleet.owner} on {display_url(url)}: lease {lease_s:g} s")
-            # (the last heartbeat's census: no handed-off stream open, nothing held)
+            # (the last heartbeat's census: no handed-off stream open, nothing held, but
+            # the streams this replica holds unwatched: each failed on every claim)
             census = lambda: fleet.stats.census  # noqa: E731
+            failed = lambda: set(fleet.stats.failed_streams)  # noqa: E731
             idle = (
-                (lambda: (c := census()) is not None and c.claimable == 0 and not fleet.held)
+                (
+                    lambda: (
+                        (c := census()) is not None
+                        and c.claimable <= len(failed())
+                        and set(fleet.held) <= failed()
+                    )
+                )
                 if until_idle
                 else None
             )
@@ -178,14 +201,16 @@ def runs_command(
     """
     if action != "add":
         raise fail(f"unknown action {action!r}: the one action is 'add'")
-    try:
-        if file.stat().st_size > MAX_ADD_BYTES:
-            raise fail(f"{file}: larger than {MAX_ADD_BYTES} bytes")
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    try:  # the whole document is checked before the store is opened (or created)
+        with file.open("rb") as handle:
+            data = load_intake(handle.read(MAX_ADD_BYTES + 1))
+        kind = _kind(data)
+        if kind == "job":
+            job_intake(data)
+        elif kind == "run":
+            run_intake(data)
+    except (OSError, ValueError) as exc:
         raise fail(f"{file}: {message(exc)}") from None
-    if not isinstance(data, dict):
-        raise fail(f"{file}: expected a JSON object")
     url = store_url(store)
     opened = open_store_or_fail(url)
     try:
@@ -205,30 +230,32 @@ def _add(store: Any, data: dict[str, Any]) -> tuple[str, str]:
     """Record one hand-off from a `runs add` file: (stream, kind)."""
     from flashfsm.runs import supervise_run
 
-    if "gpu_class" in data:  # a RunSpec (and seed, candidates, max_retries): deployed by the fleet
+    kind = _kind(data)
+    if kind == "spec":  # a RunSpec (and seed, candidates, max_retries): deployed by the fleet
         from flashfsm.submit import hand_off_spec
 
         return hand_off_spec(data, store).stream, "run"
-    if "run_id" in data:
-        known = {"run_id", "candidates", "max_retries", "budget_s", "phase", "seed", "stream"}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown run fields {unknown}")
-        raw = data.get("candidates")
-        if not isinstance(raw, list) or not raw:
-            raise ValueError("a run needs a non-empty list of candidates")
-        candidates = [Candidate.model_validate(c) for c in raw]
+    if kind == "run":
+        run = run_intake(data)
         result = supervise_run(
-            str(data["run_id"]),
-            candidates,
+            run.run_id,
+            run.candidates,
             None,  # type: ignore[arg-type]  (a hand-off deploys nothing)
-            max_retries=int(data.get("max_retries", 2)),
-            budget_s=data.get("budget_s"),
-            phase=data.get("phase"),
-            seed=data.get("seed"),
+            max_retries=run.max_retries,
+            budget_s=run.budget_s,
+            phase=run.phase,
+            seed=run.seed,
             store=store,
-            stream=data.get("stream"),
+            stream=run.stream,
             detach=True,
         )
         return result.stream, "run"
-    return hand_off_job(data, store, stream=data.get("stream")), "job"
+    return hand_off_job(data, store), "job"
+
+
+def _kind(data: dict[str, Any]) -> str:
+    """What a `runs add` document hands off: a job handle (it has `job_id`, or no
+    `run_id`), a run spec (`run_id` and `gpu_class`: the fleet deploys it) or a run."""
+    if "job_id" in data or "run_id" not in data:
+        return "job"
+    return "spec" if "gpu_class" in data else "run"

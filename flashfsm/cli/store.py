@@ -44,6 +44,7 @@ from flashfsm.cli.common import (
 )
 from flashfsm.events.errors import FlashFsmError
 from flashfsm.events.models import Event
+from flashfsm.fsm.explain import reads_heartbeat
 from flashfsm.fsm.job import replay
 from flashfsm.fsm.run import replay_run
 from flashfsm.render import duration_text
@@ -81,7 +82,7 @@ def stream_row(stream: str, events: list[Event]) -> dict[str, Any]:
             row.update(state=sweeper_state(view), timers=len(view.timers))
         else:
             state = replay(events)
-            row["state"] = state.state
+            row.update(state=state.state, heartbeat_reader=reads_heartbeat(state))
             if state.verdict is not None:
                 v = state.verdict
                 row.update(ok=v.ok, failure=v.failure, rule=v.rule)
@@ -126,7 +127,11 @@ def ls_table(rows: list[dict[str, Any]], width: int) -> Table:
         return {
             "stream": Text(row["stream"]),
             "kind": Text(row["kind"]),
-            "state": Text(row["state"] or ""),
+            "state": Text(
+                f"{row['state']} (no heartbeat reader)"
+                if row.get("heartbeat_reader") is False and row["ok"] is None
+                else row["state"] or ""
+            ),
             "verdict": _verdict_cell(row, short=short),
             "span": Text(span),
             "events": Text(str(row["events"])),

@@ -274,6 +274,15 @@ class Explanation:
         return "; ".join([*self.numbers, *self.facts])
 
 
+def reads_heartbeat(state: JobState) -> bool:
+    """Whether the job is watched with a heartbeat reader: its latest watch says; a job
+    handed to a fleet and not watched yet, whether its hand-off says where the heartbeat is
+    (`JobSubmitted.hub`). A job without one cannot learn a failure is retriable."""
+    if state.watch is not None:
+        return state.watch.has_heartbeat_reader
+    return state.submitted is not None and state.submitted.hub is not None
+
+
 def explain(events: Iterable[Event]) -> Explanation:
     """Why the log's verdict fired (or where an open log stands)."""
     events = list(events)
@@ -283,6 +292,8 @@ def explain(events: Iterable[Event]) -> Explanation:
     if verdict is None:
         s = p.state
         fact = f"no verdict yet: {s.state} at {p.t(p.at)}"
+        if s.submitted is not None and not reads_heartbeat(s):
+            fact += " (no heartbeat reader)"
         return Explanation(
             stream,
             s.state,
