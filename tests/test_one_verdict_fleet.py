@@ -1,0 +1,110 @@
+"""One job, one verdict, in a fleet: every simulator scenario handed to a fleet replica with
+`flashfsm runs add` (its Hub location in the JSON) ends in the verdict, rule and decision
+time `poll_job` reaches on the same job, on a SQLite and on a PostgreSQL store.
+
+The replica runs on the simulator's manual clock with `jitter=0` (the supervisor's jitter
+moves poll times by design: `tests/test_one_verdict.py` bounds it), so the times must be
+equal, counted from when each watch started (the replica claims the job a moment after
+the hand-off; `poll_job` starts at the submission).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from flashfsm import AsyncRunpodClient
+from flashfsm.cli import app
+from flashfsm.fleet import Fleet
+from tests.store_support import PG_ENV, make_backend, postgres_dsn, run_cleanups
+from tests.test_one_verdict import (
+    INTERVAL_S,
+    PHASE,
+    REPO,
+    RUN_ID,
+    SCENARIOS,
+    SEED,
+    by_poll_job,
+    decision,
+    same_verdict,
+    simulated_job,
+)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "postgres" and postgres_dsn() is None:
+        pytest.skip(f"{PG_ENV} not set")
+    cleanups: list = []
+    try:
+        yield make_backend(request.param, tmp_path, cleanups).url
+    finally:
+        run_cleanups(cleanups)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_a_fleet_replica_reaches_the_verdict_rule_and_time_poll_job_reaches(
+    scenario: str, store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    expected = by_poll_job(scenario)
+    with simulated_job(scenario) as job:
+        for name, value in job.sim.env().items():  # the replica's Hub readers: HF_ENDPOINT
+            monkeypatch.setenv(name, value)
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        hub = {"hf_repo": REPO, "phase": PHASE, "run_id": RUN_ID, "seed": SEED}
+        intake = {**job.handle.to_dict(), "hub": hub, "interval_s": INTERVAL_S, "stream": "job-x"}
+        path = tmp_path / "job.json"
+        path.write_text(json.dumps(intake))
+        added = CliRunner().invoke(app, ["runs", "add", str(path), "--store", store_url])
+        assert added.exit_code == 0, added.output
+
+        async def main() -> None:
+            env = job.sim.env()
+            async with AsyncRunpodClient(
+                env["RUNPOD_API_KEY"],
+                endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
+                api_base_url=env["RUNPOD_API_BASE_URL"],
+            ) as client:
+                fleet = Fleet(
+                    store_url,
+                    client,
+                    owner="replica-1",
+                    lease_s=5,
+                    tick_s=0.2,
+                    clock=job.sim.clock.now,
+                    sleep=job.sim.clock.async_sleep,
+                    jitter=0.0,
+                )
+                try:
+                    idle = lambda: not fleet.store.open_streams()  # noqa: E731
+                    await asyncio.wait_for(fleet.run(until=idle), 120)
+                finally:
+                    fleet.store.close()
+
+        asyncio.run(main())
+        from flashfsm.adapters.stores import open_store
+
+        store = open_store(store_url)
+        try:
+            got = decision(store, "job-x", job.handle.submitted_at)  # type: ignore[arg-type]
+            watches = [e for e in store.read("job-x") if e.kind == "WatchStarted"]
+        finally:
+            store.close()
+    assert [w.watcher for w in watches] == ["replica-1"]
+    same_verdict(got, expected)
+    # The replica claims the job at its first tick, a moment after the hand-off: its watch
+    # starts that much later than `poll_job`'s (which starts at the submission), and every
+    # time after it, the verdict's included, is later by exactly that.
+    assert job.handle.submitted_at is not None
+    claimed_after = watches[0].at - job.handle.submitted_at
+    assert 0 <= claimed_after < 0.5
+    assert got.after_s - claimed_after == pytest.approx(expected.after_s, abs=1e-6), (
+        got,
+        expected,
+        claimed_after,
+    )
