@@ -502,7 +502,9 @@ class Fleet:
 
     `client` is the async RunPod client the jobs are watched with (see `Supervisor`);
     `run_adapters` (optional) drives handed-off runs, which a replica without it leaves to
-    others. `supervisor_options` go to the replica's `Supervisor`.
+    others. `supervisor_options` go to the replica's `Supervisor`. A run's thread waits on
+    the real clock; `run_sleep` (a blocking `sleep(seconds)`, e.g. a simulator clock's) makes
+    its waits on the time `clock` keeps instead — a run given back stops at its next wait.
     """
 
     def __init__(
@@ -519,6 +521,7 @@ class Fleet:
         run_adapters: RunAdaptersFactory | None = None,
         no_runs_reason: str = "no run adapters",
         clock: Callable[[], float] = time.time,
+        run_sleep: Callable[[float], Any] | None = None,
         **supervisor_options: Any,
     ):
         if lease_s <= 0 or interval_s <= 0:
@@ -549,6 +552,7 @@ class Fleet:
         self._undriven: set[str] = set()  # the runs it said it cannot drive
         self._undriven_due = -math.inf  # (monotonic) when to look for such runs again
         self.clock = clock
+        self.run_sleep = run_sleep
         self.kinds = ("job", "run") if run_adapters is not None else ("job",)
         # The streams held: changed on the loop, under the lock, which the keeper thread
         # takes to read the leases it renews.
@@ -1030,7 +1034,12 @@ class Fleet:
             raise ValueError(f"stream {lease.stream!r} does not start with a RunStarted")
 
         def sleep(seconds: float) -> None:
-            if stop.wait(seconds):
+            if self.run_sleep is None:
+                stopped = stop.wait(seconds)
+            else:
+                self.run_sleep(seconds)
+                stopped = stop.is_set()
+            if stopped:
                 raise LeaseLost(f"{lease.stream}: this replica no longer drives it")
 
         adapters = self.run_adapters(first, sleep)

@@ -234,7 +234,9 @@ def supervise_run(
     """Run one training job to a result: the GPU walk, retries, cleanup; every step an event.
 
     Calling it again on a stream that holds an unfinished run resumes that run (its
-    recorded candidates and budget stand); on a finished run it returns the result.
+    recorded candidates, budget, run id and seed stand: a fleet replica resuming a run
+    handed to it names its attempts' streams as the run recorded them); on a finished run
+    it returns the result.
     The stream defaults to `run-<run_id>`; each attempt's job stream is
     `job-<run_id>-a<n>` (`job-<run_id>-s<seed>-a<n>` with a seed).
 
@@ -305,6 +307,9 @@ def supervise_run(
             drafts.append(Draft(CandidatesRanked, ranked))
         with run.cancelled_on_interrupt(StreamWriter(target, name, RUN, FOLD_CANCELS), detach):
             writer.append(lambda _state: _stamp(writer, drafts, at))
+    recorded = writer.state.started
+    if recorded is not None:  # a resumed run names its attempts as it was recorded to
+        run.run_id, run.seed = recorded.run_id, recorded.seed
     if detach:
         if writer.state.done:
             return RunResult.from_event(writer.state.result)
