@@ -81,3 +81,32 @@ class ScriptedClient:
 def clock() -> VirtualClock:
     """A fresh virtual clock."""
     return VirtualClock()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def lease_url(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
+    """The URL of a fresh store that keeps leases (a fleet's): SQLite, then PostgreSQL
+    (skipped with the reason when `FLASHFSM_TEST_POSTGRES_DSN` is not set)."""
+    from tests.store_support import PG_ENV, make_backend, postgres_dsn, run_cleanups
+
+    if request.param == "postgres" and postgres_dsn() is None:
+        pytest.skip(f"{PG_ENV} not set")
+    cleanups: list[Any] = []
+    try:
+        yield make_backend(request.param, tmp_path, cleanups).url
+    finally:
+        run_cleanups(cleanups)
+
+
+@pytest.fixture
+def leases(lease_url: str) -> Any:
+    """A fresh store that keeps leases, opened (see `lease_url`)."""
+    from flashfsm.adapters.stores import open_store
+    from flashfsm.events.store import LeaseStore
+
+    store = open_store(lease_url)
+    try:
+        assert isinstance(store, LeaseStore)
+        yield store
+    finally:
+        store.close()

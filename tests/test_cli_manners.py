@@ -34,7 +34,6 @@ from flashfsm import (
     Candidate,
     EventStore,
     IdleSweeper,
-    RunpodClient,
     RunpodRunAdapters,
     supervise_run,
 )
@@ -63,6 +62,7 @@ from flashfsm.events.models import (
     RunStarted,
 )
 from flashfsm.runs import Deployed
+from tests.sim_support import sync_client
 
 runner = CliRunner()
 DOCUMENTED = {e.code for e in EXIT_CODE_TABLE}
@@ -87,19 +87,10 @@ SWEEP_ENV = {
 # --- logs ---------------------------------------------------------------------------------
 
 
-def _client(sim: Simulator) -> RunpodClient:
-    env = sim.env()
-    return RunpodClient(
-        sim.accounts[0].key,
-        endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
-        api_base_url=env["RUNPOD_API_BASE_URL"],
-    )
-
-
 def write_run(store: EventStore) -> None:
     """`supervise_run` on the simulator (clock at `SIM_START`): attempt 0 crash-loops on a
     fresh endpoint, attempt 1 succeeds. Streams `RUN`, `FIRST_JOB` and `JOB`."""
-    with Simulator(clock=SimClock(speed=0, start=SIM_START)) as sim, _client(sim) as client:
+    with Simulator(clock=SimClock(speed=0, start=SIM_START)) as sim, sync_client(sim) as client:
 
         def deploy(run: Any, attempt: Any, record: Any) -> Deployed:
             scenario = ("crash_loop", "success")[min(attempt.started.attempt, 1)]
@@ -129,7 +120,7 @@ def write_run(store: EventStore) -> None:
 
 def write_sweeper(store: EventStore) -> None:
     """`IdleSweeper` over two sweeps on the simulator's clock: one idle timer running."""
-    with Simulator(clock=SimClock(speed=0, start=SIM_START)) as sim, _client(sim) as client:
+    with Simulator(clock=SimClock(speed=0, start=SIM_START)) as sim, sync_client(sim) as client:
         endpoint = sim.add_endpoint("flash-demo-3f9a1c-idle", check_quota=False)
         sim.configure_endpoint(endpoint, idle=0, ready=0, running=0, initializing=0)
         sweeper = IdleSweeper(client, store, stream=SWEEPER, clock=sim.clock.now)

@@ -30,7 +30,6 @@ from flashfsm import (
     EventStore,
     IdleSweeper,
     JobHandle,
-    RunpodClient,
     RunpodRunAdapters,
     poll_job,
     submit_run,
@@ -52,6 +51,7 @@ from flashfsm.events.models import (
 from flashfsm.runs import Deployed
 from flashfsm.supervisor import JobSpec, Supervisor
 from flashfsm.views import StreamKind, stream_kind
+from tests.sim_support import sync_client
 from tests.test_deploy import sim_factory
 from tests.test_submit import scripted
 from tests.test_submit import spec as submit_spec
@@ -92,17 +92,8 @@ class LogWriter:
 # --- writers ------------------------------------------------------------------------------
 
 
-def _client(sim: Simulator) -> RunpodClient:
-    env = sim.env()
-    return RunpodClient(
-        sim.accounts[0].key,
-        endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
-        api_base_url=env["RUNPOD_API_BASE_URL"],
-    )
-
-
 def _poll(store: EventStore, stream: str, scenario: str, **kwargs: Any) -> None:
-    with Simulator(speed=0) as sim, _client(sim) as client:
+    with Simulator(speed=0) as sim, sync_client(sim) as client:
         endpoint = sim.add_endpoint(f"flash-{stream}", check_quota=False)
         job = client.run(endpoint, {"scenario": scenario})
         handle = JobHandle(endpoint, f"flash-{stream}", job, submitted_at=sim.clock.now())
@@ -174,7 +165,7 @@ def _supervise(
 ) -> str:
     """`supervise_run` on the simulator; attempt n's job plays `scenarios[n]` (None: its deploy
     fails). With `crash_after_sleeps` the process dies that many waits into a watch."""
-    with Simulator(speed=0) as sim, _client(sim) as client:
+    with Simulator(speed=0) as sim, sync_client(sim) as client:
 
         def deploy(run: Any, attempt: Any, record: Any) -> Deployed:
             number = attempt.started.attempt
@@ -242,7 +233,7 @@ def write_sweeper(store: EventStore) -> str:
         sim.configure_endpoint(endpoint, idle=0, ready=0, running=0, initializing=0)
         return endpoint
 
-    with Simulator(speed=0) as sim, _client(sim) as client:
+    with Simulator(speed=0) as sim, sync_client(sim) as client:
         sweeper = IdleSweeper(client, store, stream="sweeper", clock=sim.clock.now)
         cold(sim, "flash-sw-reaped")
         busy = cold(sim, "flash-sw-busy")

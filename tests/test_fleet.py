@@ -9,18 +9,18 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from flashfsm import AsyncRunpodClient, JobHandle, replay
+from flashfsm import JobHandle, replay
 from flashfsm.adapters.simulator import Simulator
 from flashfsm.events.errors import ConcurrencyError, StaleLease
 from flashfsm.events.models import Candidate, JobSubmitted, WatchStarted
 from flashfsm.events.store import HANDOFF, FencedStore, Lease, LeaseStore
 from flashfsm.fleet import Fleet, hand_off_job
 from flashfsm.runs import supervise_run
+from tests.sim_support import async_client
 from tests.store_support import (
     PG_ENV,
     make_backend,
@@ -29,19 +29,6 @@ from tests.store_support import (
     postgres_dsn,
     run_cleanups,
 )
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def leases(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LeaseStore]:
-    if request.param == "postgres" and postgres_dsn() is None:
-        pytest.skip(f"{PG_ENV} not set")
-    cleanups: list = []
-    try:
-        store = make_backend(request.param, tmp_path, cleanups).open()
-        assert isinstance(store, LeaseStore)
-        yield store
-    finally:
-        run_cleanups(cleanups)
 
 
 def submitted(stream: str, seq: int = 0, job: str = "j1") -> JobSubmitted:
@@ -324,20 +311,10 @@ def test_a_detached_run_is_recorded_and_handed_off_without_deploying(leases):
 # --- replicas in one process ----------------------------------------------------------------
 
 
-def sim_client(sim: Simulator) -> AsyncRunpodClient:
-    """An async RunPod client on the simulator (its first account's key)."""
-    env = sim.env()
-    return AsyncRunpodClient(
-        sim.accounts[0].key,
-        endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
-        api_base_url=env["RUNPOD_API_BASE_URL"],
-    )
-
-
 def _fleet_run(store, sim, owners, **options):
 
     async def main():
-        async with sim_client(sim) as client:
+        async with async_client(sim) as client:
             fleets = [
                 Fleet(
                     store,
@@ -385,7 +362,7 @@ def test_a_draining_replica_releases_its_leases_and_a_peer_reattaches_by_replay(
         stream = hand_off_job(handle, leases, clock=sim.clock.now)
 
         async def main():
-            async with sim_client(sim) as client:
+            async with async_client(sim) as client:
                 kw = dict(lease_s=30, tick_s=0.2, clock=sim.clock.now, sleep=sim.clock.async_sleep)
                 first = Fleet(leases, client, owner="first", **kw)
                 events_then = 0
@@ -423,7 +400,7 @@ def _replica_on_a_queued_job(tmp_path: Path, scenario, **options) -> tuple[str, 
             stream = hand_off_job(handle, store)
 
             async def main():
-                async with sim_client(sim) as client:
+                async with async_client(sim) as client:
                     fleet = Fleet(store, client, owner="r1", interval_s=0.5, **options)
                     started = asyncio.create_task(scenario(fleet, store, stream))
                     try:

@@ -10,7 +10,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,27 +21,13 @@ from flashfsm import AsyncRunpodClient
 from flashfsm.adapters.simulator import Simulator
 from flashfsm.cli import app
 from flashfsm.events.models import Candidate, RunStarted, WatchStarted
-from flashfsm.events.store import LeaseStore
 from flashfsm.fleet import Fleet, OwnerInUse, hand_off_job
 from flashfsm.fsm.run import Attempt, RunState
 from flashfsm.runs import Deployed, RunpodRunAdapters, supervise_run
 from flashfsm.submit import fleet_run_adapters
-from tests.store_support import PG_ENV, make_backend, postgres_dsn, run_cleanups
+from tests.store_support import make_backend, run_cleanups
 
 runner = CliRunner()
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def leases(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LeaseStore]:
-    if request.param == "postgres" and postgres_dsn() is None:
-        pytest.skip(f"{PG_ENV} not set")
-    cleanups: list = []
-    try:
-        store = make_backend(request.param, tmp_path, cleanups).open()
-        assert isinstance(store, LeaseStore)
-        yield store
-    finally:
-        run_cleanups(cleanups)
 
 
 def sqlite_store(tmp_path: Path) -> tuple[Any, str, list]:

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from flashfsm import AsyncRunpodClient, JobHandle, poll_job, replay
+from flashfsm import JobHandle, poll_job, replay
 from flashfsm.adapters.runpod import RunpodClient
 from flashfsm.adapters.simulator import Simulator
 from flashfsm.adapters.sqlite import SqliteStore
@@ -39,6 +39,7 @@ from flashfsm.fleet import (
     load_intake,
 )
 from flashfsm.naming import STREAM_CAP
+from tests.sim_support import async_client
 
 HF_REPO = "team/runs"
 HUB = {"hf_repo": HF_REPO, "phase": "train", "run_id": "run1", "seed": 3}
@@ -65,18 +66,9 @@ def _submit(sim: Simulator, scenario: str) -> JobHandle:
     return JobHandle(endpoint, f"flash-{scenario}", job, submitted_at=sim.clock.now())
 
 
-def _client(sim: Simulator) -> AsyncRunpodClient:
-    env = sim.env()
-    return AsyncRunpodClient(
-        sim.accounts[0].key,
-        endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
-        api_base_url=env["RUNPOD_API_BASE_URL"],
-    )
-
-
 def _run_fleet(store: SqliteStore, sim: Simulator, **options: Any) -> Fleet:
     async def main() -> Fleet:
-        async with _client(sim) as client:
+        async with async_client(sim) as client:
             fleet = Fleet(
                 store,
                 client,

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from flashfsm import AsyncRunpodClient, JobHandle, MemoryStore, RunpodClient, poll_job
+from flashfsm import JobHandle, MemoryStore, poll_job
 from flashfsm.adapters.hub import (
     heartbeat_prefix,
     make_hf_failure_detail_reader,
@@ -30,6 +30,7 @@ from flashfsm.adapters.simulator.scenarios import builtin_scenarios
 from flashfsm.events.models import Concluded
 from flashfsm.events.policy import GracePolicy
 from flashfsm.supervisor import JobSpec, Supervisor
+from tests.sim_support import async_client, sync_client
 
 SCENARIOS = sorted(builtin_scenarios())
 REPO, PHASE, RUN_ID, SEED = "org/runs", "sft", "one-verdict", 0
@@ -85,12 +86,8 @@ def decision(store: MemoryStore, stream: str, submitted_at: float | None) -> Dec
 @cache
 def by_poll_job(scenario: str) -> Decision:
     with simulated_job(scenario) as job:
-        env, store = job.sim.env(), MemoryStore()
-        with RunpodClient(
-            env["RUNPOD_API_KEY"],
-            endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
-            api_base_url=env["RUNPOD_API_BASE_URL"],
-        ) as client:
+        store = MemoryStore()
+        with sync_client(job.sim) as client:
             poll_job(
                 job.handle,
                 interval_s=INTERVAL_S,
@@ -107,7 +104,7 @@ def by_poll_job(scenario: str) -> Decision:
 
 def by_supervisor(scenario: str, jitter: float) -> Decision:
     with simulated_job(scenario) as job:
-        env, store = job.sim.env(), MemoryStore()
+        store = MemoryStore()
         spec = JobSpec(
             job.handle,
             stream="job-x",
@@ -117,11 +114,7 @@ def by_supervisor(scenario: str, jitter: float) -> Decision:
         )
 
         async def main() -> None:
-            async with AsyncRunpodClient(
-                env["RUNPOD_API_KEY"],
-                endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
-                api_base_url=env["RUNPOD_API_BASE_URL"],
-            ) as client:
+            async with async_client(job.sim) as client:
                 supervisor = Supervisor(
                     store,
                     client,

@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from flashfsm import AsyncRunpodClient
 from flashfsm.cli import app
 from flashfsm.fleet import Fleet
-from tests.store_support import PG_ENV, make_backend, postgres_dsn, run_cleanups
+from tests.sim_support import async_client
 from tests.test_one_verdict import (
     INTERVAL_S,
     PHASE,
@@ -36,20 +34,9 @@ from tests.test_one_verdict import (
 )
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "postgres" and postgres_dsn() is None:
-        pytest.skip(f"{PG_ENV} not set")
-    cleanups: list = []
-    try:
-        yield make_backend(request.param, tmp_path, cleanups).url
-    finally:
-        run_cleanups(cleanups)
-
-
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_a_fleet_replica_reaches_the_verdict_rule_and_time_poll_job_reaches(
-    scenario: str, store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    scenario: str, lease_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     expected = by_poll_job(scenario)
     with simulated_job(scenario) as job:
@@ -60,18 +47,13 @@ def test_a_fleet_replica_reaches_the_verdict_rule_and_time_poll_job_reaches(
         intake = {**job.handle.to_dict(), "hub": hub, "interval_s": INTERVAL_S, "stream": "job-x"}
         path = tmp_path / "job.json"
         path.write_text(json.dumps(intake))
-        added = CliRunner().invoke(app, ["runs", "add", str(path), "--store", store_url])
+        added = CliRunner().invoke(app, ["runs", "add", str(path), "--store", lease_url])
         assert added.exit_code == 0, added.output
 
         async def main() -> None:
-            env = job.sim.env()
-            async with AsyncRunpodClient(
-                env["RUNPOD_API_KEY"],
-                endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
-                api_base_url=env["RUNPOD_API_BASE_URL"],
-            ) as client:
+            async with async_client(job.sim) as client:
                 fleet = Fleet(
-                    store_url,
+                    lease_url,
                     client,
                     owner="replica-1",
                     lease_s=5,
@@ -89,7 +71,7 @@ def test_a_fleet_replica_reaches_the_verdict_rule_and_time_poll_job_reaches(
         asyncio.run(main())
         from flashfsm.adapters.stores import open_store
 
-        store = open_store(store_url)
+        store = open_store(lease_url)
         try:
             got = decision(store, "job-x", job.handle.submitted_at)  # type: ignore[arg-type]
             watches = [e for e in store.read("job-x") if e.kind == "WatchStarted"]

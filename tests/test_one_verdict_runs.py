@@ -14,12 +14,11 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from flashfsm import AsyncRunpodClient, MemoryStore, RunpodClient
+from flashfsm import MemoryStore
 from flashfsm.adapters.simulator import Simulator
 from flashfsm.adapters.stores import open_store
 from flashfsm.demo import DEMO_RUNS, GPUS, PHASE, DemoRun, _DemoRunner
@@ -27,7 +26,7 @@ from flashfsm.events.models import Concluded, RunStarted
 from flashfsm.fleet import Fleet
 from flashfsm.fsm.run import replay_run
 from flashfsm.runs import supervise_run
-from tests.store_support import PG_ENV, make_backend, postgres_dsn, run_cleanups
+from tests.sim_support import async_client, sync_client
 
 TAG = "0ne0ne"
 SEED = 0
@@ -50,14 +49,12 @@ class RunOutcome:
 
 @contextmanager
 def runner(demo: DemoRun, store: Any) -> Iterator[_DemoRunner]:
-    with tempfile.TemporaryDirectory() as cache, Simulator(speed=0) as sim:
-        env = sim.env()
-        with RunpodClient(
-            env["RUNPOD_API_KEY"],
-            endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
-            api_base_url=env["RUNPOD_API_BASE_URL"],
-        ) as client:
-            yield _DemoRunner(sim, client, demo, TAG, SEED, cache, store)
+    with (
+        tempfile.TemporaryDirectory() as cache,
+        Simulator(speed=0) as sim,
+        sync_client(sim) as client,
+    ):
+        yield _DemoRunner(sim, client, demo, TAG, SEED, cache, store)
 
 
 def outcome(store: Any, stream: str) -> RunOutcome:
@@ -84,23 +81,12 @@ def in_process(demo: DemoRun) -> RunOutcome:
         return outcome(store, r.stream)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "postgres" and postgres_dsn() is None:
-        pytest.skip(f"{PG_ENV} not set")
-    cleanups: list = []
-    try:
-        yield make_backend(request.param, tmp_path, cleanups).url
-    finally:
-        run_cleanups(cleanups)
-
-
 @pytest.mark.parametrize("demo", DEMO_RUNS, ids=[d.name for d in DEMO_RUNS])
 def test_a_run_handed_to_a_fleet_ends_as_supervise_run_ends_it(
-    demo: DemoRun, store_url: str
+    demo: DemoRun, lease_url: str
 ) -> None:
     expected = in_process(demo)
-    store = open_store(store_url)
+    store = open_store(lease_url)
     try:
         with runner(demo, store) as r:
             supervise_run(
@@ -122,14 +108,9 @@ def test_a_run_handed_to_a_fleet_ends_as_supervise_run_ends_it(
                 return made
 
             async def main() -> None:
-                env = r.sim.env()
-                async with AsyncRunpodClient(
-                    env["RUNPOD_API_KEY"],
-                    endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
-                    api_base_url=env["RUNPOD_API_BASE_URL"],
-                ) as client:
+                async with async_client(r.sim) as client:
                     fleet = Fleet(
-                        store_url,
+                        lease_url,
                         client,
                         owner="replica-1",
                         lease_s=5,

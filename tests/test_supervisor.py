@@ -8,11 +8,12 @@ import random
 
 import pytest
 
-from flashfsm import AsyncRunpodClient, GracePolicy, JobHandle, MemoryStore, replay, verify
+from flashfsm import GracePolicy, JobHandle, MemoryStore, replay, verify
 from flashfsm.adapters.simulator import Simulator
 from flashfsm.adapters.sqlite import SqliteStore
 from flashfsm.events.models import Concluded
 from flashfsm.supervisor import GroupCommitter, JobSpec, Supervisor, TokenBucket
+from tests.sim_support import async_client
 
 SPEED = 10.0  # simulated seconds per real second
 POLICY = GracePolicy(queue_grace_s=150, unhealthy_grace_s=30, throttled_grace_s=60)
@@ -29,15 +30,6 @@ EXPECTED = {
     "throttled": ("NO_CAPACITY", "no_capacity", "throttled_worker"),
     "completed_error": ("FAILED", "job_failed", "completed_with_error"),
 }
-
-
-def _client(sim: Simulator) -> AsyncRunpodClient:
-    env = sim.env()
-    return AsyncRunpodClient(
-        sim.accounts[0].key,
-        endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
-        api_base_url=env["RUNPOD_API_BASE_URL"],
-    )
 
 
 def _fleet(sim: Simulator, jobs: int, *, per_endpoint: int = 50) -> list[tuple[str, JobSpec]]:
@@ -63,7 +55,7 @@ def test_one_supervisor_watches_1000_concurrent_jobs_to_the_right_verdicts(tmp_p
         fleet = _fleet(sim, 1000)
 
         async def main():
-            client = _client(sim)
+            client = async_client(sim)
             try:
                 supervisor = Supervisor(
                     store,
@@ -104,7 +96,7 @@ def test_a_stopped_supervisor_records_nothing_false_and_every_watch_resumes(tmp_
         fleet = _fleet(sim, 40)
 
         async def first_run():
-            client = _client(sim)
+            client = async_client(sim)
             supervisor = Supervisor(
                 store, client, clock=sim.clock.now, sleep=lambda s: asyncio.sleep(s / SPEED)
             )
@@ -123,7 +115,7 @@ def test_a_stopped_supervisor_records_nothing_false_and_every_watch_resumes(tmp_
             assert verify(events).ok  # nothing recorded that the rules would not have
 
         async def second_run():
-            client = _client(sim)
+            client = async_client(sim)
             supervisor = Supervisor(
                 store, client, clock=sim.clock.now, sleep=lambda s: asyncio.sleep(s / SPEED)
             )
@@ -202,7 +194,7 @@ def test_the_supervisor_and_poll_job_reach_the_same_verdict(scenario):
         job_b = sim.submit(endpoint_b, {"scenario": scenario})
 
         async def main():
-            client = _client(sim)
+            client = async_client(sim)
 
             async def virtual_sleep(seconds: float) -> None:
                 sim.clock.advance(seconds)

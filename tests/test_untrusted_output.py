@@ -36,6 +36,7 @@ from flashfsm.adapters.simulator import Scenario, Simulator, Step
 from flashfsm.events.models import AttemptEnded, Candidate, JobSubmitted, StatusObserved
 from flashfsm.submit import supervise_spec
 from flashfsm.supervisor import JobSpec, Supervisor
+from tests.sim_support import sync_client
 from tests.test_deploy import sim_factory
 from tests.test_submit import run, scripted, spec, train_body
 
@@ -113,15 +114,6 @@ def sim() -> Iterator[Simulator]:
     with Simulator(speed=0) as s:
         yield s
         assert s.errors == [], s.errors[0]
-
-
-def sync_client(sim: Simulator) -> RunpodClient:
-    env = sim.env()
-    return RunpodClient(
-        sim.accounts[0].key,
-        endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
-        api_base_url=env["RUNPOD_API_BASE_URL"],
-    )
 
 
 def submit(sim: Simulator, name: str, output: Any, **handle: Any) -> JobHandle:
