@@ -73,6 +73,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from flashfsm.adapters.hub import hub_readers
 from flashfsm.errors import JobOwnedElsewhere, LeaseLost
 from flashfsm.events.errors import FlashFsmError, StaleLease
 from flashfsm.events.models import (
@@ -92,11 +93,12 @@ from flashfsm.events.store import (
     LeaseStore,
     iter_events,
 )
+from flashfsm.events.text import redact_then_cap
 from flashfsm.fsm.job import JobState
 from flashfsm.naming import attempt_stream, check_stream, job_stream, run_stream
 from flashfsm.runs import RunAdapters, RunpodRunAdapters, supervise_run
 from flashfsm.shell import resolve_store
-from flashfsm.supervisor import JobSpec, Supervisor, hub_readers
+from flashfsm.supervisor import JobSpec, Supervisor
 from flashfsm.watch import JobHandle, recorded_handle, submission
 from flashfsm.writer import JOB, NEWER_WATCH_WINS, Replay, StreamWriter, perform, preload
 

@@ -47,11 +47,7 @@ from flashfsm.adapters.flash_deploy import (
     require_sdk,
 )
 from flashfsm.adapters.flash_wire import build_function_input
-from flashfsm.adapters.hub import (
-    heartbeat_prefix,
-    make_hf_failure_detail_reader,
-    make_hf_heartbeat_reader,
-)
+from flashfsm.adapters.hub import hub_readers
 from flashfsm.adapters.runpod import (
     ENV_API_BASE_URL,
     ENV_ENDPOINT_BASE_URL,
@@ -413,12 +409,8 @@ def flash_run_adapters(
     def readers(run: RunState, attempt: Attempt) -> tuple[Any, Any]:
         if not spec.hf_repo:
             return None, None
-        prefix = heartbeat_prefix(spec.phase, spec.run_id, seed)
-        options = {"clock": clock, **dict(hub_options or {})}
-        return (
-            make_hf_heartbeat_reader(spec.hf_repo, prefix, **options),
-            make_hf_failure_detail_reader(spec.hf_repo, prefix, spec.phase, **options),
-        )
+        where = HubLocation(hf_repo=spec.hf_repo, phase=spec.phase, run_id=spec.run_id, seed=seed)
+        return hub_readers(where, **{"clock": clock, **dict(hub_options or {})})
 
     return RunpodRunAdapters(
         client,

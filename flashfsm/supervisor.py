@@ -288,28 +288,6 @@ class JobSpec:
     allow_pickle: bool | None = None
 
 
-def hub_readers(
-    location: HubLocation | None, **options: Any
-) -> tuple[Callable[..., Any] | None, Callable[..., Any] | None]:
-    """The heartbeat and failure-detail readers of a job whose worker writes to `location`
-    (None: no readers), as `flashfsm.submit` builds them for a run's attempt. The Hub's URL
-    and token are read from the environment (`HF_ENDPOINT`, `HF_TOKEN`) at each read; the
-    `options` go to the readers (`cache_dir`, `endpoint`, `clock`)."""
-    if location is None:
-        return None, None
-    from flashfsm.adapters.hub import (
-        heartbeat_prefix,
-        make_hf_failure_detail_reader,
-        make_hf_heartbeat_reader,
-    )
-
-    prefix = heartbeat_prefix(location.phase, location.run_id, location.seed)
-    return (
-        make_hf_heartbeat_reader(location.hf_repo, prefix, **options),
-        make_hf_failure_detail_reader(location.hf_repo, prefix, location.phase, **options),
-    )
-
-
 class Supervisor:
     """Watches many jobs concurrently with one client, one committer and shared limits."""
 

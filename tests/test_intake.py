@@ -100,7 +100,7 @@ def test_a_retriable_failure_handed_over_with_its_hub_location_ends_as_poll_job_
 ):
     # poll_job, given the Hub readers: the reference
     handle = _submit(sim, "failed_retriable")
-    from flashfsm.supervisor import hub_readers
+    from flashfsm.adapters.hub import hub_readers
 
     heartbeat, failure_detail = hub_readers(HubLocation(**HUB))
     with RunpodClient(

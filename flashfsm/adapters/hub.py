@@ -258,3 +258,20 @@ def make_hf_failure_detail_reader(
 def heartbeat_prefix(phase: str, run_id: str, seed: int) -> str:
     """Where a worker writes its heartbeat and artifacts in the dataset repo."""
     return f"{phase}/{run_id}/seed{int(seed)}"
+
+
+def hub_readers(
+    location: HubLocation | None, **options: Any
+) -> tuple[Callable[..., Any] | None, Callable[..., Any] | None]:
+    """The heartbeat and failure-detail readers of a job whose worker writes to `location`
+    (None: no readers): what a run's attempt, a fleet replica and `poll_job`'s callers read
+    the worker's Hub files with. The Hub's URL and token are read from the environment
+    (`HF_ENDPOINT`, `HF_TOKEN`) at each read unless `options` say (`endpoint`, `token`,
+    `cache_dir`, `clock`: they go to the readers)."""
+    if location is None:
+        return None, None
+    prefix = heartbeat_prefix(location.phase, location.run_id, location.seed)
+    return (
+        make_hf_heartbeat_reader(location.hf_repo, prefix, **options),
+        make_hf_failure_detail_reader(location.hf_repo, prefix, location.phase, **options),
+    )
