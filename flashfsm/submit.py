@@ -56,7 +56,14 @@ from flashfsm.adapters.runpod import (
 )
 from flashfsm.adapters.stores import default_store_url
 from flashfsm.errors import RunpodApiError, WatchStopped
-from flashfsm.events.models import NAME_CAP, SPEC_CAP, AttemptStarted, Candidate, RunStarted
+from flashfsm.events.models import (
+    NAME_CAP,
+    SPEC_CAP,
+    AttemptStarted,
+    Candidate,
+    HubLocation,
+    RunStarted,
+)
 from flashfsm.events.store import EventStore
 from flashfsm.fsm.capacity import CapacityPolicy
 from flashfsm.fsm.job import replay, verdict_of

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from flashfsm.errors import JobOwnedElsewhere
-from flashfsm.events.models import Event, HubLocation
+from flashfsm.events.models import Event
 from flashfsm.events.policy import GracePolicy
 from flashfsm.events.store import EventStore, append_many
 from flashfsm.fsm.job import JobState

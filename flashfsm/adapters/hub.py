@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from flashfsm.errors import TransientReadError
+from flashfsm.events.models import HubLocation
 
 logger = logging.getLogger("flashfsm.hub")
 
