@@ -84,7 +84,7 @@ from flashfsm.fsm.run import (
 from flashfsm.naming import attempt_stream, endpoint_name, run_stream
 from flashfsm.redact import redact
 from flashfsm.shell import JobHandle, PollResult, poll_job, resolve_store
-from flashfsm.writer import FOLD_CANCELS, REBUILD, RUN, TAIL, StreamWriter, replay_job
+from flashfsm.writer import FOLD_CANCELS, REBUILD, RUN, TAIL, StreamWriter
 
 logger = logging.getLogger("flashfsm.runs")
 
@@ -313,6 +313,7 @@ def supervise_run(
     if detach:
         if writer.state.done:
             return RunResult.from_event(writer.state.result)
+        opened.unmark(name)  # (a run a replica marked failed to start is claimed again)
         return RunResult(False, None, "handed to the fleet", 0, None, name)
     with run.cancelled_on_interrupt(StreamWriter(target, name, RUN, FOLD_CANCELS)):
         return run.drive(writer)
@@ -370,15 +371,6 @@ class _RunLoop:
                         self.ended_before.add(a.started.attempt)
                         self.on_attempt_end(writer.state, a)
             command = decide_run(writer.state, clock())
-            settling = _settling(writer.state, self.store)
-            if settling is not None and isinstance(command, (DeleteEndpoint, ConcludeRun)):
-                # A cancelled run's job, cancelled on the platform: its watch goes on to the
-                # platform's answer (CANCELLED concludes it), so the run leaves no job
-                # stream open; the attempt ends with that verdict.
-                job = settling.job_id
-                say(f"run {run_id}: job {job} cancelled; watching it to the platform's answer")
-                _watch(writer, record_outcome, adapters, settling, self.store, _never, say)
-                continue
             match command:
                 case RunFinished(result=result):
                     return RunResult.from_event(result)
@@ -407,6 +399,14 @@ class _RunLoop:
                     _deploy(writer.state, record, record_outcome, adapters, attempt)
                 case Submit(attempt=attempt):
                     _submit(writer.state, record, record_outcome, adapters, attempt, say)
+                case WatchJob(attempt=attempt) if writer.state.cancel_requested:
+                    # (a cancelled run's job, cancelled on the platform: its watch must reach
+                    # the platform's answer, so the cancel does not stop it)
+                    say(
+                        f"run {run_id}: job {attempt.job_id} cancelled; "
+                        "watching it to the platform's answer"
+                    )
+                    _watch(writer, record_outcome, adapters, attempt, self.store, _never, say)
                 case WatchJob(attempt=attempt):
                     _watch(writer, record_outcome, adapters, attempt, self.store, cancelled, say)
                 case EndAttempt(attempt=number, failure=failure, detail=detail):
@@ -461,18 +461,6 @@ class _RunLoop:
         cancel = UserCancel(by=INTERRUPTED_BY, reason=INTERRUPTED_REASON)
         writer.append(lambda state: _stamp(writer, apply_outcome(state, cancel), at))
         self.drive(writer)
-
-
-def _settling(run: RunState, store: EventStore) -> Attempt | None:
-    """The attempt of a cancelled run whose job was cancelled on the platform and whose job
-    stream is still open (watched, no verdict yet); None when there is none."""
-    a = run.current
-    if not run.cancel_requested or a is None or a.ended is not None or not a.job_cancelled:
-        return None
-    if a.job_stream is None:
-        return None
-    job = replay_job(store, a.job_stream)
-    return a if job.submitted is not None and not job.done else None
 
 
 def _error(exc: BaseException) -> dict[str, str]:

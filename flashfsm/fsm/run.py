@@ -27,7 +27,8 @@ first `no_capacity` or `poll_error` earns one bonus attempt on the same candidat
 the cache (the drop is sticky) that does not count against the budget; and while that
 bonus is still to come, an attempt is not on its last GPU for having spent the budget. A
 user cancel wins everywhere: no attempt starts after it, and a success recorded after it
-does not count. `apply_outcome` is the one way an attempt's outcome (a deploy or submit
+does not count; the job it finds running is cancelled on the platform and watched on to
+the platform's answer (so its stream concludes) before the endpoints go. `apply_outcome` is the one way an attempt's outcome (a deploy or submit
 error, its job's verdict, a user's cancel) becomes the run's events.
 
 A run started with `single_attempt` (what `submit_run` records, for a caller that walks
@@ -691,6 +692,11 @@ def decide_run(s: RunState, now: float) -> RunCommand:
     if s.started is None:
         raise CorruptLogError("run", s.stream, "the run's stream has no RunStarted", seq=0)
     if s.cancel_requested:
+        a = s.current
+        if a is not None and a.ended is None and a.job_cancelled and a.job_id is not None:
+            # The job, cancelled on the platform: watched on to the platform's answer (a
+            # CANCELLED status concludes it), so the run leaves no job stream open.
+            return WatchJob(a)
         step = _cleanup(s, "run cancelled")
         if step is not None:
             return step
