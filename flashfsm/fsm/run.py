@@ -28,8 +28,9 @@ the cache (the drop is sticky) that does not count against the budget; and while
 bonus is still to come, an attempt is not on its last GPU for having spent the budget. A
 user cancel wins everywhere: no attempt starts after it, and a success recorded after it
 does not count; the job it finds running is cancelled on the platform and watched on to
-the platform's answer (so its stream concludes) before the endpoints go. `apply_outcome` is the one way an attempt's outcome (a deploy or submit
-error, its job's verdict, a user's cancel) becomes the run's events.
+the platform's answer (so its stream concludes) before the endpoints go. `apply_outcome`
+is the one way an attempt's outcome (a deploy or submit error, its job's verdict, a user's
+cancel) becomes the run's events.
 
 A run started with `single_attempt` (what `submit_run` records, for a caller that walks
 itself) has exactly that one attempt on its first candidate, with the caller's
