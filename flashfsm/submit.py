@@ -677,10 +677,9 @@ def _hand_off_spec(
 HAND_OFF_FIELDS = frozenset({"seed", "candidates", "max_retries"})
 
 
-def hand_off_spec(data: Mapping[str, Any], store: EventStore | str | None = None) -> RunResult:
-    """Hand a run to a fleet from plain data (`flashfsm runs add` of a spec file): a
-    `RunSpec`'s fields, and optionally `seed` (0), `candidates` (the spec's GPU class
-    alone) and `max_retries` (2). See `supervise_spec(..., detach=True)`."""
+def spec_intake(data: Mapping[str, Any]) -> tuple[RunSpec, int, list[Candidate], int]:
+    """A spec hand-off's data checked, before any store is opened: the `RunSpec`, the seed,
+    the candidates and the retries (a `ValueError` naming what is wrong)."""
     fields = {k: v for k, v in data.items() if k not in HAND_OFF_FIELDS}
     spec = RunSpec.model_validate(fields)
     raw = data.get("candidates")
@@ -692,8 +691,19 @@ def hand_off_spec(data: Mapping[str, Any], store: EventStore | str | None = None
         else [Candidate(gpu_class=spec.gpu_class)]
     )
     seed, retries = data.get("seed", 0), data.get("max_retries", 2)
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
     if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
         raise ValueError(f"max_retries must be a non-negative integer, got {retries!r}")
+    return spec, seed, candidates, retries
+
+
+def hand_off_spec(data: Mapping[str, Any], store: EventStore | str | None = None) -> RunResult:
+    """Hand a run to a fleet from plain data (`flashfsm runs add` of a spec file): a
+    `RunSpec`'s fields, and optionally `seed` (0), `candidates` (the spec's GPU class
+    alone) and `max_retries` (2), checked by `spec_intake`. See `supervise_spec(...,
+    detach=True)`."""
+    spec, seed, candidates, retries = spec_intake(data)
     return supervise_spec(spec, seed, candidates, max_retries=retries, store=store, detach=True)
 
 

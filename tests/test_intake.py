@@ -266,6 +266,14 @@ HOSTILE: dict[str, tuple[str, str]] = {
         json.dumps({"run_id": "r", "candidates": [{"gpu_class": "L4"}], "max_retries": 10**6}),
         "max_retries",
     ),
+    "a run spec with an unknown field": (
+        json.dumps({"run_id": "r", "gpu_class": "L4", "hf_repo": "o/r", "function": "x"}),
+        "function",
+    ),
+    "a run spec whose seed is a string": (
+        json.dumps({"run_id": "r", "gpu_class": "L4", "seed": "1"}),
+        "seed",
+    ),
     "a run id whose attempt streams are over the limit": (
         json.dumps(
             {"run_id": "r" * (STREAM_CAP - 8), "candidates": [{"gpu_class": "L4"}], "seed": 1}

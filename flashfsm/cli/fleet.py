@@ -209,6 +209,10 @@ def runs_command(
             job_intake(data)
         elif kind == "run":
             run_intake(data)
+        else:
+            from flashfsm.submit import spec_intake
+
+            spec_intake(data)
     except (OSError, ValueError) as exc:
         raise fail(f"{file}: {message(exc)}") from None
     url = store_url(store)
