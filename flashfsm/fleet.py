@@ -46,6 +46,12 @@ cut off past its lease cannot write anything once another replica has claimed th
 even before it notices. A watch refused that way, or one that finds a newer watch in the
 log, ends quietly: the stream is someone else's now.
 
+A stream whose watch fails as it starts on `MAX_CLAIM_FAILURES` claims in a row (a damaged
+log, a run nothing can deploy) is marked failed with its reason on its row of the index
+(`LeaseStore.mark_failed`, fenced by its lease) and given back: no replica claims it again
+until it is handed off anew (`hand_off_job`, `flashfsm runs add`, `supervise_run(...,
+detach=True)` on its stream), which clears the mark (`LeaseStore.unmark`).
+
 SIGTERM or SIGINT (`install_signal_handlers`) drains: every watch is stopped at its next
 await (nothing false is recorded), pending events are committed, every lease released and
 the replica's heartbeat removed, so other replicas take its streams at their next tick
@@ -85,6 +91,7 @@ from flashfsm.events.models import (
 )
 from flashfsm.events.policy import GracePolicy
 from flashfsm.events.store import (
+    FAILED_REASON_CAP,
     HANDOFF,
     Census,
     EventStore,
@@ -113,7 +120,8 @@ MAX_RUNS = 1024
 DEFAULT_CLAIM_BATCH = 1000
 #: How long a watch whose lease was not renewed may take to show it just ended (seconds).
 LOSS_GRACE_S = 1.0
-#: Failures in a row after which a stream's watch is not tried again (see `FleetStats`).
+#: Failures in a row after which a stream is marked failed to start, and claimed no more
+#: until it is handed off anew (`LeaseStore.mark_failed`).
 MAX_CLAIM_FAILURES = 3
 #: How often a replica that cannot drive runs looks for handed-off runs it has not named.
 UNDRIVEN_EVERY_S = 60.0
@@ -362,8 +370,10 @@ def hand_off_job(
 
     Everything is checked before the store is opened (a `ValueError` naming what is
     wrong, and nothing written). A stream that already records this job is left as it is
-    (handing off twice is harmless); one that records another job is a `ValueError`. The
-    handle is JSON-only there (`trusted_output` is not recorded).
+    (handing off twice is harmless), but for its failed mark, if a replica marked it
+    (`MAX_CLAIM_FAILURES`): handing it off again clears it, and replicas claim it again.
+    One that records another job is a `ValueError`. The handle is JSON-only there
+    (`trusted_output` is not recorded).
     """
     fields = dict(handle.to_dict() if isinstance(handle, JobHandle) else handle)
     given = {"policy": policy, "stream": stream, "hub": hub, "interval_s": interval_s}
@@ -383,7 +393,7 @@ def hand_off_job(
 
 
 def _record_hand_off(store: EventStore, intake: JobIntake, clock: Callable[[], float]) -> None:
-    _require_leases(store)
+    leases = _require_leases(store)
     job, name = intake.handle(), intake.stream_name
     writer = StreamWriter(FencedStore(store, lambda _s: HANDOFF), name, JOB, NEWER_WATCH_WINS)
     writer.open()
@@ -391,6 +401,8 @@ def _record_hand_off(store: EventStore, intake: JobIntake, clock: Callable[[], f
     if recorded is not None:
         if recorded.job_id != job.job_id:
             raise ValueError(f"stream {name!r} records job {recorded.job_id!r}, not {job.job_id!r}")
+        if not writer.state.done:
+            leases.unmark(name)  # (a stream marked failed to start is claimed again)
         return
     if writer.next_seq:
         raise ValueError(f"stream {name!r} holds events but no submitted job: not a job stream")
@@ -430,8 +442,9 @@ class FleetStats:
     renew_failures: int = 0
     census: Census | None = None
     #: Failures in a row of each stream's watch (from its claim); a stream that reaches
-    #: `MAX_CLAIM_FAILURES` is held, unwatched, until the replica drains (so no replica
-    #: claims it again in a loop) and kept in `failed_streams` with its reason.
+    #: `MAX_CLAIM_FAILURES` is marked failed in the store (`LeaseStore.mark_failed`: no
+    #: replica claims it again until it is handed off anew), given back, and kept in
+    #: `failed_streams` with its reason.
     claim_failures: dict[str, int] = field(default_factory=dict)
     failed_streams: dict[str, str] = field(default_factory=dict)
 
@@ -611,7 +624,7 @@ class Fleet:
             self._lease_calls = ThreadPoolExecutor(2, thread_name_prefix="flashfsm-fleet-leases")
         while not self._stopping.is_set():
             try:
-                census = await self._leased(self.leases.join, self.owner, self.lease_s)
+                census = await self._leased(self.leases.join, self.owner, self.lease_s, self.kinds)
             except Exception as exc:  # the database is unreachable: any driver's error
                 self.stats.renew_failures += 1
                 logger.warning(
@@ -644,14 +657,7 @@ class Fleet:
             rows = await self._leased(self.leases.open_streams)
         except Exception:  # (the census and the claims say when the store is unreachable)
             return
-        waiting = [
-            o.stream
-            for o in rows
-            if o.kind == "run"
-            and o.handoff
-            and o.parent is None
-            and (o.owner is None or o.expires_in is None or o.expires_in <= 0)
-        ]
+        waiting = [o.stream for o in rows if o.kind == "run" and o.claimable and not o.held]
         new = [stream for stream in waiting if stream not in self._undriven]
         self._undriven = set(waiting)
         if new:
@@ -748,7 +754,7 @@ class Fleet:
             sent: list[Lease] = []
             kept: list[Lease] | None = None
             try:
-                census = self.leases.beat(self.owner, self.lease_s)
+                census = self.leases.beat(self.owner, self.lease_s, self.kinds)
                 if now + self.tick_s - renewed > renew_every:  # (the next round: too late)
                     if now - renewed > self.lease_s / 2:
                         logger.warning(
@@ -919,7 +925,7 @@ class Fleet:
 
     async def _watch(self, lease: Lease, stop: threading.Event) -> None:
         stream = lease.stream
-        unwatched = False  # (held on, never watched again: it failed on every claim)
+        unwatched = False  # (held on, unwatched: it failed on every claim, and the mark did not)
         try:
             if lease.kind == "run":
                 if self._runs is None:
@@ -957,24 +963,53 @@ class Fleet:
             failures = self.stats.claim_failures[stream] = 1 + self.stats.claim_failures.get(
                 stream, 0
             )
-            if failures >= MAX_CLAIM_FAILURES:  # it fails on every claim: held, never again
-                unwatched = True
-                quarantined = f"{type(exc).__name__}: {str(exc)[:300]}"
-                self.stats.failed_streams[stream] = quarantined
-                logger.warning(
-                    "%s: %s failed on %d claims in a row; held unwatched: %s",
-                    self.owner,
-                    stream,
-                    failures,
-                    quarantined,
+            if failures >= MAX_CLAIM_FAILURES:  # it fails on every claim: marked, given back
+                unwatched = not await self._mark_failed(lease, exc, failures)
+                if unwatched:
+                    return
+            else:
+                logger.exception(
+                    "%s: watching %s failed; giving its lease back", self.owner, stream
                 )
-                return
-            logger.exception("%s: watching %s failed; giving its lease back", self.owner, stream)
             with contextlib.suppress(Exception):
                 await self._leased(self.leases.release, self.owner, [lease])
         finally:
             if not unwatched:
                 self._forget(stream, lease)
+
+    async def _mark_failed(self, lease: Lease, exc: Exception, failures: int) -> bool:
+        """Mark the stream of `lease`, whose watch failed on `failures` claims in a row,
+        failed to start with the reason (`LeaseStore.mark_failed`), so no replica claims it
+        again until it is handed off anew. True when the lease may be given back: marked,
+        or no longer this replica's; False when the store could not be told, and the
+        replica keeps holding it unwatched (until it drains), so no one claims it in a loop."""
+        stream = lease.stream
+        reason = redact_then_cap(f"{type(exc).__name__}: {exc}", FAILED_REASON_CAP)
+        self.stats.failed_streams[stream] = reason
+        self.stats.claim_failures.pop(stream, None)  # (handed off anew, it starts afresh)
+        try:
+            marked = await self._leased(self.leases.mark_failed, self.owner, lease, reason)
+        except Exception as error:
+            logger.warning(
+                "%s: %s failed on %d claims in a row, and cannot be marked so (%s); held "
+                "unwatched: %s",
+                self.owner,
+                stream,
+                failures,
+                type(error).__name__,
+                reason,
+            )
+            return False
+        if marked:
+            logger.warning(
+                "%s: %s failed on %d claims in a row; marked failed to start and given back "
+                "(hand it off again to retry): %s",
+                self.owner,
+                stream,
+                failures,
+                reason,
+            )
+        return True
 
     async def _leased(self, call: Callable[..., Any], *args: Any) -> Any:
         """`call(*args)` (a lease operation of the store) in the replica's lease threads."""

@@ -34,10 +34,14 @@ go batch by batch, each in a savepoint of its own, so the clash fails its batch 
 A fleet (`flashfsm.fleet`, `LeaseStore`): `<table>_open` indexes the open streams (one row
 per stream that a `JobSubmitted` or `RunStarted` opened and no verdict closed yet), kept
 by the appends themselves in their own transactions, with each row's lease (owner, expiry
-by the server's clock, fencing token); `<table>_replicas` holds the replicas' heartbeats.
-Claims are `SELECT … FOR UPDATE SKIP LOCKED`; an append under a lease reads its row `FOR
-SHARE` and refuses a stale token (`StaleLease`). A writer open creates both tables and
-fills the index from the log once; a read-only open never does. Every pooled connection
+by the server's clock, fencing token) and, for a stream whose watch failed on every claim,
+the reason (`failed`: claims pass it over); `<table>_replicas` holds the replicas'
+heartbeats and what each drives (`kinds`). Claims are `SELECT … FOR UPDATE SKIP LOCKED`;
+an append under a lease reads its row `FOR SHARE` and refuses a stale token
+(`StaleLease`). A writer open creates both tables and fills the index from the log once,
+and adds the columns an older library's tables lack (`ADD COLUMN IF NOT EXISTS`, only
+when one is missing); a read-only open never does, and reads such tables as saying
+nothing there. Every pooled connection
 ends a transaction left idle for `idle_in_transaction_s` (default 5 s: the server's
 `idle_in_transaction_session_timeout`): our transactions never wait on anything but the
 client, so one idle that long belongs to a paused or cut-off process, and the row locks it
@@ -91,13 +95,17 @@ from flashfsm.events.errors import (
 )
 from flashfsm.events.models import Event
 from flashfsm.events.store import (
+    FAILED_REASON_CAP,
     HANDOFF,
     Census,
     Lease,
     OpenStream,
+    Replica,
     check_batch,
     decode_rows,
     index_change,
+    kinds_text,
+    parse_kinds,
     stale_lease,
 )
 from flashfsm.fsm.snapshot import DEFAULT_SNAPSHOT_EVERY, checked_interval
@@ -114,6 +122,19 @@ DEFAULT_CONNECT_TIMEOUT_S = 10.0
 #: How long the server lets a pooled connection sit idle inside a transaction (seconds).
 DEFAULT_IDLE_IN_TRANSACTION_S = 5.0
 _TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,49}$")
+#: Columns added to the fleet's tables after they were first made: (table suffix, column,
+#: type).
+_ADDED_COLUMNS = (("_open", "failed", "TEXT"), ("_replicas", "kinds", "TEXT"))
+
+
+def _columns(conn: Any, table: str) -> set[str]:
+    """The columns of the table named `table` (none when it does not exist)."""
+    rows = conn.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0"
+        " AND NOT attisdropped",
+        (f'"{table}"',),  # (created quoted, case kept; the name is checked)
+    ).fetchall()
+    return {str(row[0]) for row in rows}
 
 
 class PostgresStore:
@@ -273,6 +294,15 @@ class PostgresStore:
             ).fetchone()
             if made is None:
                 self._create_index(conn)
+            for suffix, column, kind in _ADDED_COLUMNS:  # (a table an older library made)
+                if column not in _columns(conn, f"{self.table}{suffix}"):
+                    conn.execute(
+                        sql.SQL("ALTER TABLE {x} ADD COLUMN IF NOT EXISTS {c} {k}").format(
+                            x=sql.Identifier(f"{self.table}{suffix}"),
+                            c=sql.Identifier(column),
+                            k=sql.SQL(kind),
+                        )
+                    )
 
     def _create_index(self, conn: psycopg.Connection) -> None:
         """The open-streams index (filled from the log) and the replicas' heartbeats."""
@@ -281,7 +311,7 @@ class PostgresStore:
                 "CREATE TABLE IF NOT EXISTS {o} (stream TEXT PRIMARY KEY, kind TEXT NOT NULL,"
                 " parent TEXT, handoff BOOLEAN NOT NULL DEFAULT false,"
                 " opened_at DOUBLE PRECISION NOT NULL, owner TEXT,"
-                " expires_at DOUBLE PRECISION, token BIGINT NOT NULL DEFAULT 0)"
+                " expires_at DOUBLE PRECISION, token BIGINT NOT NULL DEFAULT 0, failed TEXT)"
             ).format(o=self._open)
         )
         conn.execute(
@@ -301,7 +331,8 @@ class PostgresStore:
         conn.execute(
             sql.SQL(
                 "CREATE TABLE IF NOT EXISTS {r} (owner TEXT PRIMARY KEY,"
-                " seen_at DOUBLE PRECISION NOT NULL, expires_at DOUBLE PRECISION NOT NULL)"
+                " seen_at DOUBLE PRECISION NOT NULL, expires_at DOUBLE PRECISION NOT NULL,"
+                " kinds TEXT)"
             ).format(r=self._replicas)
         )
 
@@ -604,7 +635,7 @@ class PostgresStore:
         ).format(now=_NOW)
         query = sql.SQL(
             "WITH picked AS (SELECT stream FROM {o} WHERE handoff AND parent IS NULL"
-            " AND kind = ANY(%s) AND ({free})"
+            " AND failed IS NULL AND kind = ANY(%s) AND ({free})"
             " ORDER BY opened_at, stream LIMIT %s"
             " FOR UPDATE SKIP LOCKED)"
             " UPDATE {o} AS o SET owner = %s, expires_at = {now} + %s, token = o.token + 1"
@@ -663,7 +694,7 @@ class PostgresStore:
         streams, tokens = [lease.stream for lease in leases], [lease.token for lease in leases]
         self._retrying(query, (streams, tokens, owner))
 
-    def join(self, owner: str, ttl_s: float) -> Census | None:
+    def join(self, owner: str, ttl_s: float, kinds: Sequence[str] | None = None) -> Census | None:
         """`beat`, unless a live replica holds `owner` (see `LeaseStore.join`): then None."""
         self._refuse_write()
         with self._lease_pool().connection() as conn, conn.transaction():
@@ -676,23 +707,24 @@ class PostgresStore:
                 ).format(r=self._replicas, o=self._open, now=_NOW),
                 (owner, owner),
             ).fetchone()
-            return None if live is not None else self._beat(conn, owner, ttl_s)
+            return None if live is not None else self._beat(conn, owner, ttl_s, kinds)
 
-    def beat(self, owner: str, ttl_s: float) -> Census:
+    def beat(self, owner: str, ttl_s: float, kinds: Sequence[str] | None = None) -> Census:
         """Record `owner`'s heartbeat (see `LeaseStore.beat`)."""
         self._refuse_write()
         with self._lease_pool().connection() as conn, conn.transaction():
-            return self._beat(conn, owner, ttl_s)
+            return self._beat(conn, owner, ttl_s, kinds)
 
-    def _beat(self, conn: Any, owner: str, ttl_s: float) -> Census:
+    def _beat(self, conn: Any, owner: str, ttl_s: float, kinds: Sequence[str] | None) -> Census:
         """(In `conn`'s transaction.) Record `owner`'s heartbeat; the census."""
         conn.execute(
             sql.SQL(
-                "INSERT INTO {r} (owner, seen_at, expires_at) VALUES (%s, {now}, {now} + %s)"
+                "INSERT INTO {r} (owner, seen_at, expires_at, kinds)"
+                " VALUES (%s, {now}, {now} + %s, %s)"
                 " ON CONFLICT (owner) DO UPDATE SET seen_at = excluded.seen_at,"
-                " expires_at = excluded.expires_at"
+                " expires_at = excluded.expires_at, kinds = excluded.kinds"
             ).format(r=self._replicas, now=_NOW),
-            (owner, ttl_s),
+            (owner, ttl_s, kinds_text(kinds)),
         )
         conn.execute(
             sql.SQL("DELETE FROM {r} WHERE expires_at < {now} - 86400").format(
@@ -708,7 +740,7 @@ class PostgresStore:
             sql.SQL(
                 "SELECT count(*), count(*) FILTER (WHERE owner = %s AND expires_at > {now}),"
                 " min(expires_at) FILTER (WHERE owner <> %s AND expires_at > {now}) - {now}"
-                " FROM {o} WHERE handoff AND parent IS NULL"
+                " FROM {o} WHERE handoff AND parent IS NULL AND failed IS NULL"
             ).format(o=self._open, now=_NOW),
             (owner, owner),
         ).fetchone()
@@ -740,21 +772,63 @@ class PostgresStore:
         with self._lease_pool().connection() as conn:
             return conn.execute(query, (stream, stream, stream)).rowcount > 0
 
-    def open_streams(self) -> list[OpenStream]:
-        """The open-streams index, oldest first (empty when the table does not exist: a
-        read-only open never makes it)."""
+    def mark_failed(self, owner: str, lease: Lease, reason: str) -> bool:
+        """Mark a stream `owner` holds as failed to start (see `LeaseStore.mark_failed`)."""
+        self._refuse_write()
         query = sql.SQL(
-            "SELECT stream, kind, parent, handoff, opened_at, owner, expires_at - {now}, token"
-            " FROM {o} ORDER BY opened_at, stream"
-        ).format(o=self._open, now=_NOW)
+            "UPDATE {o} SET failed = %s WHERE stream = %s AND token = %s AND owner = %s"
+        ).format(o=self._open)
+        params = (reason[:FAILED_REASON_CAP], lease.stream, lease.token, owner)
+        with self._lease_pool().connection() as conn:
+            return conn.execute(query, params).rowcount > 0
+
+    def unmark(self, stream: str) -> bool:
+        """Clear a stream's failed mark (see `LeaseStore.unmark`)."""
+        self._refuse_write()
+        query = sql.SQL(
+            "UPDATE {o} SET failed = NULL WHERE stream = %s AND failed IS NOT NULL"
+        ).format(o=self._open)
+        with self._lease_pool().connection() as conn:
+            return conn.execute(query, (stream,)).rowcount > 0
+
+    def _column_or_null(self, conn: Any, suffix: str, column: str) -> sql.Composable:
+        """`column` of the fleet table `<table><suffix>`; NULL when a read-only open finds
+        it missing (a writer open has added it)."""
+        if self.read_only and column not in _columns(conn, f"{self.table}{suffix}"):
+            return sql.SQL("NULL")
+        return sql.Identifier(column)
+
+    def replicas(self) -> list[Replica]:
+        """The live replicas (see `LeaseStore.replicas`; none without the table, what they
+        drive unsaid without the column: a read-only open adds neither)."""
         with self._pool.connection() as conn:
+            kinds = self._column_or_null(conn, "_replicas", "kinds")
+            query = sql.SQL(
+                "SELECT owner, {k}, expires_at - {now} FROM {r} WHERE expires_at > {now}"
+                " ORDER BY owner"
+            ).format(k=kinds, r=self._replicas, now=_NOW)
+            try:
+                rows = conn.execute(query).fetchall()
+            except psycopg.errors.UndefinedTable:
+                return []
+        return [Replica(o, parse_kinds(k), float(e)) for o, k, e in rows]
+
+    def open_streams(self) -> list[OpenStream]:
+        """The open-streams index, oldest first (empty when the table does not exist, and
+        no mark read without the column: a read-only open adds neither)."""
+        with self._pool.connection() as conn:
+            failed = self._column_or_null(conn, "_open", "failed")
+            query = sql.SQL(
+                "SELECT stream, kind, parent, handoff, opened_at, owner, expires_at - {now},"
+                " token, {f} FROM {o} ORDER BY opened_at, stream"
+            ).format(o=self._open, now=_NOW, f=failed)
             try:
                 rows = conn.execute(query).fetchall()
             except psycopg.errors.UndefinedTable:
                 return []
         return [
-            OpenStream(s, k, p, bool(h), float(at), o, None if e is None else float(e), int(t))
-            for s, k, p, h, at, o, e, t in rows
+            OpenStream(s, k, p, bool(h), float(at), o, None if e is None else float(e), int(t), f)
+            for s, k, p, h, at, o, e, t, f in rows
         ]
 
     def _unique_error(

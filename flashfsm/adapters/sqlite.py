@@ -50,10 +50,13 @@ missing; a read-only open never does, and reads no snapshot from a file without 
 A fleet (`flashfsm.fleet`, `LeaseStore`): `open_streams` indexes the open streams (one
 row per stream a `JobSubmitted` or `RunStarted` opened and no verdict closed), kept by the
 appends themselves inside their transactions, with each row's lease (owner, expiry by
-SQLite's clock, fencing token); `replicas` holds the replicas' heartbeats. Every claim,
-renewal and fenced append is an IMMEDIATE transaction, so they are serialised; an append
-under a stale token is refused (`StaleLease`). Like snapshots, a cache of the log: a
-writer open creates the tables and fills the index once, a read-only open never does.
+SQLite's clock, fencing token) and, for a stream whose watch failed on every claim, the
+reason (`failed`: claims pass it over); `replicas` holds the replicas' heartbeats and what
+each drives (`kinds`). Every claim, renewal and fenced append is an IMMEDIATE transaction,
+so they are serialised; an append under a stale token is refused (`StaleLease`). Like
+snapshots, a cache of the log: a writer open creates the tables and fills the index once,
+and adds the columns an older library's tables lack (`failed`, `kinds`: `ALTER TABLE …
+ADD COLUMN`); a read-only open never does, and reads such tables as saying nothing there.
 
 Read-only (`read_only=True`, what the CLI's read commands use): nothing is created or
 changed. A missing file is `StoreNotFound`; a file that is not a flashfsm store is a
@@ -98,14 +101,18 @@ from flashfsm.events.errors import (
 )
 from flashfsm.events.models import Event
 from flashfsm.events.store import (
+    FAILED_REASON_CAP,
     HANDOFF,
     Census,
     Lease,
     OpenStream,
+    Replica,
     check_batch,
     decode_rows,
     follow_by_polling,
     index_change,
+    kinds_text,
+    parse_kinds,
     stale_lease,
 )
 from flashfsm.fsm.snapshot import DEFAULT_SNAPSHOT_EVERY, checked_interval
@@ -155,7 +162,8 @@ CREATE TABLE IF NOT EXISTS open_streams (
     opened_at REAL NOT NULL,
     owner TEXT,
     expires_at REAL,
-    token INTEGER NOT NULL DEFAULT 0
+    token INTEGER NOT NULL DEFAULT 0,
+    failed TEXT
 ) WITHOUT ROWID
 """
 _OPEN_BY_PARENT = "CREATE INDEX IF NOT EXISTS open_streams_parent ON open_streams (parent)"
@@ -163,9 +171,12 @@ _REPLICAS = """
 CREATE TABLE IF NOT EXISTS replicas (
     owner TEXT PRIMARY KEY,
     seen_at REAL NOT NULL,
-    expires_at REAL NOT NULL
+    expires_at REAL NOT NULL,
+    kinds TEXT
 ) WITHOUT ROWID
 """
+#: Columns added to the fleet's tables after they were first made: (table, column, type).
+_ADDED_COLUMNS = (("open_streams", "failed", "TEXT"), ("replicas", "kinds", "TEXT"))
 # Streams opened and not closed when the index is first made (whoever opened them watches
 # them: none is handed to a fleet).
 _FILL_OPEN = """
@@ -189,6 +200,11 @@ _INSERT = (
 _SELECT = "SELECT seq, body, {} FROM events WHERE stream = ? AND seq > ? ORDER BY seq"
 
 Row = tuple[int, bytes, "int | None"]
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    """The columns of `table` (none when it does not exist)."""
+    return {str(row[1]) for row in conn.execute(f"PRAGMA table_info({table})")}
 
 
 def _row(stream: str, event: Event) -> tuple[str, int, str, float, str, bytes, int]:
@@ -379,6 +395,23 @@ class SqliteStore:
                 except BaseException:
                     conn.execute("ROLLBACK")
                     raise
+            self._add_columns(conn)
+
+    @staticmethod
+    def _add_columns(conn: sqlite3.Connection) -> None:
+        """Add the columns the fleet's tables gained since a file's were made (a file an
+        older library made): `ALTER TABLE … ADD COLUMN`, each a nullable column."""
+        if all(column in _columns(conn, table) for table, column, _ in _ADDED_COLUMNS):
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for table, column, kind in _ADDED_COLUMNS:
+                if column not in _columns(conn, table):  # (another process may have added it)
+                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
 
     # -- read-only ---------------------------------------------------------------------
 
@@ -858,7 +891,7 @@ class SqliteStore:
             lambda conn: conn.execute(
                 f"UPDATE open_streams SET owner = ?, expires_at = {_NOW} + ?, token = token + 1 "
                 "WHERE stream IN (SELECT stream FROM open_streams WHERE handoff = 1 "
-                f"AND parent IS NULL AND kind IN ({marks}) AND ({free}) "
+                f"AND parent IS NULL AND failed IS NULL AND kind IN ({marks}) AND ({free}) "
                 "ORDER BY opened_at, stream LIMIT ?) RETURNING stream, token, kind",
                 (owner, ttl_s, *kinds, limit),
             ).fetchall()
@@ -893,7 +926,7 @@ class SqliteStore:
             )
         )
 
-    def join(self, owner: str, ttl_s: float) -> Census | None:
+    def join(self, owner: str, ttl_s: float, kinds: Sequence[str] | None = None) -> Census | None:
         """`beat`, unless a live replica holds `owner` (see `LeaseStore.join`): then None."""
 
         def join(conn: sqlite3.Connection) -> Census | None:
@@ -904,20 +937,23 @@ class SqliteStore:
             ).fetchone()
             return None if live is not None else beat(conn)
 
-        beat = self._beat(owner, ttl_s)
+        beat = self._beat(owner, ttl_s, kinds)
         return self._write(join)
 
-    def beat(self, owner: str, ttl_s: float) -> Census:
+    def beat(self, owner: str, ttl_s: float, kinds: Sequence[str] | None = None) -> Census:
         """Record `owner`'s heartbeat (see `LeaseStore.beat`)."""
-        return self._write(self._beat(owner, ttl_s))
+        return self._write(self._beat(owner, ttl_s, kinds))
 
-    def _beat(self, owner: str, ttl_s: float) -> Callable[[sqlite3.Connection], Census]:
+    def _beat(
+        self, owner: str, ttl_s: float, kinds: Sequence[str] | None
+    ) -> Callable[[sqlite3.Connection], Census]:
         def beat(conn: sqlite3.Connection) -> Census:
             conn.execute(
-                f"INSERT INTO replicas (owner, seen_at, expires_at) VALUES (?, {_NOW}, {_NOW} + ?)"
-                " ON CONFLICT (owner) DO UPDATE SET seen_at = excluded.seen_at,"
-                " expires_at = excluded.expires_at",
-                (owner, ttl_s),
+                "INSERT INTO replicas (owner, seen_at, expires_at, kinds) "
+                f"VALUES (?, {_NOW}, {_NOW} + ?, ?) ON CONFLICT (owner) DO UPDATE SET "
+                "seen_at = excluded.seen_at, expires_at = excluded.expires_at, "
+                "kinds = excluded.kinds",
+                (owner, ttl_s, kinds_text(kinds)),
             )
             conn.execute(f"DELETE FROM replicas WHERE expires_at < {_NOW} - 86400")
             (replicas,) = conn.execute(
@@ -926,7 +962,7 @@ class SqliteStore:
             claimable, held, soonest = conn.execute(
                 f"SELECT count(*), coalesce(sum(owner = ? AND expires_at > {_NOW}), 0), "
                 f"min(CASE WHEN owner <> ? AND expires_at > {_NOW} THEN expires_at END) - {_NOW} "
-                "FROM open_streams WHERE handoff = 1 AND parent IS NULL",
+                "FROM open_streams WHERE handoff = 1 AND parent IS NULL AND failed IS NULL",
                 (owner, owner),
             ).fetchone()
             return Census(
@@ -961,29 +997,79 @@ class SqliteStore:
             )
         )
 
+    def mark_failed(self, owner: str, lease: Lease, reason: str) -> bool:
+        """Mark a stream `owner` holds as failed to start (see `LeaseStore.mark_failed`)."""
+        return bool(
+            self._write(
+                lambda conn: (
+                    conn.execute(
+                        "UPDATE open_streams SET failed = ? "
+                        "WHERE stream = ? AND token = ? AND owner = ?",
+                        (reason[:FAILED_REASON_CAP], lease.stream, lease.token, owner),
+                    ).rowcount
+                )
+            )
+        )
+
+    def unmark(self, stream: str) -> bool:
+        """Clear a stream's failed mark (see `LeaseStore.unmark`)."""
+        return bool(
+            self._write(
+                lambda conn: (
+                    conn.execute(
+                        "UPDATE open_streams SET failed = NULL "
+                        "WHERE stream = ? AND failed IS NOT NULL",
+                        (stream,),
+                    ).rowcount
+                )
+            )
+        )
+
+    def _read(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run the read `work` on a connection (read-only: one that changes nothing)."""
+        if self.read_only:
+            return self._query(work)
+        with self._connection() as conn:
+            return work(conn)
+
+    def replicas(self) -> list[Replica]:
+        """The live replicas (see `LeaseStore.replicas`; none for a file without the
+        table, what they drive unsaid for one without the column: a read-only open adds
+        neither)."""
+
+        def rows(conn: sqlite3.Connection) -> list[Replica]:
+            columns = _columns(conn, "replicas")
+            if not columns:
+                return []
+            kinds = "kinds" if "kinds" in columns else "NULL"
+            found = conn.execute(
+                f"SELECT owner, {kinds}, expires_at - {_NOW} FROM replicas "
+                f"WHERE expires_at > {_NOW} ORDER BY owner"
+            ).fetchall()
+            return [Replica(o, parse_kinds(k), float(e)) for o, k, e in found]
+
+        return self._read(rows)
+
     def open_streams(self) -> list[OpenStream]:
-        """The open-streams index, oldest first (empty for a file without one: a read-only
-        open never makes it)."""
+        """The open-streams index, oldest first (empty for a file without one, and no
+        mark read from one without the column: a read-only open adds neither)."""
 
         def rows(conn: sqlite3.Connection) -> list[OpenStream]:
-            try:
-                found = conn.execute(
-                    "SELECT stream, kind, parent, handoff, opened_at, owner, "
-                    f"expires_at - {_NOW}, token FROM open_streams ORDER BY opened_at, stream"
-                ).fetchall()
-            except sqlite3.OperationalError as exc:
-                if "no such table" in str(exc):
-                    return []
-                raise
+            columns = _columns(conn, "open_streams")
+            if not columns:
+                return []
+            failed = "failed" if "failed" in columns else "NULL"
+            found = conn.execute(
+                "SELECT stream, kind, parent, handoff, opened_at, owner, "
+                f"expires_at - {_NOW}, token, {failed} FROM open_streams "
+                "ORDER BY opened_at, stream"
+            ).fetchall()
             return [
-                OpenStream(s, k, p, bool(h), float(at), o, e, int(t))
-                for s, k, p, h, at, o, e, t in found
+                OpenStream(s, k, p, bool(h), float(at), o, e, int(t), f)
+                for s, k, p, h, at, o, e, t, f in found
             ]
 
-        if self.read_only:
-            return self._query(rows)
-        with self._connection() as conn:
-            return rows(conn)
+        return self._read(rows)
 
     def close(self) -> None:
         """Close the connections; the store cannot be used afterwards.

@@ -29,6 +29,7 @@ from flashfsm.cli.common import (
     UsageErrors,
     console,
     emit_json,
+    escaped,
     fail,
     is_file_source,
     message,
@@ -44,6 +45,7 @@ from flashfsm.cli.common import (
 )
 from flashfsm.events.errors import FlashFsmError
 from flashfsm.events.models import Event
+from flashfsm.events.store import undriven
 from flashfsm.fsm.explain import reads_heartbeat
 from flashfsm.fsm.job import replay
 from flashfsm.fsm.run import replay_run
@@ -91,6 +93,60 @@ def stream_row(stream: str, events: list[Event]) -> dict[str, Any]:
     return row
 
 
+#: The most characters of a stream's failed-to-start reason `ls` shows in its table (its
+#: `--json` gives the reason as the store keeps it).
+SHOWN_REASON_CAP = 120
+
+
+def fleet_notes(opened: Any) -> dict[str, dict[str, str]]:
+    """What a store's open-streams index says of the handed-off streams no replica drives,
+    by stream: `{"failed_to_start": reason}` for one a replica marked so (its watch failed
+    on every claim), `{"waiting": why}` for a run no live replica can drive
+    (`flashfsm.events.store.undriven`). Empty for a store that keeps no index. Only reads."""
+    listing = getattr(opened, "open_streams", None)
+    live = getattr(opened, "replicas", None)
+    if listing is None or live is None:
+        return {}
+    rows = listing()
+    if not rows:
+        return {}
+    replicas = live()
+    notes: dict[str, dict[str, str]] = {}
+    for row in rows:
+        if row.failed is not None:
+            notes[row.stream] = {"failed_to_start": row.failed}
+        elif (why := undriven(row, replicas)) is not None:
+            notes[row.stream] = {"waiting": why}
+    return notes
+
+
+def _read_fleet_notes(url: str) -> dict[str, dict[str, str]]:
+    opened = open_reader(url)
+    try:
+        with UsageErrors():
+            return fleet_notes(opened)
+    finally:
+        opened.close()
+
+
+def _reason_text(reason: str) -> str:
+    """A failed-to-start reason as `ls` shows it: on one line, escaped, capped."""
+    text = escaped(reason)
+    return text if len(text) <= SHOWN_REASON_CAP else text[: SHOWN_REASON_CAP - 1] + "…"
+
+
+def state_text(row: dict[str, Any]) -> str:
+    """`ls`'s state cell of a row: a mark or a wait the fleet notes first, then the state
+    (and "(no heartbeat reader)" for an open job watched without one)."""
+    if row.get("failed_to_start") is not None:
+        return f"failed to start: {_reason_text(row['failed_to_start'])}"
+    if row.get("waiting") is not None:
+        return f"waiting: {row['waiting']}"
+    if row.get("heartbeat_reader") is False and row["ok"] is None:
+        return f"{row['state']} (no heartbeat reader)"
+    return row["state"] or ""
+
+
 #: `ls`'s columns in the order shown: (header, right-aligned).
 LS_COLUMNS = (
     ("stream", False),
@@ -127,11 +183,7 @@ def ls_table(rows: list[dict[str, Any]], width: int) -> Table:
         return {
             "stream": Text(row["stream"]),
             "kind": Text(row["kind"]),
-            "state": Text(
-                f"{row['state']} (no heartbeat reader)"
-                if row.get("heartbeat_reader") is False and row["ok"] is None
-                else row["state"] or ""
-            ),
+            "state": Text(state_text(row)),
             "verdict": _verdict_cell(row, short=short),
             "span": Text(span),
             "events": Text(str(row["events"])),
@@ -182,7 +234,8 @@ def ls_command(
         _ls_owners(url, open_reader(url), as_json)
         return
     read = read_all_streams(url)
-    rows = [stream_row(name, events) for name, events in read.logs.items()]
+    notes = _read_fleet_notes(url) if read.logs else {}
+    rows = [stream_row(name, events) | notes.get(name, {}) for name, events in read.logs.items()]
     if as_json:
         emit_json({"store": display_url(url), "streams": rows, "damaged": read.damaged_json()})
         raise typer.Exit(read.exit_code())
@@ -203,6 +256,8 @@ def _ls_owners(url: str, opened: Any, as_json: bool) -> None:
         if listing is None:
             raise fail(f"{display_url(url)} keeps no open-streams index (SQLite, PostgreSQL do)")
         with UsageErrors():
+            index = listing()
+            replicas = opened.replicas() if index else []
             rows = [
                 {
                     "stream": o.stream,
@@ -212,8 +267,10 @@ def _ls_owners(url: str, opened: Any, as_json: bool) -> None:
                     "owner": o.owner if o.expires_in is not None and o.expires_in > 0 else None,
                     "lease_left_s": None if o.expires_in is None else round(o.expires_in, 3),
                     "token": o.token,
+                    "failed_to_start": o.failed,
+                    "waiting": undriven(o, replicas),
                 }
-                for o in listing()
+                for o in index
             ]
     finally:
         opened.close()
@@ -228,7 +285,11 @@ def _ls_owners(url: str, opened: Any, as_json: bool) -> None:
     for column in ("stream", "kind", "owner", "lease", "token"):
         table.add_column(column, overflow="fold")
     for row in rows:
-        if row["parent"]:
+        if row["failed_to_start"] is not None:
+            held = f"failed to start: {_reason_text(row['failed_to_start'])}"
+        elif row["waiting"] is not None:
+            held = f"- (waiting: {row['waiting']})"
+        elif row["parent"]:
             held = f"(of {row['parent']})"
         elif not row["handoff"]:
             held = "(its opener)"

@@ -85,11 +85,18 @@ class SnapshotStore(Protocol):
 # open stream a writer handed to the fleet (`HANDOFF`) can be leased to one replica at a
 # time; every claim gives the lease a new fencing token, and an append made under a lease
 # whose token is no longer the stream's is refused (`StaleLease`) in its own transaction.
+#
+# A stream whose watch fails as it starts on every claim is *marked* (`mark_failed`): its
+# row keeps the reason, and no replica claims it again until it is handed off anew, which
+# clears the mark (`unmark`). Each replica's heartbeat row says what it drives (`kinds`),
+# so a reader can tell a handed-off run that no live replica can drive.
 
 #: Event kinds that open a stream, and the kind of stream they open.
 OPENED_BY = {"JobSubmitted": "job", "RunStarted": "run"}
 #: Event kinds that close a stream (its verdict).
 CLOSED_BY = frozenset({"Concluded", "RunConcluded"})
+#: The longest reason a stream's failed mark keeps (`LeaseStore.mark_failed`).
+FAILED_REASON_CAP = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +124,9 @@ class OpenStream:
 
     `handoff`: the stream waits for, or is watched by, a fleet replica (else whoever
     opened it watches it). `owner` and `expires_in` (seconds, by the database's clock;
-    negative once expired) describe its lease; `token` counts its claims.
+    negative once expired) describe its lease; `token` counts its claims. `failed`: why
+    its watch failed on every claim (`LeaseStore.mark_failed`); no replica claims it again
+    until it is handed off anew.
     """
 
     stream: str
@@ -128,6 +137,53 @@ class OpenStream:
     owner: str | None
     expires_in: float | None
     token: int
+    failed: str | None = None
+
+    @property
+    def held(self) -> bool:
+        """Whether a replica holds it now (an unexpired lease)."""
+        return self.owner is not None and self.expires_in is not None and self.expires_in > 0
+
+    @property
+    def claimable(self) -> bool:
+        """Whether a replica may claim it when it is free: handed off, not an attempt of a
+        run, not marked failed."""
+        return self.handoff and self.parent is None and self.failed is None
+
+
+@dataclass(frozen=True, slots=True)
+class Replica:
+    """A live replica, as `LeaseStore.replicas` reads its heartbeat row: its name, what it
+    drives (`kinds`, e.g. `("job", "run")`; None when its row does not say: an older
+    library's) and in how many seconds its heartbeat expires."""
+
+    owner: str
+    kinds: tuple[str, ...] | None
+    expires_in: float
+
+
+def kinds_text(kinds: Sequence[str] | None) -> str | None:
+    """What a replica drives as its heartbeat row keeps it ("job,run"; None: not said)."""
+    return None if kinds is None else ",".join(kinds)
+
+
+def parse_kinds(text: str | None) -> tuple[str, ...] | None:
+    """`kinds_text`'s inverse."""
+    return None if text is None else tuple(kind for kind in text.split(",") if kind)
+
+
+def undriven(row: OpenStream, replicas: Sequence[Replica]) -> str | None:
+    """Why nobody drives the handed-off run `row` now, as `flashfsm ls` says it: "no live
+    replica", or "no live replica drives runs" when every live replica says it drives no
+    runs. None when it is held, not a claimable run, or a live replica may drive it (or
+    does not say what it drives)."""
+    if row.kind != "run" or not row.claimable or row.held:
+        return None
+    if not replicas:
+        return "no live replica"
+    if all(r.kinds is not None and "run" not in r.kinds for r in replicas):
+        return "no live replica drives runs"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +224,8 @@ def index_change(
 class LeaseStore(Protocol):
     """What a store offers to host a fleet of supervisor replicas (SQLite, PostgreSQL).
 
-    Times of leases and heartbeats come from the database's clock, never a replica's.
+    Claims pass over streams marked failed (`mark_failed`). Times of leases and
+    heartbeats come from the database's clock, never a replica's.
     """
 
     def append(
@@ -199,11 +256,13 @@ class LeaseStore(Protocol):
         """Give the leases back (a replica draining or shedding load)."""
         ...
 
-    def beat(self, owner: str, ttl_s: float) -> Census:
-        """Record that `owner` is alive for `ttl_s`; the fleet as it stands."""
+    def beat(self, owner: str, ttl_s: float, kinds: Sequence[str] | None = None) -> Census:
+        """Record that `owner` is alive for `ttl_s`, and the kinds of stream it drives
+        (`kinds`: None records nothing said); the fleet as it stands (a marked stream is
+        not claimable)."""
         ...
 
-    def join(self, owner: str, ttl_s: float) -> Census | None:
+    def join(self, owner: str, ttl_s: float, kinds: Sequence[str] | None = None) -> Census | None:
         """`beat` for a replica starting under the name `owner`, in one transaction with
         the check that no live replica holds that name (an unexpired heartbeat or lease of
         `owner`): None, and nothing recorded, when one does."""
@@ -215,6 +274,22 @@ class LeaseStore(Protocol):
 
     def open_streams(self) -> list[OpenStream]:
         """The open-streams index, oldest first."""
+        ...
+
+    def replicas(self) -> list[Replica]:
+        """The live replicas (an unexpired heartbeat), by name."""
+        ...
+
+    def mark_failed(self, owner: str, lease: Lease, reason: str) -> bool:
+        """Mark `lease`'s stream as failed to start, keeping `reason` (its first
+        `FAILED_REASON_CAP` characters): no replica claims it again until `unmark`. Fenced:
+        only while `owner` holds the stream under `lease`'s token (True when marked). The
+        lease stays held: the replica releases it."""
+        ...
+
+    def unmark(self, stream: str) -> bool:
+        """Clear `stream`'s failed mark, so replicas claim it again (what handing it off
+        anew does). True when a mark went."""
         ...
 
     def drop_closed(self, stream: str) -> bool:
