@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -201,7 +202,8 @@ def test_a_long_detail_is_shown_escaped_and_capped_from_where_it_differs() -> No
 
 # --- secrets: masked alike on both sides, never shown ---------------------------------------
 
-SECRET = "hf_verifyverdict0123456789abcdef"
+#: (random hex: no 8-character piece of it can be one of a secret another test made known)
+SECRET = "hf_verifyverdict" + uuid.uuid4().hex
 
 
 def _log_with_a_secret_in_its_detail() -> list[Event]:
