@@ -3,7 +3,7 @@ cost per observation, on the code of a baseline commit (A) and on this tree (B).
 
 The baseline is checked out into a temporary `git worktree`; every measurement runs in a
 fresh child process whose `PYTHONPATH` puts one tree or the other first, and the runs are
-interleaved (A, B, A, B, ...) so the noise of a shared machine falls on both alike:
+interleaved (A, B, B, A, ...) so the noise of a shared machine falls on both alike:
 
 - `supervisor`: `fleet.run_supervisor` (one `Supervisor`, N `training` jobs on a simulator
   in its own process, a durable SQLite store) — CPU % of one core over the measured window
@@ -101,7 +101,7 @@ def _child(label: str, jobs: int, window_s: float) -> None:
     import flashfsm
 
     result: dict[str, Any] = {"tree": label, "flashfsm": str(Path(flashfsm.__file__).parent)}
-    result["core_us"] = _core_us(5)
+    result["core_us"] = _core_us(9)
     with tempfile.TemporaryDirectory(prefix="flashfsm-ab-") as tmp:
         run = fleet.run_supervisor(jobs, window_s, Path(tmp))
     start, end = run["window"]
@@ -146,8 +146,9 @@ def main() -> None:
         )
         try:
             runs: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
-            for _ in range(args.rounds):
-                for label, tree in (("A", base), ("B", ROOT)):
+            for round_ in range(args.rounds):
+                pair = (("A", base), ("B", ROOT))
+                for label, tree in pair if round_ % 2 == 0 else pair[::-1]:  # (A B B A ...)
                     result = _run_child(label, tree, args.jobs, args.window)
                     runs[label].append(result)
                     print(json.dumps(result), flush=True)
