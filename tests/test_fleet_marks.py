@@ -17,8 +17,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -27,10 +26,9 @@ from typer.testing import CliRunner
 from flashfsm.adapters.stores import open_store
 from flashfsm.cli import app
 from flashfsm.events.models import Candidate
-from flashfsm.events.store import FAILED_REASON_CAP, Lease, LeaseStore
+from flashfsm.events.store import FAILED_REASON_CAP, Lease
 from flashfsm.fleet import MAX_CLAIM_FAILURES, Fleet, hand_off_job
 from flashfsm.runs import supervise_run
-from tests.store_support import PG_ENV, make_backend, postgres_dsn, run_cleanups
 
 runner = CliRunner()
 JOB = {"endpoint_id": "ep-1", "job_id": "job-1"}
@@ -39,26 +37,16 @@ JOB = {"endpoint_id": "ep-1", "job_id": "job-1"}
 REFUSAL = "no deploy for this run \x1b[31mred\x1b[0m " + "x" * 600
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh store that keeps leases: SQLite, then PostgreSQL (skipped without its DSN)."""
-    if request.param == "postgres" and postgres_dsn() is None:
-        pytest.skip(f"{PG_ENV} not set")
-    cleanups: list[Callable[[], None]] = []
-    try:
-        yield make_backend(request.param, tmp_path, cleanups).url
-    finally:
-        run_cleanups(cleanups)
+@pytest.fixture
+def url(lease_url: str) -> str:
+    """A fresh store that keeps leases (conftest's `lease_url`: SQLite, then PostgreSQL)."""
+    return lease_url
 
 
 @pytest.fixture
-def store(url: str) -> Iterator[Any]:
-    opened = open_store(url)
-    try:
-        assert isinstance(opened, LeaseStore)
-        yield opened
-    finally:
-        opened.close()
+def store(leases: Any) -> Any:
+    """That store, opened (conftest's `leases`)."""
+    return leases
 
 
 def execute(store: Any, statement: str) -> None:

@@ -10,7 +10,6 @@ the hand-off; `poll_job` starts at the submission).
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
@@ -18,8 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from flashfsm.cli import app
-from flashfsm.fleet import Fleet
-from tests.sim_support import async_client
+from tests.sim_support import run_replica_until_idle
 from tests.test_one_verdict import (
     INTERVAL_S,
     PHASE,
@@ -50,25 +48,7 @@ def test_a_fleet_replica_reaches_the_verdict_rule_and_time_poll_job_reaches(
         added = CliRunner().invoke(app, ["runs", "add", str(path), "--store", lease_url])
         assert added.exit_code == 0, added.output
 
-        async def main() -> None:
-            async with async_client(job.sim) as client:
-                fleet = Fleet(
-                    lease_url,
-                    client,
-                    owner="replica-1",
-                    lease_s=5,
-                    tick_s=0.2,
-                    clock=job.sim.clock.now,
-                    sleep=job.sim.clock.async_sleep,
-                    jitter=0.0,
-                )
-                try:
-                    idle = lambda: not fleet.store.open_streams()  # noqa: E731
-                    await asyncio.wait_for(fleet.run(until=idle), 120)
-                finally:
-                    fleet.store.close()
-
-        asyncio.run(main())
+        run_replica_until_idle(lease_url, job.sim, sleep=job.sim.clock.async_sleep, jitter=0.0)
         from flashfsm.adapters.stores import open_store
 
         store = open_store(lease_url)

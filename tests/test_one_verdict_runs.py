@@ -9,7 +9,6 @@ clock's `sleep`: `Fleet(run_sleep=...)`), with the demo's adapters, so times mus
 
 from __future__ import annotations
 
-import asyncio
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,10 +22,9 @@ from flashfsm.adapters.simulator import Simulator
 from flashfsm.adapters.stores import open_store
 from flashfsm.demo import DEMO_RUNS, GPUS, PHASE, DemoRun, _DemoRunner
 from flashfsm.events.models import Concluded, RunStarted
-from flashfsm.fleet import Fleet
 from flashfsm.fsm.run import replay_run
 from flashfsm.runs import supervise_run
-from tests.sim_support import async_client, sync_client
+from tests.sim_support import run_replica_until_idle, sync_client
 
 TAG = "0ne0ne"
 SEED = 0
@@ -107,25 +105,9 @@ def test_a_run_handed_to_a_fleet_ends_as_supervise_run_ends_it(
                 made.sleep = sleep  # (the replica's wait, which stops when it sheds the run)
                 return made
 
-            async def main() -> None:
-                async with async_client(r.sim) as client:
-                    fleet = Fleet(
-                        lease_url,
-                        client,
-                        owner="replica-1",
-                        lease_s=5,
-                        tick_s=0.2,
-                        run_adapters=adapters,
-                        clock=r.sim.clock.now,
-                        run_sleep=r.sim.clock.sleep,
-                    )
-                    try:
-                        idle = lambda: not fleet.store.open_streams()  # noqa: E731
-                        await asyncio.wait_for(fleet.run(until=idle), 120)
-                    finally:
-                        fleet.store.close()
-
-            asyncio.run(main())
+            run_replica_until_idle(
+                lease_url, r.sim, run_adapters=adapters, run_sleep=r.sim.clock.sleep
+            )
             got = outcome(store, r.stream)
     finally:
         store.close()
