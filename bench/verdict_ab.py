@@ -52,7 +52,10 @@ def _core_us(rounds: int) -> dict[str, float]:
                 at=t0,
                 endpoint_id="ep",
                 job_id="crash",
-                policy=GracePolicy(queue_grace_s=1e9, unhealthy_grace_s=1e9),
+                # (no limit passes: every observation is judged, none concludes)
+                policy=GracePolicy(
+                    queue_grace_s=1e9, unhealthy_grace_s=1e9, setup_grace_s=1e9, stall_after_s=1e9
+                ),
                 submitted_at=t0,
             ),
             WatchStarted(
