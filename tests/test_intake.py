@@ -29,9 +29,7 @@ from flashfsm.cli import app
 from flashfsm.cli.common import EXIT_USAGE
 from flashfsm.events.codec import decode, encode
 from flashfsm.events.models import NAME_CAP, HubLocation, JobSubmitted, WatchStarted
-from flashfsm.events.store import Lease
 from flashfsm.fleet import (
-    MAX_CLAIM_FAILURES,
     MAX_INTAKE_DEPTH,
     Fleet,
     hand_off_job,
@@ -421,45 +419,3 @@ def test_job_submitted_v3_carries_the_hand_off_and_v2_is_written_as_before():
 
     with pytest.raises(EventDecodeError, match="v3"):
         decode(json.dumps({**line, "v": 2}))  # a v2 event cannot carry them
-
-
-# --- a stream that fails on every claim ---------------------------------------------------
-
-
-def test_a_stream_that_fails_on_every_claim_is_held_with_its_reason_not_claimed_in_a_loop(
-    tmp_path: Path,
-):
-    store = SqliteStore(tmp_path / "fleet.db")
-    claims: list[Lease] = []
-    real = store.claim
-
-    def claim(*args: Any, **kwargs: Any) -> list[Lease]:
-        got = real(*args, **kwargs)
-        claims.extend(got)
-        return got
-
-    async def main() -> Fleet:
-        fleet = Fleet(store, object(), owner="r1", lease_s=3, tick_s=0.05)
-        ticks = 0
-
-        def enough() -> bool:
-            nonlocal ticks
-            ticks += 1
-            return ticks > 40
-
-        await asyncio.wait_for(fleet.run(until=enough), 60)
-        return fleet
-
-    try:
-        hand_off_job(GOOD, store)
-        # a damaged row: the stream's replay fails on every claim (CorruptLogError)
-        store._write(
-            lambda conn: conn.execute("UPDATE events SET body = replace(body, 'ep-1', 'ep-X')")
-        )
-        store.claim = claim  # type: ignore[method-assign]
-        fleet = asyncio.run(main())
-    finally:
-        store.close()
-    assert [lease.stream for lease in claims] == ["job-job-1"] * MAX_CLAIM_FAILURES  # no loop
-    assert fleet.stats.failed == MAX_CLAIM_FAILURES
-    assert "checksum" in fleet.stats.failed_streams["job-job-1"].lower()
