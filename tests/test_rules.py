@@ -706,7 +706,9 @@ def _crashing_training_watch(clock: VirtualClock) -> tuple[Reader, dict[str, Any
     }
 
 
-def test_the_first_poll_after_a_blind_gap_reads_the_heartbeat(clock: VirtualClock) -> None:
+def test_the_first_poll_after_a_blind_gap_reads_the_heartbeat_and_the_pace_moves_by_the_gap(
+    clock: VirtualClock,
+) -> None:
     store = MemoryStore()
     hb, kwargs = _crashing_training_watch(clock)
     with pytest.raises(Crash):
@@ -714,9 +716,12 @@ def test_the_first_poll_after_a_blind_gap_reads_the_heartbeat(clock: VirtualCloc
     assert regular_reads(hb) == [0, 30]  # polls at 0..40; the fetch at 50 died
     clock.now += 5  # a gap shorter than the pace: the first poll reads all the same
     reattach = clock.elapsed
+    gap = reattach - 40  # since the last event
     result = poll_job(JOB, store=store, stream="job-g", **kwargs)
     assert result.rule == "stall"
-    assert regular_reads(hb)[2:] == [reattach, reattach + 30, reattach + 60]
+    # then the reads an unbroken watch made at 60 and 90, moved by the gap (polls every 10 s
+    # from the reattach: the first on or after each)
+    assert regular_reads(hb)[2:5] == [reattach, 30 + gap + 30, 30 + gap + 60]
 
 
 def test_a_reattach_without_a_gap_keeps_the_heartbeat_pace(clock: VirtualClock) -> None:

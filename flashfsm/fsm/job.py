@@ -117,6 +117,8 @@ _PROBE: dict[tuple[bool, bool], tuple[_Actions, _Actions]] = {
 }
 _SHIFTED: frozenset[str] = frozenset(spec.name for spec in rules.TIMERS if spec.shifts_on_gap)
 _LEFT_QUEUE_MASK = _LEFT_QUEUE[0]
+#: The checks of the rules judged after each observation, looked up once.
+_CHECKS = tuple(rule.check for rule in rules.AFTER_OBSERVATION)
 
 
 def _from(trigger: str) -> frozenset[str]:
@@ -211,12 +213,14 @@ def _on_watch(s: JobState, e: WatchStarted) -> None:
             s.health = None
             s.probed = False
             s.next_fetch_at = None
-            s.heartbeat_asked_at = None  # the first poll after a gap reads the heartbeat
+            s.heartbeat_gap_read = True  # D5: the first poll after a gap reads the heartbeat
     s.watch = e
 
 
 def _shift_timers(s: JobState, gap: float) -> None:
-    """D2: move every timer that declares it forward by the blind gap (and the probe pace)."""
+    """D2: move every timer that declares it forward by the blind gap (and the probe and
+    heartbeat paces, so a reattach probes and reads on the polls an unbroken watch would,
+    moved by the gap)."""
     s.gaps += gap
     timers = s.timers
     for name in _SHIFTED.intersection(timers):
@@ -224,6 +228,8 @@ def _shift_timers(s: JobState, gap: float) -> None:
         timers[name] = (since + gap, seq)
     if s.last_probe_at is not None:
         s.last_probe_at += gap
+    if s.heartbeat_asked_at is not None:
+        s.heartbeat_asked_at += gap
 
 
 def _interval(s: JobState) -> float:
@@ -279,13 +285,20 @@ def _on_status(s: JobState, e: StatusObserved) -> None:
 
 
 def _heartbeat_due(s: JobState, has_hb: bool, at: float) -> bool:
-    """Whether this poll asks for a regular heartbeat read (and, if so, note that it did)."""
-    if not has_hb or not heartbeat_read_is_due(
-        s.heartbeat_asked_at, at, s.policy.heartbeat_every_s
-    ):
+    """Whether this poll asks for a regular heartbeat read (and, if so, note that it did).
+
+    The first poll after a blind gap reads too, off the pace, which it leaves as it was (D5).
+    """
+    if not has_hb:
         return False
-    s.heartbeat_asked_at = at
-    return True
+    if heartbeat_read_is_due(s.heartbeat_asked_at, at, s.policy.heartbeat_every_s):
+        s.heartbeat_asked_at = at
+        s.heartbeat_gap_read = False
+        return True
+    if s.heartbeat_gap_read:
+        s.heartbeat_gap_read = False
+        return True
+    return False
 
 
 def _on_fetch_failed(s: JobState, e: StatusFetchFailed) -> None:
@@ -445,11 +458,15 @@ def decide(s: JobState, now: float, *, judged: bool = False) -> Command:
     if s.watch is None:
         raise NotWatchingError(f"stream {s.stream!r} has no WatchStarted event: nothing watches it")
     if not judged:
-        judged_poll = rules.judge_poll(s)
-        if judged_poll is not None:
-            if isinstance(judged_poll, str):  # a read an earlier limit's rule waits for
-                return READ_COMMANDS[judged_poll]
-            return Conclude(judged_poll)
+        # Most points of a poll find no rule firing, and that is tried here in line; which
+        # rule decides, and the reads it may need first, is `rules.judge_poll`'s choice.
+        for check in _CHECKS:
+            if check(s, now) is not None:
+                judged_poll = rules.judge_poll(s)
+                if isinstance(judged_poll, str):  # a read an earlier limit's rule waits for
+                    return READ_COMMANDS[judged_poll]
+                assert judged_poll is not None
+                return Conclude(judged_poll)
     if s.pending:
         name = s.pending[0]
         due = s.forced_retry_at

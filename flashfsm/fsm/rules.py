@@ -89,8 +89,9 @@ def heartbeat_read_is_due(last_asked_at: float | None, at: float, every_s: float
     """Step 9, D5: a poll asks for a regular heartbeat read at most once per `every_s`.
 
     The pace is kept by the core from the log (`last_asked_at` is the time of the last poll
-    that asked, None at the start of a watch and after a blind gap), not by the reader
-    process, so a reattached watcher asks on the same polls an uninterrupted one would.
+    that asked, None at the start of a watch, moved forward by a blind gap), not by the
+    reader process, so a reattached watcher asks on the polls an uninterrupted one would
+    (moved by the gap; the first poll after the gap reads too).
     `every_s` None asks on every poll (policies recorded before the knob existed).
     """
     if every_s is None or last_asked_at is None:
@@ -1049,8 +1050,9 @@ BOOKKEEPING: tuple[tuple[str, str], ...] = (
     ),
     (
         "9",
-        "a regular heartbeat read is asked for on the first poll of a watch (and after a blind "
-        "gap), then on the first poll `heartbeat_every_s` after the last poll that asked; a new "
+        "a regular heartbeat read is asked for on the first poll of a watch, then on the first "
+        "poll `heartbeat_every_s` after the last poll that asked (and on the first poll after a "
+        "blind gap, the pace moved by the gap); a new "
         "heartbeat `(stage, step, ts)` is progress; a stage outside "
         + ", ".join(f"`{stage}`" for stage in SETUP_STAGE_ORDER)
         + " moves SETUP → TRAINING for good",

@@ -75,6 +75,7 @@ class JobState:
     last_status: str | None = None
     last_probe_at: float | None = None
     heartbeat_asked_at: float | None = None  # the last poll that asked for a regular read
+    heartbeat_gap_read: bool = False  # the first poll after a blind gap reads, off the pace
     # heartbeats
     hb_key: tuple[Any, ...] | None = None  # the last heartbeat that counted as progress
     last_heartbeat: HeartbeatObserved | None = None  # the last one recorded
