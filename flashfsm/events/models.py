@@ -39,6 +39,8 @@ DETAIL_CAP = 12000  # a verdict's detail
 NAME_CAP = 200  # ids, names, stages, status strings
 SPEC_CAP = 16000  # a run's RunSpec, as JSON
 OUTPUT_ERROR_CAP = ERROR_CAP + STDOUT_CAP + 64  # an output that did not decode, and why
+LOG_LINE_CAP = 1000  # one line of a worker's log
+LOG_LINES_MAX = 200  # lines of a worker's log one event keeps (the last ones)
 
 Text = Annotated[str, Field(max_length=NAME_CAP)]
 
@@ -56,6 +58,9 @@ V1or2 = Annotated[int, Field(strict=True, ge=1, le=2)]
 #: Version 2 or 3, the same way: `JobSubmitted` v3 adds the fields a fleet's hand-off sets
 #: only when it has them (`hub`, `interval_s`).
 V2or3 = Annotated[int, Field(strict=True, ge=2, le=3)]
+#: Versions 1 to 3: `WatchStarted` v3 adds `has_worker_reader`, set only by a watch that
+#: reads the platform's worker records (v2 its `skew_s`).
+V1to3 = Annotated[int, Field(strict=True, ge=1, le=3)]
 
 
 class EventBase(BaseModel):
@@ -160,11 +165,13 @@ class WatchStarted(EventBase):
     host). The watch then stamps every event it writes at its own clock plus `skew_s`
     (and never before the log's last event), so the log's times do not go backwards. A
     watch with no skew writes v1, without the field, as watches always did; a v1 event
-    means no skew. Built with a skew and no `v`, the event is v2.
+    means no skew. Built with a skew and no `v`, the event is v2. v3 adds
+    `has_worker_reader` (the watch asks the platform which worker took the job and, before a
+    failing verdict, for that worker's log), written only by a watch that has one.
     """
 
     kind: Literal["WatchStarted"] = "WatchStarted"
-    v: V1or2 = 1
+    v: V1to3 = 1
     watcher: Text
     reattach: bool = False
     interval_s: float = Field(10.0, gt=0)
@@ -176,25 +183,39 @@ class WatchStarted(EventBase):
         description="v2: how far the watcher's clock was behind the log's last event; the "
         "watch stamps its events at its clock plus this",
     )
+    has_worker_reader: bool = Field(
+        False,
+        description="v3: the watch reads the platform's worker records and the worker's log "
+        "(`WorkerObserved`, `WorkerLogObserved`)",
+    )
 
     @model_validator(mode="before")
     @classmethod
-    def _skew_writes_v2(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("skew_s") and "v" not in data:
-            return {**data, "v": 2}  # a skew given, no version: it is a v2 event
+    def _newer_fields_write_newer_v(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "v" not in data:
+            if data.get("has_worker_reader"):
+                return {**data, "v": 3}  # a worker reader, no version: a v3 event
+            if data.get("skew_s"):
+                return {**data, "v": 2}  # a skew given, no version: a v2 event
         return data
 
     @model_validator(mode="after")
-    def _skew_is_v2(self) -> WatchStarted:
+    def _newer_fields_need_newer_v(self) -> WatchStarted:
         if self.skew_s and self.v < 2:
             raise ValueError("skew_s is a WatchStarted v2 field: a skewed watch writes v=2")
+        if self.has_worker_reader and self.v < 3:
+            raise ValueError("has_worker_reader is a WatchStarted v3 field: write v=3")
         return self
 
     @model_serializer(mode="wrap")
-    def _v1_has_no_skew(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+    def _older_v_has_no_newer_fields(
+        self, handler: SerializerFunctionWrapHandler
+    ) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        if self.v == 1:
-            del data["skew_s"]  # v1 has no such field: written exactly as before it existed
+        if self.v < 3:  # written exactly as before the newer fields existed
+            del data["has_worker_reader"]
+            if self.v == 1:
+                del data["skew_s"]
         return data
 
 
@@ -297,6 +318,46 @@ class FailureDetailObserved(EventBase):
     kind: Literal["FailureDetailObserved"] = "FailureDetailObserved"
     v: V1 = 1
     text: OutsideTail[ARTIFACT_CAP] | None = None
+
+
+class WorkerObserved(EventBase):
+    """The worker that took the job, as the platform lists it (RunPod REST v2
+    `GET /v2/serverless/{id}/workers`), read once per pickup by a watch with a worker reader.
+
+    `started_at` is when the platform started the worker: its bill starts there, before
+    the job was picked up (the ledger's cold start). `idle_timeout_s` is the endpoint's
+    idle timeout as the platform records it (`GET /v2/serverless/{id}`). `found` is False
+    when the list did not name the job's worker (it stopped, or the status named none).
+    """
+
+    kind: Literal["WorkerObserved"] = "WorkerObserved"
+    v: V1 = 1
+    worker_id: Outside[NAME_CAP] | None = None
+    found: bool = True
+    gpu_type: Outside[NAME_CAP] | None = None
+    datacenter: Outside[NAME_CAP] | None = None
+    started_at: float | None = None
+    idle_timeout_s: float | None = Field(None, ge=0)
+    read_error: Outside[MESSAGE_CAP] | None = None
+
+
+class WorkerLogObserved(EventBase):
+    """The last lines of the worker's own log, read before a failing verdict (or on demand).
+
+    Read from RunPod REST v2 (`GET /v2/serverless/{id}/workers/{worker}/logs?tail=N`),
+    bounded in lines, bytes and time (`truncated` says a bound cut it), every line masked
+    for secrets and capped. `worker_id` is the job's worker, or, when no status named one
+    (a crash loop keeps the job IN_QUEUE), the endpoint's worker the read chose
+    (`worker_status` says which: an unhealthy one first).
+    """
+
+    kind: Literal["WorkerLogObserved"] = "WorkerLogObserved"
+    v: V1 = 1
+    worker_id: Outside[NAME_CAP] | None = None
+    worker_status: Outside[NAME_CAP] | None = None
+    lines: tuple[Outside[LOG_LINE_CAP], ...] = Field((), max_length=LOG_LINES_MAX)
+    truncated: bool = False
+    read_error: Outside[MESSAGE_CAP] | None = None
 
 
 class Concluded(EventBase):
@@ -463,16 +524,44 @@ class AccountFailedOver(EventBase):
 
 
 class EndpointDeployed(EventBase):
-    """The attempt's endpoint exists."""
+    """The attempt's endpoint exists.
+
+    v2 adds `idle_timeout_s`, the idle timeout flashfsm set on the endpoint (how long an
+    idle worker stays up, billed, after its job): the ledger bills by it. A v1 event (a
+    deploy that left the SDK's default in place) has none.
+    """
 
     kind: Literal["EndpointDeployed"] = "EndpointDeployed"
-    v: V1 = 1
+    v: V1or2 = 1
     attempt: NonNegativeInt
     endpoint_id: Text
     endpoint_name: Text
     account: NonNegativeInt = 0
     volumes: tuple[Text, ...] = ()
     disk_gb: NonNegativeInt | None = None
+    idle_timeout_s: float | None = Field(
+        None, ge=0, description="v2: the idle timeout flashfsm set on the endpoint, in seconds"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _idle_timeout_writes_v2(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("idle_timeout_s") is not None and "v" not in data:
+            return {**data, "v": 2}
+        return data
+
+    @model_validator(mode="after")
+    def _idle_timeout_is_v2(self) -> EndpointDeployed:
+        if self.idle_timeout_s is not None and self.v < 2:
+            raise ValueError("idle_timeout_s is an EndpointDeployed v2 field: write v=2")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _v1_has_no_idle_timeout(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if self.v == 1:
+            del data["idle_timeout_s"]  # v1 has no such field: written as before it existed
+        return data
 
 
 class DeployFailed(EventBase):
@@ -602,6 +691,8 @@ JOB_EVENTS = (
     HealthProbeFailed,
     HeartbeatObserved,
     FailureDetailObserved,
+    WorkerObserved,
+    WorkerLogObserved,
     Concluded,
 )
 RUN_EVENTS = (
@@ -632,6 +723,8 @@ Event = Annotated[
     | HealthProbeFailed
     | HeartbeatObserved
     | FailureDetailObserved
+    | WorkerObserved
+    | WorkerLogObserved
     | Concluded
     | RunStarted
     | CandidatesRanked
@@ -661,11 +754,13 @@ EVENT_TYPES: dict[str, type[EventBase]] = {
 """Every event kind and its model."""
 
 #: The versions of a kind its model validates as they are, without an upcaster, where that
-#: is more than its current one: `WatchStarted` is v1 without a skew and v2 with one,
-#: `JobSubmitted` v2 without a hand-off's fields and v3 with them.
+#: is more than its current one: `WatchStarted` is v1 without a skew, v2 with one and v3
+#: with a worker reader, `JobSubmitted` v2 without a hand-off's fields and v3 with them,
+#: `EndpointDeployed` v1 without an idle timeout and v2 with one.
 VERSIONS_READ_AS_IS: dict[str, frozenset[int]] = {
-    "WatchStarted": frozenset({1, 2}),
+    "WatchStarted": frozenset({1, 2, 3}),
     "JobSubmitted": frozenset({2, 3}),
+    "EndpointDeployed": frozenset({1, 2}),
 }
 
 #: Decodes any event. Only keys are cached while parsing: ids, times and most values differ

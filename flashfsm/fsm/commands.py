@@ -56,6 +56,17 @@ class ReadFailureDetail:
 
 
 @dataclass(frozen=True, slots=True)
+class ReadWorker:
+    """Read the platform's record of the worker that just took the job (its start, GPU,
+    data centre) and the endpoint's idle timeout."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadWorkerLog:
+    """Read the last lines of the worker's own log, before a failing verdict is recorded."""
+
+
+@dataclass(frozen=True, slots=True)
 class Wait:
     """Sleep `seconds` before asking again."""
 
@@ -76,4 +87,14 @@ class Finished:
     verdict: Verdict
 
 
-Command = FetchStatus | ProbeHealth | ReadHeartbeat | ReadFailureDetail | Wait | Conclude | Finished
+Command = (
+    FetchStatus
+    | ProbeHealth
+    | ReadHeartbeat
+    | ReadFailureDetail
+    | ReadWorker
+    | ReadWorkerLog
+    | Wait
+    | Conclude
+    | Finished
+)

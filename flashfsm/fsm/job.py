@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flashfsm.events.errors import CorruptLogError
+from flashfsm.events.failures import FailureKind
 from flashfsm.events.light import LIGHT_TYPES
 from flashfsm.events.models import (
     JOB_EVENTS,
@@ -48,6 +49,8 @@ from flashfsm.events.models import (
     StatusFetchFailed,
     StatusObserved,
     WatchStarted,
+    WorkerLogObserved,
+    WorkerObserved,
 )
 from flashfsm.fsm import rules
 from flashfsm.fsm.commands import (
@@ -58,6 +61,8 @@ from flashfsm.fsm.commands import (
     ProbeHealth,
     ReadFailureDetail,
     ReadHeartbeat,
+    ReadWorker,
+    ReadWorkerLog,
     Verdict,
     Wait,
 )
@@ -74,7 +79,7 @@ from flashfsm.fsm.rules import (
     worker_condition,
 )
 from flashfsm.fsm.state import JobState, Timer
-from flashfsm.fsm.table import NEXT, TERMINAL, VERDICT_TRIGGERS, JobPhase
+from flashfsm.fsm.table import FAILURE_KIND, NEXT, TERMINAL, VERDICT_TRIGGERS, JobPhase
 
 #: Pending-read names and the command each one asks for.
 READ_COMMANDS: dict[str, Command] = {
@@ -82,7 +87,17 @@ READ_COMMANDS: dict[str, Command] = {
     "heartbeat": ReadHeartbeat(force=False),
     "forced_heartbeat": ReadHeartbeat(force=True),
     "failure_detail": ReadFailureDetail(),
+    "worker": ReadWorker(),
 }
+#: The failures whose verdict waits for the worker's own log (a watch with a worker
+#: reader): the worker's code failed, it was preempted, it stalled or crash-looped.
+WORKER_LOG_FAILURES = frozenset(
+    {FailureKind.JOB_FAILED, FailureKind.JOB_PREEMPTED, FailureKind.STALLED}
+)
+_READ_WORKER_LOG = ReadWorkerLog()
+_LOG_STATES = frozenset(
+    phase.value for phase, kind in FAILURE_KIND.items() if kind in WORKER_LOG_FAILURES
+)
 _DUE_EPSILON = 1e-9  # float slack when comparing a virtual clock with a computed due time
 
 # The rules' timer declarations, compiled per signal into what the fold applies: the mask
@@ -279,9 +294,12 @@ def _on_status(s: JobState, e: StatusObserved) -> None:
     # Any other status (IN_PROGRESS, RUNNING, or one we do not know) means a worker has it.
     if s.running & _LEFT_QUEUE_MASK:  # (most statuses find nothing to clear: no call)
         _signal(s, _LEFT_QUEUE, at, e.seq)
+    pending = ("heartbeat",) if _heartbeat_due(s, has_hb, at) else ()
     if s.state in _PICKED_UP_FROM:  # (a worker already has it: nothing moves)
         _trigger(s, "resumed" if s.training_seen else "picked_up")
-    s.pending = ("heartbeat",) if _heartbeat_due(s, has_hb, at) else ()
+        if watch is not None and watch.has_worker_reader:
+            pending += ("worker",)  # which worker took it, and when the platform started it
+    s.pending = pending
 
 
 def _heartbeat_due(s: JobState, has_hb: bool, at: float) -> bool:
@@ -387,6 +405,15 @@ def _on_failure_detail(s: JobState, e: FailureDetailObserved) -> None:
     s.failure_seq = e.seq
 
 
+def _on_worker(s: JobState, e: WorkerObserved) -> None:
+    _done_read(s, "worker")
+    s.worker = e
+
+
+def _on_worker_log(s: JobState, e: WorkerLogObserved) -> None:
+    s.worker_log = e
+
+
 def _on_concluded(s: JobState, e: Concluded) -> None:
     try:
         dest = JobPhase(e.state)
@@ -410,6 +437,8 @@ _APPLY: dict[str, Callable[[JobState, Any], None]] = {
     "HealthProbeFailed": _on_probe_failed,
     "HeartbeatObserved": _on_heartbeat,
     "FailureDetailObserved": _on_failure_detail,
+    "WorkerObserved": _on_worker,
+    "WorkerLogObserved": _on_worker_log,
     "Concluded": _on_concluded,
 }
 #: The same table keyed by model class: `evolve` dispatches on `type(event)` (a subclass of
@@ -466,7 +495,7 @@ def decide(s: JobState, now: float, *, judged: bool = False) -> Command:
                 if isinstance(judged_poll, str):  # a read an earlier limit's rule waits for
                     return READ_COMMANDS[judged_poll]
                 assert judged_poll is not None
-                return Conclude(judged_poll)
+                return _concluding(s, judged_poll)
     if s.pending:
         name = s.pending[0]
         due = s.forced_retry_at
@@ -477,8 +506,22 @@ def decide(s: JobState, now: float, *, judged: bool = False) -> Command:
         return Wait(max(0.0, s.wait_s - (now - s.wait_anchor)))
     verdict = rules.judge(s, rules.BEFORE_FETCH, now)
     if verdict is not None:
-        return Conclude(verdict)
+        return _concluding(s, verdict)
     return FetchStatus()
+
+
+def _concluding(s: JobState, verdict: Verdict) -> Command:
+    """Record `verdict`, once a watch with a worker reader has read the worker's own log
+    for a failure it can explain (`WORKER_LOG_FAILURES`): the log is evidence, never a
+    reason, so the verdict is the same with or without it."""
+    if (
+        s.worker_log is None
+        and verdict.state.value in _LOG_STATES
+        and s.watch is not None
+        and s.watch.has_worker_reader
+    ):
+        return _READ_WORKER_LOG
+    return Conclude(verdict)
 
 
 def verdict_of(e: Concluded) -> Verdict:
@@ -617,6 +660,8 @@ _ANSWERS: dict[type, Command] = {
     HealthObserved: _PROBE_HEALTH,
     HealthProbeFailed: _PROBE_HEALTH,
     FailureDetailObserved: ReadFailureDetail(),
+    WorkerObserved: ReadWorker(),
+    WorkerLogObserved: _READ_WORKER_LOG,
 }
 _COMMAND_NAMES: dict[Command, str] = {
     _STATUS_FETCH: "a status fetch",
@@ -624,6 +669,8 @@ _COMMAND_NAMES: dict[Command, str] = {
     _REGULAR_READ: "a regular heartbeat read",
     _FORCED_READ: "a forced heartbeat read",
     ReadFailureDetail(): "a failure-detail read",
+    ReadWorker(): "a worker-record read",
+    _READ_WORKER_LOG: "a worker-log read",
 }
 
 

@@ -23,6 +23,8 @@ from flashfsm.events.models import (
     StatusFetchFailed,
     StatusObserved,
     WatchStarted,
+    WorkerLogObserved,
+    WorkerObserved,
 )
 from flashfsm.events.policy import GracePolicy
 from flashfsm.fsm.table import INITIAL, JobPhase
@@ -80,6 +82,9 @@ class JobState:
     hb_key: tuple[Any, ...] | None = None  # the last heartbeat that counted as progress
     last_heartbeat: HeartbeatObserved | None = None  # the last one recorded
     training_seen: bool = False
+    # the worker, as the platform lists it (a watch with a worker reader)
+    worker: WorkerObserved | None = None  # the last worker record read
+    worker_log: WorkerLogObserved | None = None  # the worker's log, read before a failure
     # the end
     verdict: Concluded | None = None
     gaps: float = 0.0  # total blind time charged to no timer (D2)
