@@ -19,6 +19,7 @@ from flashfsm.events.store import EventStore
 from flashfsm.fsm.commands import Verdict
 from flashfsm.fsm.job import JobState
 from flashfsm.watch import (
+    ApiCall,
     Clock,
     HealthCall,
     JobHandle,
@@ -33,6 +34,7 @@ from flashfsm.watch import (
     WatchSpec,
     attach_steps,
     call,
+    has_worker_reader,
     loop_steps,
     make_say,
     watch_steps,
@@ -103,6 +105,8 @@ def _perform(request: Request, io: SyncIO) -> Any:
             return call(health, handle.endpoint_id, at=at)
         case ReaderCall(at=at, reader=name, force=force):
             return call(getattr(io.readers, name), force=force, at=at)
+        case ApiCall(at=at, name=name, args=args, kwargs=kwargs):
+            return call(getattr(io.client, name, None), *args, at=at, **kwargs)
     return perform(io.store, request)
 
 
@@ -118,13 +122,16 @@ def attach(
     has_failure_detail_reader: bool,
     watcher: str | None = None,
     writer: StreamWriter[JobState] | None = None,
+    has_worker_reader: bool = False,
 ) -> StreamWriter[JobState]:
     """Replay `stream` and start (or resume) watching it: the watch's writer.
 
     An empty stream gets `JobSubmitted` and `WatchStarted`; a stream with a submission gets
     a `WatchStarted`, a reattach when a watch existed. A concluded stream is returned as it
     is: its verdict stands. Raises `JobOwnedElsewhere` when a newer watch claims it first.
-    `writer` may be given (a subclass, say) to attach through it.
+    `writer` may be given (a subclass, say) to attach through it. `has_worker_reader` says
+    the client that will drive the watch reads worker records and logs (`has_worker_reader`
+    of `flashfsm.watch`).
     """
     spec = WatchSpec.of(
         handle,
@@ -136,6 +143,7 @@ def attach(
         watcher=watcher,
         allow_pickle=False,
         snapshot_every=snapshot_interval(store),
+        worker=has_worker_reader,
     )
     writer = writer or StreamWriter(store, stream, JOB, NEWER_WATCH_WINS)
     io = SyncIO(store, None, handle, Readers(), clock, time.sleep)
@@ -172,6 +180,7 @@ def run_watch(
         "" if watch is None else watch.watcher,
         allow_pickle=allow_pickle,
         stoppable=stop is not None,
+        has_worker_reader=watch is not None and watch.has_worker_reader,
     )
     assert writer.store is not None, "run_watch needs a writer with a store"
     io = SyncIO(writer.store, client, handle, readers, clock, sleep, stop)
@@ -266,6 +275,7 @@ def poll_job(
         stoppable=stop is not None,
         watcher=watcher,
         snapshot_every=snapshot_interval(resolved := resolve_store(store)),
+        worker=has_worker_reader(client),
     )
     io = SyncIO(resolved, client, handle, readers, clock, sleep, stop)
     return PollResult.from_verdict(drive_watch(watch_steps(spec, make_say(log)), io))

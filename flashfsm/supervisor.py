@@ -43,6 +43,7 @@ from flashfsm.events.store import EventStore, append_many
 from flashfsm.fsm.job import JobState
 from flashfsm.shell import resolve_store
 from flashfsm.watch import (
+    ApiCall,
     Clock,
     HealthCall,
     JobHandle,
@@ -58,6 +59,7 @@ from flashfsm.watch import (
     call,
     default_stream,
     default_watcher,
+    has_worker_reader,
     loop_steps,
     make_say,
 )
@@ -363,6 +365,7 @@ class Supervisor:
             watcher=self.watcher,
             allow_pickle=job.allow_pickle,
             snapshot_every=self.snapshot_every,
+            worker=has_worker_reader(self.client),
         )
         writer = await self._drive(attach_steps(spec, writer, opened=writer is not None), job)
         if not writer.state.done and self.spread > 0:
@@ -429,6 +432,11 @@ class Supervisor:
                         force=request.force,
                         at=request.at,
                     )
+                elif kind is ApiCall:  # a read of the platform's records (rare)
+                    method = getattr(self.client, request.name, None)
+                    reply = await _acall(
+                        self._gate(), method, request.args, request.at, request.kwargs
+                    )
                 elif kind is SaveSnapshot:  # written in the background, after the commit
                     self.snapshots.submit(request)
                 else:  # a read of the store
@@ -473,11 +481,17 @@ class Supervisor:
 
 
 async def _acall(
-    gate: asyncio.Semaphore, fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...], at: float
+    gate: asyncio.Semaphore,
+    fn: Callable[..., Awaitable[Any]] | None,
+    args: tuple[Any, ...],
+    at: float,
+    kwargs: dict[str, Any] | None = None,
 ) -> Outcome:
+    if fn is None:  # (a client without the method: no answer, as `watch.call` gives none)
+        return Outcome(at)
     try:
         async with gate:
-            return Outcome(at, await fn(*args))
+            return Outcome(at, await fn(*args, **(kwargs or {})))
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # every failure is an observation

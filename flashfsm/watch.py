@@ -51,6 +51,8 @@ from flashfsm.events.models import (
     StatusFetchFailed,
     StatusObserved,
     WatchStarted,
+    WorkerLogObserved,
+    WorkerObserved,
 )
 from flashfsm.events.policy import GracePolicy
 from flashfsm.fsm.commands import (
@@ -60,6 +62,8 @@ from flashfsm.fsm.commands import (
     ProbeHealth,
     ReadFailureDetail,
     ReadHeartbeat,
+    ReadWorker,
+    ReadWorkerLog,
     Verdict,
     Wait,
 )
@@ -247,6 +251,17 @@ class ReaderCall:
 
 
 @dataclass(slots=True)
+class ApiCall:
+    """Call the platform client's method `name` with `args` (a read of the platform's
+    records: `endpoint_workers`, `get_endpoint`, `worker_log`)."""
+
+    at: float
+    name: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+@dataclass(slots=True)
 class Outcome:
     """What a call came back with: its answer or the exception it raised, and when it was
     made (`at` of the request, unless the driver had to wait before making it)."""
@@ -256,7 +271,7 @@ class Outcome:
     error: BaseException | None = None
 
 
-Request = Clock | Sleep | StopAsked | StatusCall | HealthCall | ReaderCall | StoreRequest
+Request = Clock | Sleep | StopAsked | StatusCall | HealthCall | ReaderCall | ApiCall | StoreRequest
 CLOCK, STOP_ASKED = Clock(), StopAsked()
 
 
@@ -278,6 +293,10 @@ class WatchSpec:
     #: Events between two snapshots of the job's stream (None: the watch writes none); the
     #: driver sets it from its store (`flashfsm.writer.snapshot_interval`).
     snapshot_every: int | None = None
+    #: Whether the client reads the platform's worker records and worker logs
+    #: (`has_worker_reader`): the watch then records who took the job and, before a
+    #: failing verdict, the worker's last log lines.
+    has_worker_reader: bool = False
 
     @classmethod
     def of(
@@ -293,6 +312,7 @@ class WatchSpec:
         allow_pickle: bool | None = None,
         stoppable: bool = False,
         snapshot_every: int | None = None,
+        worker: bool = False,
     ) -> WatchSpec:
         """The spec of a new watch, its defaults filled in one place: the handle's job
         stream, this host and process as the watcher, and unpickling only when
@@ -308,7 +328,20 @@ class WatchSpec:
             allow_pickle=unpickling_allowed(handle, allow_pickle),
             stoppable=stoppable,
             snapshot_every=snapshot_every,
+            has_worker_reader=worker,
         )
+
+
+#: The client methods a watch reads the platform's worker records and logs with.
+WORKER_METHODS = ("endpoint_workers", "get_endpoint", "worker_log")
+#: How many of the worker's last log lines a watch asks for before a failing verdict.
+WORKER_LOG_TAIL = 100
+
+
+def has_worker_reader(client: Any) -> bool:
+    """Whether `client` can read the platform's worker records and worker logs (RunPod's
+    clients can; a scripted test client without those methods cannot)."""
+    return all(callable(getattr(client, name, None)) for name in WORKER_METHODS)
 
 
 # --- turning answers into events ------------------------------------------------------------
@@ -372,6 +405,34 @@ def heartbeat_observation(
 def failure_detail_observation(raw: Any) -> Built:
     """The event for the forced read of the failure artifacts (its tail is kept)."""
     return FailureDetailObserved, {"text": raw if isinstance(raw, str) else None}
+
+
+def worker_observation(worker_id: str | None, workers: Outcome, endpoint: Outcome | None) -> Built:
+    """The event for one worker-record read: the platform's list of the endpoint's workers
+    (and, on the first read, the endpoint's record with its idle timeout), or its error."""
+    error = workers.error or (endpoint.error if endpoint is not None else None)
+    if workers.error is not None:
+        return WorkerObserved, obs.worker_error_fields(workers.error, worker_id)
+    fields = obs.worker_fields(
+        workers.value, None if endpoint is None else endpoint.value, worker_id
+    )
+    if error is not None and fields.get("read_error") is None:
+        fields["read_error"] = obs.read_error_text(error) or type(error).__name__
+    return WorkerObserved, fields
+
+
+def worker_log_observation(
+    worker: tuple[str, str | None] | None, log: Outcome | None, listing_error: BaseException | None
+) -> Built:
+    """The event for one worker-log read: the last lines of the chosen worker's log, or why
+    there are none (no worker listed, the read failed)."""
+    worker_id, worker_status = worker if worker is not None else (None, None)
+    error = listing_error if log is None else log.error
+    if error is not None:
+        return WorkerLogObserved, obs.worker_log_error_fields(error, worker_id, worker_status)
+    if log is None:
+        return WorkerLogObserved, {"read_error": "the endpoint lists no worker"}
+    return WorkerLogObserved, obs.worker_log_fields(log.value, worker_id, worker_status)
 
 
 def conclusion(verdict: Verdict) -> Built:
@@ -467,7 +528,8 @@ def claim_events(writer: StreamWriter[JobState], spec: WatchSpec, at: float) -> 
             interval_s=spec.interval_s,
             has_heartbeat_reader=spec.has_heartbeat_reader,
             has_failure_detail_reader=spec.has_failure_detail_reader,
-            **skew,  # (a skew makes it a v2 event)
+            **skew,  # (a skew makes it a v2 event, a worker reader a v3 one)
+            **({"has_worker_reader": True} if spec.has_worker_reader else {}),
         )
     )
     return batch
@@ -512,6 +574,8 @@ def loop_steps(
     # The clock skew this watch recorded when it started (see `claim_events`): it judges and
     # stamps on the log's clock, its own plus the skew; requests keep its own clock.
     skew, stoppable, allow_pickle = clock_skew(state), spec.stoppable, spec.allow_pickle
+    endpoint_id, reads_workers = spec.handle.endpoint_id, spec.has_worker_reader
+    worker_id: str | None = None  # the worker the last status answer named
     del spec  # what it needs is read: a sleeping watch holds no more than it must
     own, judged = (yield CLOCK), False
     while True:
@@ -534,6 +598,8 @@ def loop_steps(
                 got = yield StatusCall(own, None if due is None else due - skew)
                 built = status_observation(got.value, got.error, allow_pickle=allow_pickle)
                 at = got.at + skew
+                if reads_workers and got.error is None:
+                    worker_id = obs.status_worker_id(got.value) or worker_id
             case ProbeHealth():
                 got = yield HealthCall(own)
                 built, at = health_observation(got.value, got.error), got.at + skew
@@ -547,6 +613,25 @@ def loop_steps(
                 got = yield ReaderCall(own, "failure_detail", True)
                 raw = None if got.error is not None else got.value
                 built, at = failure_detail_observation(raw), got.at + skew
+            case ReadWorker():
+                got = yield ApiCall(own, "endpoint_workers", (endpoint_id,), {})
+                endpoint = None
+                if state.worker is None or state.worker.idle_timeout_s is None:
+                    endpoint = yield ApiCall(own, "get_endpoint", (endpoint_id,), {})
+                built, at = worker_observation(worker_id, got, endpoint), got.at + skew
+            case ReadWorkerLog():
+                chosen, listed = _known_worker(state, worker_id), None
+                if chosen is None:  # no status named one (a crash loop): ask the platform
+                    listed = yield ApiCall(own, "endpoint_workers", (endpoint_id,), {})
+                    chosen = None if listed.error else obs.pick_worker(listed.value, None)
+                got = None
+                if chosen is not None:
+                    tail = {"tail": WORKER_LOG_TAIL}
+                    got = yield ApiCall(own, "worker_log", (endpoint_id, chosen[0]), tail)
+                last = got or listed
+                at = (last.at if last is not None else own) + skew
+                listing_error = None if listed is None else listed.error
+                built = worker_log_observation(chosen, got, listing_error)
             case Conclude(verdict=verdict):
                 built, at = conclusion(verdict), now
             case _:
@@ -571,6 +656,16 @@ def loop_steps(
             if writer.snapshot_due():  # written by the driver after the append, off the watch
                 yield writer.snapshot_request()
         own, judged = (yield CLOCK), False
+
+
+def _known_worker(state: JobState, worker_id: str | None) -> tuple[str, str | None] | None:
+    """The job's worker, as a status or the platform's record named it (None: unknown)."""
+    if worker_id is not None:
+        return worker_id, None
+    worker = state.worker
+    if worker is not None and worker.worker_id is not None:
+        return worker.worker_id, None
+    return None
 
 
 def observation_events(
