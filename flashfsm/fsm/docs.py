@@ -172,6 +172,23 @@ FIELD_NOTES: dict[tuple[str, str], str] = {
     "event when it started (a reattach from another host); the watch then stamps every event "
     "at its clock plus `skew_s`, never before the log's last event, so times never go back "
     "(D7). A watch without skew writes v1 without the field; a v1 event carrying it is refused",
+    ("WorkerObserved", "worker_id"): "the worker the status named (None: it named none)",
+    ("WorkerObserved", "found"): "the platform's list of the endpoint's workers names it",
+    ("WorkerObserved", "gpu_type"): "the worker's GPU type, as the platform lists it",
+    ("WorkerObserved", "datacenter"): "the worker's data centre",
+    ("WorkerObserved", "started_at"): "when the platform started the worker (its bill starts "
+    "there, before the pickup)",
+    ("WorkerObserved", "idle_timeout_s"): "the endpoint's idle timeout, as the platform records "
+    "it (read once per watch)",
+    ("WorkerObserved", "read_error"): "why the read failed or was partial",
+    ("WorkerLogObserved", "worker_id"): "the worker whose log was read (None: none listed)",
+    ("WorkerLogObserved", "worker_status"): "its status when the job's own worker was unknown "
+    "and the read chose one (an unhealthy one first)",
+    ("WorkerLogObserved", "lines"): "the log's last lines, oldest first, each masked for "
+    "secrets and capped",
+    ("WorkerLogObserved", "truncated"): "a bound (lines, bytes, time) cut the read short",
+    ("WorkerLogObserved", "read_error"): "why there are no lines (the read failed, or no "
+    "worker was listed)",
     ("StatusObserved", "status"): "RunPod's job status (`IN_QUEUE`, `COMPLETED`, …)",
     ("StatusObserved", "error"): "the job's error (terminal failures only)",
     ("StatusObserved", "stdout_tail"): "the end of the worker's stdout (terminal failures only)",
