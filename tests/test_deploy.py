@@ -24,6 +24,7 @@ import pytest
 from flashfsm import MemoryStore
 from flashfsm.adapters import flash_deploy
 from flashfsm.adapters.flash_deploy import (
+    DEFAULT_IDLE_TIMEOUT_S,
     GPU_CLASSES,
     QUOTA_WAIT_S,
     DeployError,
@@ -240,6 +241,7 @@ def test_failover_deploys_on_the_next_account_with_its_key_and_its_own_volumes(m
         "account": 1,
         "volumes": deployed.volumes,
         "disk_gb": 64,
+        "idle_timeout_s": DEFAULT_IDLE_TIMEOUT_S,  # set explicitly, recorded (v2)
     }
     assert len(deployed.volumes) == VOLUME_DCS
 

@@ -13,6 +13,12 @@ after 30 s, then 60 s (through the injected `sleep`, outside the SDK lock); afte
 third refusal it fails over once to each other account of the pool, then raises
 `DeployError`. Any other error raises at once.
 
+The idle timeout. RunPod keeps a worker up, and bills it, for the endpoint's idle timeout
+after each job; runpod-flash's `Endpoint` would set 60 s. A deploy always sets it
+explicitly (`DeployRequest.idle_timeout_s`, default `DEFAULT_IDLE_TIMEOUT_S`, checked by
+`check_idle_timeout` before anything reaches the SDK), and the `DeployedEndpoint` (and
+the `EndpointDeployed` v2 it records) says what was set.
+
 runpod-flash is process-global in three ways, and each is contained here:
 
 - It keeps its resources in `./.flash/resources.pkl` and in class-level registries of a
@@ -39,6 +45,8 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import math
+import numbers
 import os
 import re
 import shutil
@@ -76,6 +84,13 @@ QUOTA_WAIT_S = 30.0  # the wait before try n (n = 1, 2, …) is QUOTA_WAIT_S × 
 QUOTA_MARKERS = ("max workers across all endpoints", "cannot go beyond the maximum limit")
 DEFAULT_EXECUTION_TIMEOUT_MS = 24 * 3600 * 1000
 DEFAULT_WEIGHT_CACHE_GB = 100
+#: The idle timeout flashfsm sets on every endpoint it deploys, in seconds: how long a
+#: worker stays up after its job, billed, waiting for another. A training attempt is one
+#: job on an endpoint of its own, so idle time after it is pure waste; 5 s is RunPod's own
+#: console default (runpod-flash's `Endpoint` would set 60 s). The one place for it.
+DEFAULT_IDLE_TIMEOUT_S = 5
+#: RunPod's range for an endpoint's idle timeout, in whole seconds (lowest, highest).
+IDLE_TIMEOUT_RANGE_S = (1, 3600)
 
 #: Friendly GPU class -> (runpod-flash enum, member name). Keys are compared after
 #: `gpu_key` (upper case, no spaces, dashes or underscores). A class names a pool
@@ -121,6 +136,29 @@ class DeployError(FlashFsmError):
         super().__init__(redact(message) or message)
         self.error_class = error_class
         self.quota = quota
+
+
+def check_idle_timeout(value: object, what: str = "idle_timeout_s") -> int:
+    """`value` as an endpoint idle timeout: whole seconds in RunPod's range, 1 to 3600.
+
+    An integer, or a float with no fraction (5.0 is 5). A bool, a string, NaN, an
+    infinity, a fraction or a value out of range raises `ValueError` with one line
+    naming `what` and the value.
+    """
+    low, high = IDLE_TIMEOUT_RANGE_S
+    whole = f"{what} must be a whole number of seconds from {low} to {high}"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{whole}, not {value!r}")
+    if isinstance(value, numbers.Integral):
+        seconds = int(value)
+    else:
+        number = float(value)
+        if not math.isfinite(number) or not number.is_integer():
+            raise ValueError(f"{whole}, not {value!r}")
+        seconds = int(number)
+    if not low <= seconds <= high:
+        raise ValueError(f"{whole} (RunPod's range), not {value!r}")
+    return seconds
 
 
 def gpu_key(name: str) -> str:
@@ -197,7 +235,9 @@ class DeployRequest(BaseModel):
     travel in the job input, see `build_function_input`). `weight_cache` is the base
     name of the weight cache (None: no cache): one network volume of `weight_cache_gb`
     per volume-capable datacenter, named `<base>-<dc>`. `disk_gb` raises the container
-    disk (never lowers it below the SDK's default). `attempt` is recorded in each event.
+    disk (never lowers it below the SDK's default). `idle_timeout_s` is how long a worker
+    stays up, billed, after its job (`check_idle_timeout`: whole seconds, 1 to 3600;
+    default `DEFAULT_IDLE_TIMEOUT_S`). `attempt` is recorded in each event.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -206,6 +246,9 @@ class DeployRequest(BaseModel):
     gpu_class: str = Field(min_length=1, max_length=100)
     attempt: int = Field(0, ge=0)
     execution_timeout_ms: int = Field(DEFAULT_EXECUTION_TIMEOUT_MS, gt=0)
+    idle_timeout_s: int = Field(
+        DEFAULT_IDLE_TIMEOUT_S, ge=IDLE_TIMEOUT_RANGE_S[0], le=IDLE_TIMEOUT_RANGE_S[1]
+    )
     image: str | None = None
     dependencies: tuple[str, ...] = ()
     system_dependencies: tuple[str, ...] = ()
@@ -227,6 +270,11 @@ class DeployRequest(BaseModel):
     def _blank_is_none(cls, value: str | None) -> str | None:
         return value.strip() or None if isinstance(value, str) else value
 
+    @field_validator("idle_timeout_s", mode="before")
+    @classmethod
+    def _whole_seconds(cls, value: object) -> int:
+        return check_idle_timeout(value)
+
     @model_validator(mode="after")
     def _workers_in_order(self) -> DeployRequest:
         low, high = self.workers
@@ -247,7 +295,8 @@ class DeployRequest(BaseModel):
 
 @dataclass(frozen=True)
 class DeployedEndpoint:
-    """A deployed endpoint: its id, bare name, account index, cache volumes and disk."""
+    """A deployed endpoint: its id, bare name, account index, cache volumes, disk and the
+    idle timeout set on it (None: a deployer that does not say; `deploy_endpoint` does)."""
 
     endpoint_id: str
     name: str
@@ -255,6 +304,7 @@ class DeployedEndpoint:
     volumes: tuple[str, ...] = ()
     disk_gb: int | None = None
     registered_name: str = ""  # the name RunPod knows (runpod-flash's `live-` form)
+    idle_timeout_s: int | None = None  # seconds a worker stays up, billed, after its job
 
     @property
     def endpoint_name(self) -> str:
@@ -295,8 +345,10 @@ def deploy_endpoint(
     `sweep(protected) -> int` deletes idle endpoints of the active account and returns how
     many (None: no sweep). With `record_outcome=False` the final `EndpointDeployed` /
     `DeployFailed` is left to the caller (a run shell that records them itself).
-    Raises `DeployError`.
+    Raises `DeployError`; a request whose idle timeout is out of RunPod's range (one
+    built around its validation) is a `ValueError` before anything is recorded or sent.
     """
+    check_idle_timeout(request.idle_timeout_s, f"deploy {request.name}: idle_timeout_s")
     pool = accounts if accounts is not None else KeyPool.from_env()
     note = record or _ignore
     attempt, name = request.attempt, request.name
@@ -363,6 +415,7 @@ def deploy_endpoint(
                     account=account,
                     volumes=deployed.volumes,
                     disk_gb=deployed.disk_gb,
+                    idle_timeout_s=deployed.idle_timeout_s,
                 )
             logger.info(
                 "deployed %s as %s on account %d", name, deployed.endpoint_id, deployed.account
@@ -423,6 +476,7 @@ def _deploy_once(request: DeployRequest, key: str, account: int) -> DeployedEndp
             "gpu_count": 1,
             "workers": request.workers,
             "execution_timeout_ms": request.execution_timeout_ms,
+            "idle_timeout": request.idle_timeout_s,  # never the SDK's 60 s default
         }
         if request.min_cuda_version:
             kwargs["min_cuda_version"] = request.min_cuda_version
@@ -440,6 +494,14 @@ def _deploy_once(request: DeployRequest, key: str, account: int) -> DeployedEndp
         if not isinstance(endpoint_id, str) or not endpoint_id:
             raise DeployError(f"deploy {request.name}: runpod-flash returned no endpoint id")
         volumes = tuple(v.name for v in cache.get("volume", ()))
+        answered = getattr(resource, "idleTimeout", None)
+        if isinstance(answered, int) and answered != request.idle_timeout_s:
+            logger.warning(
+                "deploy %s: idle timeout %d s asked for, but the endpoint says %d s",
+                request.name,
+                request.idle_timeout_s,
+                answered,
+            )
         return DeployedEndpoint(
             endpoint_id=endpoint_id,
             name=request.name,
@@ -447,6 +509,7 @@ def _deploy_once(request: DeployRequest, key: str, account: int) -> DeployedEndp
             volumes=volumes,
             disk_gb=disk,
             registered_name=str(getattr(resource, "name", "") or f"live-{request.name}"),
+            idle_timeout_s=request.idle_timeout_s,
         )
 
 
