@@ -91,13 +91,16 @@ logger = logging.getLogger("flashfsm.runs")
 
 @dataclass(frozen=True)
 class Deployed:
-    """What a deploy returns."""
+    """What a deploy returns. `idle_timeout_s` is the idle timeout the deploy set on the
+    endpoint, recorded in its `EndpointDeployed` (v2); None when the deployer does not
+    say (a v1 event, as before the field existed)."""
 
     endpoint_id: str
     endpoint_name: str
     account: int = 0
     volumes: tuple[str, ...] = ()
     disk_gb: int | None = None
+    idle_timeout_s: int | None = None
 
 
 Recorder = Callable[..., Any]
@@ -501,6 +504,7 @@ def _deploy(
         account=deployed.account,
         volumes=deployed.volumes,
         disk_gb=deployed.disk_gb,
+        idle_timeout_s=deployed.idle_timeout_s,  # None: written as v1
     )
 
 

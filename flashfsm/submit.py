@@ -39,10 +39,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from flashfsm import naming
 from flashfsm.adapters.flash_deploy import (
+    DEFAULT_IDLE_TIMEOUT_S,
+    IDLE_TIMEOUT_RANGE_S,
     DeployedEndpoint,
     DeployError,
     DeployRequest,
     KeyPool,
+    check_idle_timeout,
     deploy_endpoint,
     require_sdk,
 )
@@ -129,11 +132,22 @@ class RunSpec(BaseModel):
     )
     env: dict[str, str] = Field(default_factory=dict, description="extra worker env, no secrets")
     min_cuda_version: str | None = Field(None, description="e.g. '12.8'; None: SDK default")
+    idle_timeout_s: int = Field(
+        DEFAULT_IDLE_TIMEOUT_S,
+        ge=IDLE_TIMEOUT_RANGE_S[0],
+        le=IDLE_TIMEOUT_RANGE_S[1],
+        description="seconds a worker stays up, billed, after its job: whole, 1 to 3600",
+    )
 
     @field_validator("hf_repo", "worker_image", "entrypoint")
     @classmethod
     def _blank_is_none(cls, value: str | None) -> str | None:
         return (value.strip() or None) if isinstance(value, str) else value
+
+    @field_validator("idle_timeout_s", mode="before")
+    @classmethod
+    def _whole_seconds(cls, value: object) -> int:
+        return check_idle_timeout(value)
 
     @field_validator("env")
     @classmethod
@@ -329,14 +343,18 @@ def deploy_request(
         weight_cache_gb=spec.weight_cache_gb,
         disk_gb=spec.disk_gb,
         min_cuda_version=spec.min_cuda_version,
+        idle_timeout_s=spec.idle_timeout_s,
     )
 
 
 def _checked_spec(spec: RunSpec, seed: int) -> WorkerDependencies:
     """The checks a spec passes before anything is provisioned or handed off: the seed is an
-    integer, the spec's env holds no known secret, the worker's dependencies parse."""
+    integer, the idle timeout is in RunPod's range (again: a spec copied with an update
+    skips its validation), the spec's env holds no known secret, the worker's dependencies
+    parse."""
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise ValueError(f"seed must be an integer, got {seed!r}")
+    check_idle_timeout(spec.idle_timeout_s, "spec.idle_timeout_s")
     leaked = sorted(k for k, v in spec.env.items() if redact(v) != v)
     if leaked:
         raise ValueError(f"spec env {', '.join(leaked)} holds a secret: use runtime_secrets")
@@ -401,6 +419,7 @@ def flash_run_adapters(
             deployed.account,
             deployed.volumes,
             deployed.disk_gb,
+            deployed.idle_timeout_s,  # what the deploy set (None: a deployer that did not say)
         )
 
     def job_input(run: RunState, attempt: Attempt) -> dict[str, Any]:
