@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from flashfsm.adapters.flash_deploy import DEFAULT_IDLE_TIMEOUT_S
 from flashfsm.adapters.hub import (
     heartbeat_prefix,
     make_hf_failure_detail_reader,
@@ -406,8 +407,10 @@ class _DemoRunner:
             name = started.endpoint_name
             record(DeployAttempted, attempt=started.attempt, account=0, endpoint_name=name)
             sim.clock.advance(DEPLOY_S.get(started.gpu_class, 40.0))  # the deploy's own time
-            endpoint_id = sim.add_endpoint(name, scenario=scenario, hf_repo=HF_REPO)
-            return Deployed(endpoint_id, name)
+            endpoint_id = sim.add_endpoint(
+                name, scenario=scenario, hf_repo=HF_REPO, idleTimeout=DEFAULT_IDLE_TIMEOUT_S
+            )  # the idle timeout a real deploy sets, recorded as it would be
+            return Deployed(endpoint_id, name, idle_timeout_s=DEFAULT_IDLE_TIMEOUT_S)
 
         def job_input(run: RunState, attempt: Attempt) -> dict[str, Any]:
             return {"hf_repo": HF_REPO, "phase": PHASE, "run_id": run_id, "seed": seed}
