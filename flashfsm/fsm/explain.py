@@ -32,7 +32,17 @@ from flashfsm.events.models import (
 )
 from flashfsm.events.policy import GracePolicy
 from flashfsm.fsm.commands import Conclude, Verdict
-from flashfsm.fsm.findings import Finding, Measure, Point, first_line, secs, summarize
+from flashfsm.fsm.findings import (
+    Finding,
+    Measure,
+    Point,
+    WorkerLog,
+    WorkerSeen,
+    first_line,
+    secs,
+    summarize,
+    worker_evidence,
+)
 from flashfsm.fsm.job import decide_before, evolve, skip_read
 from flashfsm.fsm.ledger import AttemptLedger, Outcome, attempt_ledger
 from flashfsm.fsm.rules import PROGRESS_TIMER, RULE_NAMES, RULES_BY_NAME, TIMER_RULES, TIMERS
@@ -262,6 +272,8 @@ class Explanation:
     measures: tuple[Measure, ...] = ()
     facts: tuple[str, ...] = ()
     timers: tuple[TimerView, ...] = ()  # running at the end, when there is no verdict
+    worker: WorkerSeen | None = None  # the worker that took the job (the last pickup's)
+    worker_log: WorkerLog | None = None  # its last log lines, read before the verdict
 
     @property
     def numbers(self) -> tuple[str, ...]:
@@ -289,6 +301,7 @@ def explain(events: Iterable[Event]) -> Explanation:
     p = decision_point(events)
     stream = events[0].stream if events else None
     verdict = p.verdict
+    worker, worker_log = worker_evidence(events)
     if verdict is None:
         s = p.state
         fact = f"no verdict yet: {s.state} at {p.t(p.at)}"
@@ -305,6 +318,8 @@ def explain(events: Iterable[Event]) -> Explanation:
             p.at - p.start,
             facts=(fact,),
             timers=tuple(running_timers(s, p.at)),
+            worker=worker,
+            worker_log=worker_log,
         )
     by_seq = {e.seq: e for e in events}
     evidence = tuple(
@@ -329,6 +344,8 @@ def explain(events: Iterable[Event]) -> Explanation:
         evidence,
         finding.measures,
         finding.facts,
+        worker=worker,
+        worker_log=worker_log,
     )
 
 

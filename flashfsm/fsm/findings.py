@@ -7,11 +7,16 @@ explanation returns a `Finding` for any log, whether the rule fired or not, judg
 log's *decision point*: the state after its last observation (before the recorded
 `Concluded`, when there is one). `Point` carries that state and every step that led to it,
 so an explanation can quote history ("the longest wait", "the job left IN_QUEUE at …").
+
+Beside the rules, the worker's own records (`worker_evidence`): the worker that took the
+job (`WorkerSeen`) and its last log lines read before the verdict (`WorkerLog`), which
+`explain`, `logs` and the timeline show next to the verdict; `summarize` gives every job
+event, these included, its one line.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +31,8 @@ from flashfsm.events.models import (
     StatusFetchFailed,
     StatusObserved,
     WatchStarted,
+    WorkerLogObserved,
+    WorkerObserved,
 )
 from flashfsm.fsm.state import JobState
 from flashfsm.fsm.table import JobPhase
@@ -80,6 +87,10 @@ def summarize(event: Event) -> str:
             return f"heartbeat {event.stage}{step}{flag}{forced}"
         case FailureDetailObserved():
             return "failure artifacts " + ("read" if event.text else "absent")
+        case WorkerObserved():
+            return worker_summary(event)
+        case WorkerLogObserved():
+            return worker_log_summary(event)
         case Concluded():
             return f"verdict {event.state} by {event.rule}"
     return event.kind
@@ -186,3 +197,230 @@ class Point:
             if value is not None and (best is None or value > best[0]):
                 best = (value, event)
         return best
+
+
+# --- the worker's own records ------------------------------------------------------------
+#
+# A watch with a worker reader records who took the job (`WorkerObserved`, at each pickup)
+# and, before a failed, preempted or stalled verdict, the worker's last log lines
+# (`WorkerLogObserved`; a crash loop, where no worker took the job, reads the endpoint's
+# unhealthy worker). They are evidence beside the verdict, never a reason for it: the views
+# below say what was recorded, and the CLI and the picture show it (its text escaped there).
+
+#: How many of the worker's last log lines `explain` prints (its `--json` has every one).
+EXPLAIN_LOG_LINES = 20
+#: How many characters of one log line `explain` prints (the rest is counted, not shown).
+EXPLAIN_LINE_CHARS = 240
+
+
+def _whose(worker_id: str | None, status: str | None = None) -> str:
+    who = f"worker {worker_id}" if worker_id else "worker"
+    return f"{who} ({status})" if status else who
+
+
+def worker_summary(e: WorkerObserved) -> str:
+    """A `WorkerObserved` in one line: "worker w-1 took the job: L40S in EU-RO-1, up 35 s"."""
+    who = _whose(e.worker_id)
+    if not e.found:
+        if e.read_error:
+            return f"{who}: record read failed: {first_line(e.read_error, 80)}"
+        return f"{who}: not in the endpoint's worker list" if e.worker_id else f"{who}: none named"
+    where = " in ".join(x for x in (e.gpu_type, e.datacenter) if x)
+    parts = [f"{who} took the job" + (f": {where}" if where else "")]
+    if e.started_at is not None:
+        up = e.at - e.started_at
+        parts.append(f"up {secs(up)} s" if up >= 0 else f"starts {secs(-up)} s after this read")
+    if e.idle_timeout_s is not None:
+        parts.append(f"idle timeout {secs(e.idle_timeout_s)} s")
+    return ", ".join(parts)
+
+
+def worker_log_summary(e: WorkerLogObserved) -> str:
+    """A `WorkerLogObserved` in one line: how many lines of whose log, and the last one."""
+    who = f"{_whose(e.worker_id, e.worker_status)} log"
+    if e.read_error:
+        return f"{who} read failed: {first_line(e.read_error, 80)}"
+    cut = " (cut at the read's bound)" if e.truncated else ""
+    out = f"{who}: {len(e.lines)} line(s){cut}"
+    last = next((line for line in reversed(e.lines) if line.strip()), None)
+    return out if last is None else f"{out}; last: {first_line(last, 60)}"
+
+
+def _relative(delta: float, what: str) -> str:
+    """`delta` seconds as "15 s before submission" / "12 s after submission"."""
+    return f"{secs(abs(delta))} s {'before' if delta < 0 else 'after'} {what}"
+
+
+def _t(offset: float) -> str:
+    return f"t{'-' if offset < 0 else '+'}{secs(abs(offset))} s"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSeen:
+    """The worker that took the job, as the platform listed it at the last pickup.
+
+    Times: `started_at` is epoch seconds (None: not listed); `started_offset` is it from
+    the log's start (t+0), `since_submission` from the job's submission (negative: the
+    worker was up before the job was submitted — a warm worker), None when unknown.
+    """
+
+    seq: int
+    at: float
+    offset: float  # when the record was read, from the log's start
+    worker_id: str | None
+    found: bool
+    gpu_type: str | None
+    datacenter: str | None
+    started_at: float | None
+    started_offset: float | None
+    since_submission: float | None
+    idle_timeout_s: float | None
+    read_error: str | None
+    pickups: int = 1  # worker records in the log (a requeued job is picked up again)
+
+    def text(self, when: str | None = None) -> str:
+        """The worker as one phrase; `when` is `started_at` as the caller writes a clock
+        time (this module reads none)."""
+        who = self.worker_id or "no worker id"
+        read = f"read at {_t(self.offset)} (seq {self.seq})"
+        if not self.found:
+            if self.read_error:
+                return f"{who}: the worker-record read failed ({read}): {self.read_error}"
+            return f"{who}: not in the endpoint's worker list ({read})"
+        out = who + "".join(
+            f" {word} {value}"
+            for word, value in (("on", self.gpu_type), ("in", self.datacenter))
+            if value
+        )
+        if self.started_offset is not None:
+            rel = _t(self.started_offset)
+            if self.since_submission is not None:
+                rel = f"{_relative(self.since_submission, 'submission')}, {rel}"
+            out += f", started {when} ({rel})" if when else f", started {rel}"
+        out += f"; {read}"
+        if self.idle_timeout_s is not None:
+            out += f"; endpoint idle timeout {secs(self.idle_timeout_s)} s"
+        if self.read_error:
+            out += f"; a read failed: {self.read_error}"
+        if self.pickups > 1:
+            out += f" (the last of {self.pickups} pickups)"
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLog:
+    """The worker's last log lines, as recorded before the verdict (the latest read).
+
+    `job_worker` says whose log it is: the job's own worker (the one a pickup recorded),
+    or — when no worker took the job, as in a crash loop — the endpoint's worker the read
+    chose (`worker_status` says which: an unhealthy one first). `truncated` says the read
+    stopped at its bound (older lines were not read); every recorded line is in `lines`.
+    """
+
+    seq: int
+    at: float
+    offset: float
+    worker_id: str | None
+    worker_status: str | None
+    lines: tuple[str, ...]
+    truncated: bool
+    read_error: str | None
+    job_worker: bool
+
+    def tail(self, limit: int | None) -> tuple[str, ...]:
+        """The last `limit` recorded lines (None: all)."""
+        if limit is None or limit >= len(self.lines):
+            return self.lines
+        return self.lines[len(self.lines) - limit :] if limit > 0 else ()
+
+    def hidden(self, limit: int | None) -> int:
+        """How many recorded lines `tail(limit)` leaves out."""
+        return len(self.lines) - len(self.tail(limit))
+
+    @property
+    def whose(self) -> str:
+        """Whose log it is, as a phrase."""
+        who = self.worker_id or "no worker"
+        status = f" ({self.worker_status})" if self.worker_status else ""
+        if self.job_worker:
+            return f"{who}{status}, the job's worker"
+        if self.worker_id is None:
+            return who
+        kind = f"{self.worker_status.strip().lower()} " if self.worker_status else ""
+        return f"{who}{status}, the endpoint's {kind}worker (no worker took the job)"
+
+    def heading(self, limit: int | None = EXPLAIN_LOG_LINES) -> str:
+        """What was read, when, and how much of it is shown with `limit` lines."""
+        out = f"{self.whose}, read at {_t(self.offset)} (seq {self.seq})"
+        if self.read_error:
+            return f"{out}: the read failed: {self.read_error}"
+        n = len(self.lines)
+        if not n:
+            out += ": no lines"
+        elif self.hidden(limit):
+            out += f": the last {len(self.tail(limit))} of {n} lines recorded"
+        else:
+            out += f": {n} line{'s' if n != 1 else ''}"
+        if self.truncated:
+            out += "; the read stopped at its bound (older lines were not read)"
+        return out
+
+
+def worker_evidence(events: Iterable[Event]) -> tuple[WorkerSeen | None, WorkerLog | None]:
+    """The last worker record and the last worker-log read of a job log (None: none)."""
+    start: float | None = None
+    submitted: float | None = None
+    seen: WorkerObserved | None = None
+    log: WorkerLogObserved | None = None
+    pickups = 0
+    for e in events:
+        start = e.at if start is None else start
+        if isinstance(e, JobSubmitted) and submitted is None:
+            submitted = e.submitted_at
+        elif isinstance(e, WorkerObserved):
+            seen, pickups = e, pickups + 1
+        elif isinstance(e, WorkerLogObserved):
+            log = e
+    if start is None:
+        return None, None
+    worker = None
+    if seen is not None:
+        began = seen.started_at
+        worker = WorkerSeen(
+            seq=seen.seq,
+            at=seen.at,
+            offset=seen.at - start,
+            worker_id=seen.worker_id,
+            found=seen.found,
+            gpu_type=seen.gpu_type,
+            datacenter=seen.datacenter,
+            started_at=began,
+            started_offset=None if began is None else began - start,
+            since_submission=None if began is None or submitted is None else began - submitted,
+            idle_timeout_s=seen.idle_timeout_s,
+            read_error=seen.read_error,
+            pickups=pickups,
+        )
+    worker_log = None
+    if log is not None:
+        worker_log = WorkerLog(
+            seq=log.seq,
+            at=log.at,
+            offset=log.at - start,
+            worker_id=log.worker_id,
+            worker_status=log.worker_status,
+            lines=tuple(log.lines),
+            truncated=log.truncated,
+            read_error=log.read_error,
+            job_worker=seen is not None
+            and log.worker_id is not None
+            and seen.worker_id == log.worker_id,
+        )
+    return worker, worker_log
+
+
+def cut_line(line: str, limit: int = EXPLAIN_LINE_CHARS) -> str:
+    """One log line cut to `limit` characters, saying how many were left out."""
+    if len(line) <= limit:
+        return line
+    return f"{line[:limit]} … (+{len(line) - limit} characters)"
