@@ -25,6 +25,14 @@ are). Response bodies are read whole and decoded here (gzip, deflate, identity) 
 (`ResponseTooLarge`, an `httpx.DecodingError`) without ever inflating more than that: a few
 MiB of gzip can expand to gigabytes. The `httpx.Response` it returns carries the decoded body
 and no `Content-Encoding` header.
+
+Streams. `open_stream(request)` is the one exception: it returns as soon as the response
+head has arrived, with a body the caller reads chunk by chunk (`aiter_raw()`, raw bytes,
+`Content-Encoding` kept: the caller decodes, bounded, with `BoundedDecoder`) and stops
+whenever it likes (`aclose()` drops the connection unless the body was read to its end).
+Each socket read of the head and of the body waits at most the request's `read` timeout
+(`httpx.ReadTimeout`), so a stream that goes quiet is noticed. This is how the RunPod
+client reads a worker's log, an event stream that never ends on its own.
 """
 
 from __future__ import annotations
@@ -67,11 +75,19 @@ class BoundedDecoder:
     asked for at most the bytes still allowed (plus one, to notice the overflow), so memory
     stays bounded whatever the compression ratio. Encodings other than identity, gzip and
     deflate (the ones `ACCEPT_ENCODING` offers) are refused.
+
+    With `clip=True` the limit is a budget rather than an error: the decoded bytes past it
+    are dropped, `full` turns True, and every later call returns nothing (a reader that
+    keeps the last lines of a stream stops there and keeps what it has).
     """
 
-    def __init__(self, content_encoding: str | None, limit: int = MAX_RESPONSE_BYTES):
+    def __init__(
+        self, content_encoding: str | None, limit: int = MAX_RESPONSE_BYTES, *, clip: bool = False
+    ):
         self.limit = limit
         self.size = 0
+        self.clip = clip
+        self.full = False
         names = [
             name.strip().lower() for name in (content_encoding or "").split(",") if name.strip()
         ]
@@ -90,7 +106,10 @@ class BoundedDecoder:
         return self.limit - self.size
 
     def feed(self, raw: bytes) -> bytes:
-        """The decoded bytes of `raw`; raises `ResponseTooLarge` past the limit."""
+        """The decoded bytes of `raw`; raises `ResponseTooLarge` past the limit (or, with
+        `clip`, cuts there)."""
+        if self.full:
+            return b""
         data = raw
         try:
             for index, stage in enumerate(self._stages):
@@ -105,6 +124,8 @@ class BoundedDecoder:
 
     def finish(self) -> bytes:
         """Whatever the decoders still hold at the end of the body."""
+        if self.full:
+            return b""
         out = b""
         try:
             for stage in self._stages:
@@ -126,6 +147,9 @@ class BoundedDecoder:
         return zlib.decompressobj()
 
     def _count(self, data: bytes) -> bytes:
+        if self.clip and len(data) > self.limit - self.size:
+            data = data[: self.limit - self.size]
+            self.full = True
         self.size += len(data)
         if self.size > self.limit:
             raise ResponseTooLarge(f"response body over {self.limit} bytes once decoded")
@@ -212,6 +236,109 @@ class AsyncH11Transport(httpx.AsyncBaseTransport):
             extensions={"http_version": b"HTTP/1.1"},
         )
 
+    async def open_stream(self, request: httpx.Request) -> httpx.Response:
+        """Send `request` and return once the response head is in, the body left unread.
+
+        The response's `aiter_raw()` yields the body as it arrives, raw (its
+        `Content-Encoding` is kept, and nothing bounds its size: the caller decodes and
+        bounds it); each socket read, of the head and of the body, waits at most the
+        request's `read` timeout and raises `httpx.ReadTimeout` past it. `aclose()` closes
+        the connection, unless the body was read to its end (then it is pooled for reuse).
+        """
+        if self._closed:
+            raise RuntimeError("the transport is closed")
+        url = request.url
+        scheme = url.raw_scheme
+        if scheme not in (b"http", b"https"):
+            raise httpx.UnsupportedProtocol(f"unsupported URL scheme {scheme!r}", request=request)
+        port = url.port or (443 if scheme == b"https" else 80)
+        origin: _Origin = (scheme, url.raw_host, port)
+        timeouts = request.extensions.get("timeout", {})
+        body = await request.aread()
+        conn = self._checkout(origin)
+        if conn is None:
+            conn = await self._connect(origin, timeouts.get("connect"), request)
+        read_s = timeouts.get("read")
+        try:
+            await self._send(conn, request, body, timeouts.get("write"))
+            while True:
+                event = await self._next_event(conn, request, read_s)
+                if isinstance(event, h11.Response):
+                    break
+                if event is None:
+                    raise httpx.RemoteProtocolError(
+                        "the server closed the connection", request=request
+                    )
+        except BaseException:
+            conn.close()
+            raise
+        return httpx.Response(
+            event.status_code,
+            headers=list(event.headers),
+            stream=_StreamBody(self, origin, conn, request, read_s),
+            request=request,
+            extensions={"http_version": b"HTTP/1.1"},
+        )
+
+    async def _send(
+        self, conn: _Connection, request: httpx.Request, body: bytes, write_s: float | None
+    ) -> None:
+        """Put the whole request on the wire within `write_s`."""
+        state = conn.h11
+        headers = [(k, v) for k, v in request.headers.raw]
+        try:
+            out = state.send(
+                h11.Request(method=request.method, target=request.url.raw_path, headers=headers)
+            )
+            if body:
+                out += state.send(h11.Data(data=body))
+            out += state.send(h11.EndOfMessage())
+        except h11.LocalProtocolError as exc:
+            raise httpx.LocalProtocolError(str(exc), request=request) from None
+        try:
+            async with asyncio.timeout(write_s):
+                conn.writer.write(out)
+                await conn.writer.drain()
+        except TimeoutError:
+            raise httpx.WriteTimeout("timed out sending the request", request=request) from None
+        except OSError as exc:
+            raise httpx.WriteError(f"send failed: {type(exc).__name__}", request=request) from exc
+
+    async def _next_event(
+        self, conn: _Connection, request: httpx.Request, read_s: float | None
+    ) -> Any:
+        """The next response event (informational ones skipped), each socket read waiting
+        at most `read_s`; None when the connection is closed or paused."""
+        state = conn.h11
+        while True:
+            try:
+                event = state.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise httpx.RemoteProtocolError(str(exc), request=request) from None
+            if event is h11.NEED_DATA:
+                try:
+                    async with asyncio.timeout(read_s):
+                        data = await conn.reader.read(READ_CHUNK)
+                except TimeoutError:
+                    raise httpx.ReadTimeout(
+                        "timed out reading the response", request=request
+                    ) from None
+                except OSError as exc:
+                    raise httpx.ReadError(
+                        f"receive failed: {type(exc).__name__}", request=request
+                    ) from exc
+                if not data and state.their_state is h11.SEND_RESPONSE:
+                    raise httpx.RemoteProtocolError(
+                        "the server disconnected without sending a response", request=request
+                    )
+                state.receive_data(data)
+                continue
+            if event is h11.PAUSED or isinstance(event, h11.ConnectionClosed):
+                return None
+            if isinstance(event, h11.InformationalResponse):
+                continue
+            return event
+
     def _checkout(self, origin: _Origin) -> _Connection | None:
         stack = self._idle.get(origin)
         now = time.monotonic()
@@ -269,24 +396,7 @@ class AsyncH11Transport(httpx.AsyncBaseTransport):
         body: bytes,
         timeouts: dict[str, float | None],
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-        state = conn.h11
-        headers = [(k, v) for k, v in request.headers.raw]
-        target = request.url.raw_path
-        try:
-            out = state.send(h11.Request(method=request.method, target=target, headers=headers))
-            if body:
-                out += state.send(h11.Data(data=body))
-            out += state.send(h11.EndOfMessage())
-        except h11.LocalProtocolError as exc:
-            raise httpx.LocalProtocolError(str(exc), request=request) from None
-        try:
-            async with asyncio.timeout(timeouts.get("write")):
-                conn.writer.write(out)
-                await conn.writer.drain()
-        except TimeoutError:
-            raise httpx.WriteTimeout("timed out sending the request", request=request) from None
-        except OSError as exc:
-            raise httpx.WriteError(f"send failed: {type(exc).__name__}", request=request) from exc
+        await self._send(conn, request, body, timeouts.get("write"))
         try:
             async with asyncio.timeout(timeouts.get("read")):
                 return await self._receive(conn, request)
@@ -354,8 +464,58 @@ class AsyncH11Transport(httpx.AsyncBaseTransport):
             yield event
 
     async def aclose(self) -> None:
+        """Close every pooled connection; the transport takes no more requests."""
         self._closed = True
         stacks, self._idle = self._idle, {}
         for stack in stacks.values():
             for conn in stack:
                 conn.close()
+
+
+class _StreamBody(httpx.AsyncByteStream):
+    """The unread body of an `open_stream` response: raw chunks as they arrive."""
+
+    def __init__(
+        self,
+        transport: AsyncH11Transport,
+        origin: _Origin,
+        conn: _Connection,
+        request: httpx.Request,
+        read_s: float | None,
+    ):
+        self._transport = transport
+        self._origin = origin
+        self._conn: _Connection | None = conn
+        self._request = request
+        self._read_s = read_s
+        self._done = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        conn = self._conn
+        if conn is None:
+            raise httpx.StreamClosed()
+        try:
+            while True:
+                event = await self._transport._next_event(conn, self._request, self._read_s)
+                if isinstance(event, h11.Data):
+                    yield bytes(event.data)
+                elif isinstance(event, h11.EndOfMessage):
+                    self._done = True
+                    return
+                elif event is None:
+                    raise httpx.RemoteProtocolError(
+                        "the server closed the connection mid-body", request=self._request
+                    )
+        except BaseException:
+            self._conn = None
+            conn.close()
+            raise
+
+    async def aclose(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        if self._done:
+            self._transport._checkin(self._origin, conn)
+        else:
+            conn.close()
