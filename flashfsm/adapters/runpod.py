@@ -36,20 +36,53 @@ time raises `RunpodApiError` ("... call deadline ..."). Response bodies are capp
 `max_response_bytes` (`MAX_RESPONSE_BYTES`, 32 MiB) counted after gzip/deflate decoding and
 decoded in bounded steps (`flashfsm.adapters.http11.BoundedDecoder`); a bigger body is a
 `RunpodApiError` too, and is not retried.
+
+The platform's own records (REST v2, management host). `endpoint_workers(endpoint_id)` is
+`GET /v2/serverless/{id}/workers`, an ordinary route (idempotent, retried, `workers`
+required); every string of its answer is masked for secrets (a worker record may echo its
+env). `worker_log(endpoint_id, worker_id, tail=100)` is
+`GET /v2/serverless/{id}/workers/{worker}/logs?tail=N`, a Server-Sent Events stream that
+the real API never ends (it backfills the last `tail` lines, then streams live ones). It
+goes through the same `exchange` as every route (same retries on 408/429/5xx and network
+errors, same 401/403/404 errors), but a 2xx body is read by `LogTail`, a sans-IO reader
+that parses the SSE framing (CRLF, LF or CR line ends, comments, multi-line `data`) and
+keeps each event's `data.line`, and the read STOPS, closing the connection, at the first of:
+
+- `tail` lines read (the backfill is in);
+- `LOG_MAX_BYTES` (1 MiB) of body read, counted raw and again after gzip/deflate decoding;
+- `LOG_QUIET_S` (1 s) with no byte (the stream went quiet: the backfill is over). Every
+  socket read of the call, the response head's included, waits at most that long, so a
+  head slower than `LOG_QUIET_S` is a read timeout, retried like any other;
+- `LOG_TIME_BUDGET_S` (10 s) since the call began, all its attempts and pauses included
+  (the call's deadline is the smaller of it and `deadline_s`);
+- the end of the stream (the simulator closes it after the backfill).
+
+It answers `{"lines": [str, ...], "truncated": bool}`: at most `tail` lines, the last ones
+read, each masked for secrets; `truncated` is True when a bound (bytes, time, or more lines
+than `tail` in what was read) cut something off, False when the stream ended, went quiet or
+gave exactly `tail` lines. Malformed events (no `data`, not JSON, no string `line`) are
+skipped. A body cut short by a network error after some lines keeps them (`truncated`);
+before any line it is a transport error (retried). No response head within the time
+budget is the usual "call deadline" `RunpodApiError`. Limit: a server that ignores `tail`
+and sends a longer log at once is cut after `tail` lines (or the byte budget), which then
+are not the log's last lines.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import json
 import math
 import os
 import random
+import re
 import ssl
 import threading
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -65,6 +98,7 @@ from flashfsm.adapters.http11 import (
     BoundedDecoder,
 )
 from flashfsm.errors import RunpodApiError
+from flashfsm.events.text import valid_utf8
 from flashfsm.redact import redact, redact_then_cap, register_secrets
 
 # Where the RunPod SDKs look (runpod/__init__.py, runpod/api/graphql.py and
@@ -81,6 +115,17 @@ DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=10.0)
 #: The most one client call may take, all its attempts and back-off sleeps included.
 CALL_DEADLINE_S = 60.0
 _DETAIL_CAP = 300
+_LATE_S = 0.05  # a read timeout this close to the call's end is the end
+
+#: `worker_log`'s default number of lines, and the most the API backfills.
+LOG_TAIL_DEFAULT = 100
+LOG_TAIL_MAX = 5000
+#: The most of a worker log's body one `worker_log` call reads, raw and decoded (bytes).
+LOG_MAX_BYTES = 1024 * 1024
+#: The most one `worker_log` call takes, all its attempts and pauses included (seconds).
+LOG_TIME_BUDGET_S = 10.0
+#: A worker log's stream that sends no byte for this long has given its backfill (seconds).
+LOG_QUIET_S = 1.0
 
 Plane = Literal["data", "management"]
 
@@ -100,6 +145,9 @@ class Route:
     idempotent: bool
     required: tuple[str, ...] = ()  # keys a good answer must carry
     empty_ok: bool = False  # a good answer may have no body (204)
+    scrub: bool = False  # mask secrets in every string of a good answer
+    streamed: bool = False  # a good answer is an event stream, read by `LogTail`
+    budget_s: float | None = None  # the call's own time budget, when below `deadline_s`
 
 
 ROUTES: dict[str, Route] = {
@@ -140,6 +188,24 @@ ROUTES: dict[str, Route] = {
             "/v2/serverless/{endpoint_id}",
             idempotent=True,
             empty_ok=True,
+        ),
+        Route(
+            "list_workers",
+            "GET",
+            "management",
+            "/v2/serverless/{endpoint_id}/workers",
+            idempotent=True,
+            required=("workers",),
+            scrub=True,
+        ),
+        Route(
+            "worker_logs",
+            "GET",
+            "management",
+            "/v2/serverless/{endpoint_id}/workers/{worker_id}/logs?tail={tail}",
+            idempotent=True,
+            streamed=True,
+            budget_s=LOG_TIME_BUDGET_S,
         ),
     )
 }
@@ -203,12 +269,22 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True)
+class TailRead:
+    """How a streamed answer (a worker log) is read: the bounds `LogTail` stops at."""
+
+    lines: int = LOG_TAIL_DEFAULT
+    max_bytes: int = LOG_MAX_BYTES
+    quiet_s: float = LOG_QUIET_S
+
+
+@dataclass(frozen=True)
 class Send:
-    """A request to put on the wire."""
+    """A request to put on the wire (`tail` set: a 2xx body is read by `LogTail`)."""
 
     method: str
     url: str
     json: Any = None
+    tail: TailRead | None = None
 
 
 @dataclass(frozen=True)
@@ -227,11 +303,110 @@ EXPIRED = _Expired()
 
 @dataclass(frozen=True)
 class Answer:
-    """What came back: status, headers and the raw body."""
+    """What came back: status, headers and the raw body (or, for a streamed read, what
+    `LogTail.result` made of it)."""
 
     status_code: int
     headers: Mapping[str, str]
     content: bytes
+    streamed: dict[str, Any] | None = None
+
+
+_EOL = re.compile(rb"\r\n|\r|\n")
+
+
+class LogTail:
+    """A sans-IO reader of a worker log's event stream (Server-Sent Events), bounded.
+
+    `feed(raw)` takes the body's raw chunks (undoing gzip/deflate within `max_bytes` of
+    decoded output, and counting raw bytes against the same budget) and answers True once
+    reading should stop (`lines` lines read, or the byte budget used). `end()` closes a
+    stream that ended or went quiet (an event not yet closed by a blank line still counts),
+    `cut()` one that a bound or an error stopped (a partial event is dropped, `truncated`).
+    `result()` is `{"lines": [...], "truncated": bool}`: the last `lines` lines, masked.
+
+    Framing as the SSE specification has it: lines end in CRLF, LF or CR; a blank line
+    dispatches the event; a line starting with ':' is a comment; `field: value` loses one
+    space after the colon; several `data` lines join with LF. An event counts when its data
+    is a JSON object whose `line` is a string (trailing CR/LF stripped); others are skipped.
+    """
+
+    def __init__(self, read: TailRead, content_encoding: str | None):
+        self.want = read.lines
+        self.max_bytes = read.max_bytes
+        self.decoder = BoundedDecoder(content_encoding, read.max_bytes, clip=True)
+        self.kept: deque[str] = deque(maxlen=read.lines)
+        self.seen = 0  # lines read (kept or dropped from the front)
+        self.raw = 0  # raw bytes read
+        self.truncated = False
+        self._partial = b""  # the current line, not yet ended
+        self._data: list[bytes] = []  # the current event's data lines
+        self._skip_lf = False  # the last chunk ended in CR: a leading LF is its pair
+
+    def feed(self, raw: bytes) -> bool:
+        """Take one raw chunk; True when reading should stop."""
+        self.raw += len(raw)
+        self._scan(self.decoder.feed(raw))
+        if self.decoder.full or self.raw > self.max_bytes:
+            self.truncated = True
+            return True
+        return self.seen >= self.want
+
+    def end(self) -> None:
+        """The stream ended (or went quiet): the last line and event count."""
+        self._scan(self.decoder.finish())
+        if self.decoder.full:
+            self.truncated = True
+            return
+        if self._partial:
+            self._line(self._partial)
+            self._partial = b""
+        self._dispatch()
+
+    def cut(self) -> None:
+        """A bound or an error stopped the read: what is unfinished is dropped."""
+        self.truncated = True
+        self._partial = b""
+        self._data = []
+
+    def result(self) -> dict[str, Any]:
+        """`{"lines": [...], "truncated": bool}`: the last lines, each masked for secrets."""
+        return {
+            "lines": [redact(valid_utf8(line)) or "" for line in self.kept],
+            "truncated": self.truncated or self.seen > len(self.kept),
+        }
+
+    def _scan(self, data: bytes) -> None:
+        if self._skip_lf and data[:1] == b"\n":
+            data = data[1:]
+        if not data:
+            return
+        self._skip_lf = data.endswith(b"\r")
+        parts = _EOL.split(self._partial + data)
+        self._partial = parts.pop()
+        for line in parts:
+            self._line(line)
+
+    def _line(self, line: bytes) -> None:
+        if not line:
+            self._dispatch()
+        elif not line.startswith(b":"):
+            field, _, value = line.partition(b":")
+            if field == b"data":
+                self._data.append(value[1:] if value.startswith(b" ") else value)
+
+    def _dispatch(self) -> None:
+        if not self._data:
+            return
+        data, self._data = b"\n".join(self._data), []
+        try:
+            event = json.loads(data.decode("utf-8", "replace"))
+        except (ValueError, RecursionError):
+            return
+        line = event.get("line") if isinstance(event, dict) else None
+        if isinstance(line, str):
+            self.seen += 1
+            self.kept.append(line.rstrip("\r\n"))
 
 
 class _Failure(RunpodApiError):
@@ -254,11 +429,18 @@ class _Failure(RunpodApiError):
 
 
 def build_request(
-    route: Route, bases: Mapping[str, str], params: Mapping[str, str], body: Any
+    route: Route,
+    bases: Mapping[str, str],
+    params: Mapping[str, str],
+    body: Any,
+    tail: TailRead | None = None,
 ) -> Send:
-    """The `Send` for one call; path parameters are percent-encoded."""
+    """The `Send` for one call; path parameters are percent-encoded. A streamed route's
+    `Send` carries its `TailRead` (the default one unless `tail` is given)."""
     path = route.path.format(**{k: quote(str(v), safe="") for k, v in params.items()})
-    return Send(route.method, bases[route.plane].rstrip("/") + path, body)
+    if route.streamed and tail is None:
+        tail = TailRead()
+    return Send(route.method, bases[route.plane].rstrip("/") + path, body, tail)
 
 
 def describe(route: Route, params: Mapping[str, str]) -> str:
@@ -322,14 +504,16 @@ def exchange(
     body: Any,
     policy: RetryPolicy,
     rng: random.Random,
+    tail: TailRead | None = None,
 ) -> Generator[Send | Pause, Answer | BaseException | None, Any]:
     """One call with its retries, as a generator the sync and async drivers run.
 
     Yields `Send` (send back the `Answer` or the transport exception) and `Pause` (send
     back None after sleeping, or `EXPIRED` when the call's deadline leaves no time for
-    it); returns the parsed value or raises `RunpodApiError`.
+    it); returns the parsed value or raises `RunpodApiError`. A `Send` with a `tail` asks
+    the driver to read a 2xx body with `LogTail` and put its result in `Answer.streamed`.
     """
-    request = build_request(route, bases, params, body)
+    request = build_request(route, bases, params, body, tail)
     attempt = 0
     while True:
         attempt += 1
@@ -346,6 +530,10 @@ def exchange(
 
 
 def _parse_success(route: Route, what: str, answer: Answer) -> Any:
+    if route.streamed:
+        if answer.streamed is None:
+            raise _malformed(f"{what}: malformed answer: no event stream was read", route)
+        return answer.streamed
     text = answer.content.strip()
     if not text:
         if route.empty_ok:
@@ -366,6 +554,19 @@ def _parse_success(route: Route, what: str, answer: Answer) -> Any:
     missing = [k for k in route.required if k not in value or value[k] is None]
     if missing:
         raise _malformed(f"{what}: malformed answer: missing {', '.join(missing)}", route)
+    return scrubbed(value) if route.scrub else value
+
+
+def scrubbed(value: Any, depth: int = 0) -> Any:
+    """A parsed JSON value with every string (keys too) masked for secrets."""
+    if isinstance(value, str):
+        return redact(valid_utf8(value)) or value
+    if depth > 64:
+        return None
+    if isinstance(value, dict):
+        return {scrubbed(k, depth + 1): scrubbed(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrubbed(v, depth + 1) for v in value]
     return value
 
 
@@ -571,6 +772,7 @@ class _Base:
             "Accept-Encoding": ACCEPT_ENCODING,
             "User-Agent": "flashfsm",
         }
+        self._stream_headers = {**self._headers, "Accept": "text/event-stream"}
         self.retry = retry or RetryPolicy()
         self._rng = rng or random.Random()
 
@@ -589,8 +791,33 @@ class _Base:
             f"api_base_url={self._bases['management']!r})"
         )
 
-    def _call(self, name: str, body: Any = None, **params: str):
-        return exchange(ROUTES[name], self._bases, params, body, self.retry, self._rng)
+    def _call(self, name: str, body: Any = None, *, read: TailRead | None = None, **params: str):
+        return exchange(ROUTES[name], self._bases, params, body, self.retry, self._rng, read)
+
+    def _budget(self, name: str) -> float:
+        """The time one call of route `name` may take: `deadline_s`, or the route's less."""
+        own = ROUTES[name].budget_s
+        deadline: float = self.deadline_s  # type: ignore[attr-defined]
+        return deadline if own is None else min(deadline, own)
+
+    def _log_call(self, endpoint_id: str, worker_id: str, tail: int):
+        """The `worker_log` exchange for the last `tail` lines (1 to `LOG_TAIL_MAX`)."""
+        if isinstance(tail, bool) or not isinstance(tail, int) or not 1 <= tail <= LOG_TAIL_MAX:
+            raise ValueError(f"tail must be an int from 1 to {LOG_TAIL_MAX}, got {tail!r}")
+        return self._call(
+            "worker_logs",
+            read=TailRead(lines=tail),
+            endpoint_id=endpoint_id,
+            worker_id=worker_id,
+            tail=str(tail),
+        )
+
+    def _stream_timeout(self, read: TailRead) -> httpx.Timeout:
+        """A streamed read's timeouts: every socket read waits at most `read.quiet_s`."""
+        base: httpx.Timeout = self._timeout  # type: ignore[attr-defined]
+        return httpx.Timeout(
+            connect=base.connect, read=read.quiet_s, write=base.write, pool=base.pool
+        )
 
     @staticmethod
     def _run_body(
@@ -691,6 +918,7 @@ class RunpodClient(_Base):
         )
         self.deadline_s = _positive(deadline_s)
         self.max_response_bytes = _too_big(max_response_bytes)
+        self._timeout = httpx.Timeout(timeout)
         self._clock = _CallClock()
         self._clock.budget = self.deadline_s
         self._sleep = sleep
@@ -706,8 +934,12 @@ class RunpodClient(_Base):
         """A client keyed by the first key of `RUNPOD_API_KEY`, hosts from the SDKs' env vars."""
         return cls(**cls._env_kwargs(kwargs))
 
-    def _drive(self, steps: Generator[Send | Pause, Any, Any]) -> Any:
-        end = time.monotonic() + self.deadline_s
+    def _drive(
+        self, steps: Generator[Send | Pause, Any, Any], budget_s: float | None = None
+    ) -> Any:
+        budget = self.deadline_s if budget_s is None else budget_s
+        self._clock.budget = budget
+        end = time.monotonic() + budget
         step = next(steps)
         while True:
             try:
@@ -727,15 +959,27 @@ class RunpodClient(_Base):
                 return done.value
 
     def _attempt(self, step: Send, end: float) -> Answer:
-        """One request, its body read raw and decoded within the cap, before `end`."""
+        """One request, its body read raw and decoded within the cap, before `end` (a
+        streamed 2xx body: read by `LogTail`, within its bounds)."""
         clock = self._clock
         clock.at = end
         try:
-            request = self._http.build_request(
-                step.method, step.url, json=step.json, headers=self._headers
-            )
+            if step.tail is None:
+                request = self._http.build_request(
+                    step.method, step.url, json=step.json, headers=self._headers
+                )
+            else:
+                request = self._http.build_request(
+                    step.method,
+                    step.url,
+                    json=step.json,
+                    headers=self._stream_headers,
+                    timeout=self._stream_timeout(step.tail),
+                )
             response = self._http.send(request, stream=True)
             try:
+                if step.tail is not None and response.is_success:
+                    return self._read_tail(response, step.tail, end)
                 decoder = BoundedDecoder(
                     response.headers.get("content-encoding"), self.max_response_bytes
                 )
@@ -754,6 +998,31 @@ class RunpodClient(_Base):
             raise httpx.ReadTimeout(clock.message(), request=exc.request) from None
         finally:
             clock.at = None
+
+    @staticmethod
+    def _read_tail(response: httpx.Response, read: TailRead, end: float) -> Answer:
+        """Read a streamed body with `LogTail` until it says stop, the stream ends or goes
+        quiet (a read timeout before `end`), or `end` comes."""
+        tail = LogTail(read, response.headers.get("content-encoding"))
+        try:
+            for raw in response.iter_raw():
+                if tail.feed(raw):
+                    break
+                if time.monotonic() >= end:
+                    tail.cut()
+                    break
+            else:
+                tail.end()
+        except httpx.TimeoutException:
+            if time.monotonic() >= end - _LATE_S:
+                tail.cut()  # the time budget, not a quiet stream
+            else:
+                tail.end()
+        except httpx.TransportError:
+            if not tail.seen:
+                raise
+            tail.cut()
+        return Answer(response.status_code, response.headers, b"", tail.result())
 
     def run(
         self,
@@ -801,6 +1070,20 @@ class RunpodClient(_Base):
                 return False
             raise
         return True
+
+    def endpoint_workers(self, endpoint_id: str) -> dict[str, Any]:
+        """The endpoint's workers (REST v2 `GET /v2/serverless/{id}/workers`): the answer
+        (`{"workers": [...], ...}`), every string masked for secrets."""
+        return self._drive(self._call("list_workers", endpoint_id=endpoint_id))
+
+    def worker_log(
+        self, endpoint_id: str, worker_id: str, *, tail: int = LOG_TAIL_DEFAULT
+    ) -> dict[str, Any]:
+        """The last `tail` lines of a worker's log: `{"lines": [str, ...], "truncated":
+        bool}`, read within `LOG_MAX_BYTES` and `LOG_TIME_BUDGET_S` (see the module notes)."""
+        return self._drive(
+            self._log_call(endpoint_id, worker_id, tail), self._budget("worker_logs")
+        )
 
     def close(self) -> None:
         """Close the HTTP connection pool (unless it was passed in)."""
@@ -850,6 +1133,7 @@ class AsyncRunpodClient(_Base):
         )
         self.deadline_s = _positive(deadline_s)
         self.max_response_bytes = _too_big(max_response_bytes)
+        self._timeout = httpx.Timeout(timeout)
         self._sleep = sleep
         self._owns_http = http_client is None
         # With no transport, client or proxy given, requests go straight to the lean
@@ -890,22 +1174,104 @@ class AsyncRunpodClient(_Base):
         response = await self._lean.handle_async_request(request)  # decoded and bounded
         return Answer(response.status_code, response.headers, await response.aread())
 
-    async def _attempt(self, step: Send, end: float) -> Answer:
+    async def _attempt(self, step: Send, end: float, budget: float) -> Answer:
+        if step.tail is not None:
+            return await self._attempt_stream(step, end, budget)
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout_at(loop.time() + (end - time.monotonic())):
                 return await self._send(step)
         except TimeoutError:
-            message = f"no complete answer within the {self.deadline_s:g} s call deadline"
+            message = f"no complete answer within the {budget:g} s call deadline"
             raise httpx.ReadTimeout(message) from None
+
+    async def _open_stream(self, step: Send, read: TailRead) -> httpx.Response:
+        """Send a streamed read's request; the response's body is left unread."""
+        timeout = self._stream_timeout(read)
+        if self._lean is not None:
+            request = httpx.Request(
+                step.method,
+                step.url,
+                json=step.json,
+                headers=self._stream_headers,
+                extensions={"timeout": timeout.as_dict()},
+            )
+            return await self._lean.open_stream(request)
+        request = self._http.build_request(
+            step.method, step.url, json=step.json, headers=self._stream_headers, timeout=timeout
+        )
+        return await self._http.send(request, stream=True)
+
+    async def _attempt_stream(self, step: Send, end: float, budget: float) -> Answer:
+        """One streamed read: the head before `end`, then a 2xx body read by `LogTail`
+        (which stops on its own at `end`), another body read whole within the cap."""
+        assert step.tail is not None
+        loop = asyncio.get_running_loop()
+        at = loop.time() + (end - time.monotonic())
+        message = f"no complete answer within the {budget:g} s call deadline"
+        try:
+            async with asyncio.timeout_at(at):
+                response = await self._open_stream(step, step.tail)
+        except TimeoutError:
+            raise httpx.ReadTimeout(message) from None
+        try:
+            if response.is_success:
+                return await self._read_tail(response, step.tail, end)
+            async with asyncio.timeout_at(at):
+                decoder = BoundedDecoder(
+                    response.headers.get("content-encoding"), self.max_response_bytes
+                )
+                parts = [decoder.feed(raw) async for raw in response.aiter_raw()]
+                parts.append(decoder.finish())
+            return Answer(response.status_code, response.headers, b"".join(parts))
+        except TimeoutError:
+            raise httpx.ReadTimeout(message) from None
+        finally:
+            await response.aclose()
+
+    @staticmethod
+    async def _read_tail(response: httpx.Response, read: TailRead, end: float) -> Answer:
+        """`RunpodClient._read_tail`'s twin: each chunk awaited at most until `end`."""
+        tail = LogTail(read, response.headers.get("content-encoding"))
+        try:
+            async with contextlib.aclosing(response.aiter_raw()) as chunks:
+                while True:
+                    left = end - time.monotonic()
+                    if left <= 0:
+                        tail.cut()
+                        break
+                    try:
+                        async with asyncio.timeout(left):
+                            raw = await anext(chunks)
+                    except StopAsyncIteration:
+                        tail.end()
+                        break
+                    except TimeoutError:
+                        tail.cut()  # the time budget
+                        break
+                    if tail.feed(raw):
+                        break
+        except httpx.TimeoutException:
+            if time.monotonic() >= end - _LATE_S:
+                tail.cut()
+            else:
+                tail.end()  # a quiet stream: its backfill is in
+        except httpx.TransportError:
+            if not tail.seen:
+                raise
+            tail.cut()
+        return Answer(response.status_code, response.headers, b"", tail.result())
 
     @classmethod
     def from_env(cls, **kwargs: Any) -> AsyncRunpodClient:
         """A client keyed by the first key of `RUNPOD_API_KEY`, hosts from the SDKs' env vars."""
         return cls(**cls._env_kwargs(kwargs))
 
-    async def _drive(self, steps: Generator[Send | Pause, Any, Any]) -> Any:
-        end = time.monotonic() + self.deadline_s
+    async def _drive(
+        self, steps: Generator[Send | Pause, Any, Any], budget_s: float | None = None
+    ) -> Any:
+        budget = self.deadline_s if budget_s is None else budget_s
+        end = time.monotonic() + budget
         step = next(steps)
         while True:
             try:
@@ -919,7 +1285,7 @@ class AsyncRunpodClient(_Base):
                     step = steps.send(None)
                     continue
                 try:
-                    got: Any = await self._attempt(step, end)
+                    got: Any = await self._attempt(step, end, budget)
                 except httpx.HTTPError as exc:
                     got = exc
                 step = steps.send(got)
@@ -972,6 +1338,19 @@ class AsyncRunpodClient(_Base):
                 return False
             raise
         return True
+
+    async def endpoint_workers(self, endpoint_id: str) -> dict[str, Any]:
+        """The endpoint's workers (REST v2): the answer, every string masked for secrets."""
+        return await self._drive(self._call("list_workers", endpoint_id=endpoint_id))
+
+    async def worker_log(
+        self, endpoint_id: str, worker_id: str, *, tail: int = LOG_TAIL_DEFAULT
+    ) -> dict[str, Any]:
+        """The last `tail` lines of a worker's log: `{"lines": [str, ...], "truncated":
+        bool}`, read within `LOG_MAX_BYTES` and `LOG_TIME_BUDGET_S` (see the module notes)."""
+        return await self._drive(
+            self._log_call(endpoint_id, worker_id, tail), self._budget("worker_logs")
+        )
 
     async def aclose(self) -> None:
         """Close the HTTP connection pool (unless it was passed in)."""
