@@ -5,18 +5,39 @@ type) and returns plain values or raises `MalformedAnswer`; none of them lets a 
 escape as a crash. Text goes out as it came (valid UTF-8): the event fields it fills are
 `Outside` text, which masks secrets and then caps, whoever builds the event. The strings
 inside a success's metrics are masked here, one by one, as they are no text field.
+
+The platform's own records (issue 28) never raise at all, not even `MalformedAnswer`: a
+worker read is evidence, never a reason, so an odd answer becomes None fields.
+
+- `status_worker_id(status)`: the worker a status answer names (`workerId`), or None.
+- `worker_fields(workers, endpoint, worker_id)`: a `WorkerObserved`'s fields from the
+  endpoint's worker list (`GET /v2/serverless/{id}/workers`) and, when read, the
+  endpoint's record (`GET /v2/serverless/{id}`, its `idleTimeout`); `started_at` is the
+  worker's `startedAt` (RFC 3339 with an offset) as epoch seconds.
+  `worker_error_fields(error, worker_id)` for a failed read.
+- `pick_worker(workers, worker_id)`: whose log to read: the job's worker (listed or not),
+  else the first `unhealthy` one (a crash loop: no status named a worker), else the first
+  `running`, else the first listed; `(id, status)` or None.
+- `worker_log_fields(log, worker_id, worker_status)`: a `WorkerLogObserved`'s fields from a
+  `worker_log` answer (the last `LOG_LINES_MAX` lines; each is masked and cut to
+  `LOG_LINE_CAP` when the event is built). `worker_log_error_fields` for a failed read.
+
+Ids longer than `NAME_CAP` (or empty, or not strings) are no ids: they name no worker.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from datetime import datetime
 from typing import Any
 
 from flashfsm.adapters.flash_wire import decode_output, safe_text
 from flashfsm.errors import OutputDecodeError, TransientReadError
 from flashfsm.events.models import (
     ERROR_CAP,
+    LOG_LINES_MAX,
+    MESSAGE_CAP,
     NAME_CAP,
     JobCounts,
     WorkerCounts,
@@ -124,6 +145,169 @@ def read_error_text(exc: BaseException) -> str | None:
     if fields["message"]:
         text += f": {fields['message']}"
     return text
+
+
+# --------------------------------------------------------------------------- platform records
+
+#: Worker states `pick_worker` prefers, in order, when no status named the job's worker.
+PICK_ORDER = ("unhealthy", "running")
+_TIME_TEXT_MAX = 64  # an RFC 3339 time longer than this is not one
+
+
+def status_worker_id(payload: Any) -> str | None:
+    """The worker a status answer names (`workerId`), or None (none, or not an id)."""
+    return _ident(payload.get("workerId")) if isinstance(payload, dict) else None
+
+
+def worker_fields(workers_payload: Any, endpoint_payload: Any, worker_id: Any) -> dict[str, Any]:
+    """The `WorkerObserved` fields: whether the endpoint's worker list names `worker_id`,
+    its GPU type, data centre and start (epoch seconds), and the endpoint's idle timeout.
+
+    Anything missing or odd is None (`found=False` for a worker not listed); never raises.
+    """
+    wid = _ident(worker_id)
+    entry = None
+    if wid is not None:
+        entry = next((w for w in _workers(workers_payload) if _ident(w.get("id")) == wid), None)
+    idle = endpoint_payload.get("idleTimeout") if isinstance(endpoint_payload, dict) else None
+    idle_s = _finite(idle)
+    return {
+        "worker_id": wid,
+        "found": entry is not None,
+        "gpu_type": None if entry is None else _name(entry.get("gpuTypeId")),
+        "datacenter": None if entry is None else _name(entry.get("dataCenterId")),
+        "started_at": None if entry is None else rfc3339_epoch(entry.get("startedAt")),
+        "idle_timeout_s": idle_s if idle_s is not None and idle_s >= 0 else None,
+        "read_error": None,
+    }
+
+
+def worker_error_fields(error: BaseException, worker_id: Any) -> dict[str, Any]:
+    """The `WorkerObserved` fields of a worker-record read that failed (`found=False`,
+    `read_error` a short masked text)."""
+    return {
+        "worker_id": _ident(worker_id),
+        "found": False,
+        "gpu_type": None,
+        "datacenter": None,
+        "started_at": None,
+        "idle_timeout_s": None,
+        "read_error": failed_read_text(error),
+    }
+
+
+def pick_worker(workers_payload: Any, worker_id: Any) -> tuple[str, str | None] | None:
+    """Whose log to read, as `(id, status)`: the job's worker when given (its listed
+    status, or None when the list lacks it); else the first `unhealthy` worker listed (a
+    crash loop keeps the job queued, so no status named one), else the first `running`,
+    else the first listed; None when the list names no worker."""
+    listed = [
+        (wid, _name(w.get("status")))
+        for w in _workers(workers_payload)
+        if (wid := _ident(w.get("id"))) is not None
+    ]
+    wid = _ident(worker_id)
+    if wid is not None:
+        return next(((i, st) for i, st in listed if i == wid), (wid, None))
+    for wanted in PICK_ORDER:
+        for i, st in listed:
+            if st is not None and st.strip().lower() == wanted:
+                return i, st
+    return listed[0] if listed else None
+
+
+def worker_log_fields(log_answer: Any, worker_id: Any, worker_status: Any) -> dict[str, Any]:
+    """The `WorkerLogObserved` fields of a `worker_log` answer: its last `LOG_LINES_MAX`
+    string lines (others are skipped) and `truncated` (the read's own, or lines dropped
+    here). The event masks each line and cuts it to `LOG_LINE_CAP`; never raises."""
+    raw = log_answer.get("lines") if isinstance(log_answer, dict) else None
+    lines: list[str] = []
+    dropped = False
+    if isinstance(raw, (list, tuple)):
+        for line in reversed(raw):
+            if len(lines) == LOG_LINES_MAX:
+                dropped = True
+                break
+            if isinstance(line, str):
+                lines.append(safe_text(line))
+        lines.reverse()
+    truncated = dropped or (isinstance(log_answer, dict) and log_answer.get("truncated") is True)
+    return {
+        "worker_id": _ident(worker_id),
+        "worker_status": _name(worker_status),
+        "lines": tuple(lines),
+        "truncated": truncated,
+        "read_error": None,
+    }
+
+
+def worker_log_error_fields(
+    error: BaseException, worker_id: Any, worker_status: Any
+) -> dict[str, Any]:
+    """The `WorkerLogObserved` fields of a worker-log read that failed (no lines)."""
+    return {
+        "worker_id": _ident(worker_id),
+        "worker_status": _name(worker_status),
+        "lines": (),
+        "truncated": False,
+        "read_error": failed_read_text(error),
+    }
+
+
+def failed_read_text(error: Any) -> str:
+    """A failed platform read's `read_error`: "class HTTP code: message", masked, short.
+    Unlike `read_error_text`, every exception counts (a 404 or a 401 says something)."""
+    try:
+        fields = error_fields(error)
+        code = fields["http_status"]
+        text = fields["error_class"] + ("" if code is None else f" HTTP {code}")
+        if fields["message"]:
+            text += f": {fields['message']}"
+    except Exception:  # an exception whose str() raises something odd
+        text = safe_text(type(error).__name__)
+    return redact_then_cap(text, MESSAGE_CAP)
+
+
+def rfc3339_epoch(value: Any) -> float | None:
+    """An RFC 3339 time (`2024-05-01T12:00:00.5Z`, with `Z` or an offset) as epoch
+    seconds; None for anything else (no offset, not a date, not a string)."""
+    if not isinstance(value, str) or not 10 <= len(value) <= _TIME_TEXT_MAX:
+        return None
+    text = value.strip()
+    if text[-1:] in ("z", "Z"):
+        text = text[:-1] + "+00:00"
+    if len(text) > 10 and text[10] in "tT ":
+        text = text[:10] + "T" + text[11:]
+    try:
+        moment = datetime.fromisoformat(text)
+        if moment.tzinfo is None or moment.utcoffset() is None:
+            return None
+        epoch = moment.timestamp()
+    except (ValueError, OverflowError, OSError):
+        return None
+    return epoch if math.isfinite(epoch) else None
+
+
+def _workers(payload: Any) -> list[dict[str, Any]]:
+    """The worker records of a worker list (dict entries of its `workers` list)."""
+    workers = payload.get("workers") if isinstance(payload, dict) else None
+    if not isinstance(workers, list):
+        return []
+    return [w for w in workers if isinstance(w, dict)]
+
+
+def _ident(value: Any) -> str | None:
+    """An id: a non-blank string of at most `NAME_CAP` characters, else None."""
+    if not isinstance(value, str) or not value.strip() or len(value) > NAME_CAP:
+        return None
+    return safe_text(value)
+
+
+def _name(value: Any) -> str | None:
+    """A short text field (status, GPU type, data centre): a non-blank string, else None."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    return safe_text(value[: 4 * NAME_CAP])
 
 
 def json_safe(value: Any, *, cap: int = METRICS_CAP) -> dict[str, Any]:
