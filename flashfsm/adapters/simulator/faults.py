@@ -18,6 +18,17 @@ Kinds, and whether the request takes effect before the fault:
 - `non_object`: handle it, answer 200 with a JSON list.
 - `missing_keys`: handle it, answer with `keys` (default: every key) dropped from the
   JSON object.
+- `gzip`: handle it, answer with the body gzip-encoded (`Content-Encoding: gzip`).
+
+Two kinds only for the worker-log stream (`worker_logs`), to prove a reader bounded in
+bytes and in time:
+
+- `flood`: the log's lines, then filler lines, `size_bytes` in all (default 50 MiB) in one
+  answer, made as they are sent (never held whole); `gzip=True` encodes it (a few hundred
+  KiB on the wire that inflate to `size_bytes`).
+- `trickle`: one line, then each next one `delay_s` real seconds later, then live lines
+  on and on, until the client goes away or the simulator stops (a `delay_s` of an hour is
+  a stream that sends a line and stalls); `gzip=True` encodes it.
 """
 
 from __future__ import annotations
@@ -27,7 +38,22 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-KINDS = frozenset({"status", "reset", "slow", "malformed", "non_object", "missing_keys"})
+KINDS = frozenset(
+    {
+        "status",
+        "reset",
+        "slow",
+        "malformed",
+        "non_object",
+        "missing_keys",
+        "gzip",
+        "flood",
+        "trickle",
+    }
+)
+STREAM_KINDS = frozenset({"flood", "trickle"})  # kinds of the worker-log stream only
+STREAM_FAULT_ROUTES = frozenset({"worker_logs"})
+DEFAULT_FLOOD_BYTES = 50 * 1024 * 1024
 _ALIASES = {
     "rate_limit": ("status", 429),
     "server_error": ("status", 500),
@@ -49,6 +75,8 @@ class Fault:
     body: Any = None
     keys: tuple[str, ...] | None = None
     handled: bool = False
+    size_bytes: int = DEFAULT_FLOOD_BYTES
+    gzip: bool = False
     when: Callable[[Any], bool] | None = None
     seen: int = 0
     fired: int = 0
@@ -64,6 +92,10 @@ class Fault:
             raise ValueError(f"unknown fault kind {kind!r}; one of {sorted(KINDS)} or a status")
         if self.kind == "status" and not (self.status and 100 <= self.status <= 599):
             raise ValueError("a status fault needs status=<HTTP status>")
+        if self.kind in STREAM_KINDS and self.route not in STREAM_FAULT_ROUTES:
+            raise ValueError(f"a {self.kind} fault is for worker_logs, not {self.route!r}")
+        if self.size_bytes < 0:
+            raise ValueError("size_bytes must be >= 0")
         if self.keys is not None:
             self.keys = tuple(self.keys)
 

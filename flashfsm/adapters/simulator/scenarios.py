@@ -1,12 +1,16 @@
 """Scripted job lives: what a simulated job does, as data.
 
 A `Scenario` is a timeline of `Step`s in simulated seconds since the job was queued.
-Each step may change the job's status, the workers its endpoint reports on `/health`,
-its output or error, write a heartbeat or other files to the fake Hub, requeue the job
-(a worker died), delete it (as RunPod does when a TTL passes) or revoke the API key of
-the account that owns the job's endpoint (every authenticated route then answers 401).
-Fields left at their defaults change nothing, so a step says only what happens at that
-moment.
+Each step may change the job's status, the workers its endpoint reports on `/health` and
+lists on `/v2/serverless/{id}/workers`, its output or error, write a heartbeat or other
+files to the fake Hub, print lines to its worker's log, requeue the job (a worker died),
+delete it (as RunPod does when a TTL passes) or revoke the API key of the account that
+owns the job's endpoint (every authenticated route then answers 401). Fields left at their
+defaults change nothing, so a step says only what happens at that moment.
+
+The worker that takes the job starts `startup_s` before the step that moves the job to
+IN_PROGRESS (the scenario's `startup_s`, unless the endpoint or the job's input sets one;
+20 s when none does): see `world.py` for the rest of a worker's life.
 
 On top of the script the simulator applies RunPod's own rules to every job: a TTL
 (`policy.ttl`, the scenario's `ttl_s`, else 24 h) deletes a job that has not finished, an
@@ -51,6 +55,8 @@ class Step:
     requeued: bool = False  # a worker died and the job went back to the queue
     gone: bool = False  # the job is deleted: /status answers 404 from now on
     revoke_key: bool = False  # the account's API key is revoked: every route answers 401
+    # Lines the job's worker prints: a text is a container line, ("system", text) a host one.
+    log: tuple[str | tuple[str, str], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -62,11 +68,14 @@ class Scenario:
     description: str = ""
     ttl_s: float | None = None  # the TTL when the job's policy sends none
     retention_s: float = 1800.0  # how long a finished job's result stays readable
+    startup_s: float | None = None  # its worker's start-up before the pickup (None: 20 s)
 
     def __post_init__(self) -> None:
         ats = [s.at for s in self.steps]
         if ats != sorted(ats) or any(a < 0 for a in ats):
             raise ValueError(f"scenario {self.name!r}: steps must be in time order from 0")
+        if self.startup_s is not None and not self.startup_s >= 0:
+            raise ValueError(f"scenario {self.name!r}: startup_s must be >= 0")
 
 
 METRICS: dict[str, Any] = {"reward": 0.82, "loss": 0.117, "steps": 300}
@@ -211,6 +220,7 @@ def builtin_scenarios() -> dict[str, Scenario]:
             Step(2100, heartbeat=heartbeat("rl_train_start", 0)),
             training(2400, 3000, 60),
             Step(3000, status="COMPLETED", output=METRICS),
+            startup_s=120.0,  # the worker starts as the job is queued: a 2-minute cold start
         ),
         _scenario(
             "training_stall",
@@ -260,7 +270,7 @@ def builtin_scenarios() -> dict[str, Scenario]:
             "the job runs, then RunPod reports TIMED_OUT",
             _cold_start(),
             training(40, 120, 20),
-            Step(120, status="TIMED_OUT", workers={}),
+            Step(120, status="TIMED_OUT"),
         ),
         _scenario(
             "ttl_expired",

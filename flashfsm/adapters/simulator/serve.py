@@ -51,6 +51,7 @@ FAULT_ROUTES: tuple[str, ...] = (
     "update_endpoint",
     "delete_endpoint",
     "list_workers",
+    "worker_logs",
     "list_volumes",
     "create_volume",
     "get_volume",
@@ -65,7 +66,10 @@ FAULT_KINDS_TEXT = (
     + ", ".join(sorted(_ALIASES))
     + ")"
 )
-FAULT_SYNTAX = "ROUTE=KIND[,times=N|always][,after=N][,retry_after=S][,delay_s=S][,handled=1]"
+FAULT_SYNTAX = (
+    "ROUTE=KIND[,times=N|always][,after=N][,retry_after=S][,delay_s=S][,handled=1]"
+    "[,size_bytes=N][,gzip=1]"
+)
 
 #: Each option's help, shared by both command lines.
 HELP = {
@@ -144,8 +148,10 @@ def parse_fault(spec: str) -> Fault:
                 kw[name] = value.strip()
             elif name == "delay_s":
                 kw[name] = float(value)
-            elif name == "handled":
-                kw["handled"] = value.lower() in ("1", "true", "yes")
+            elif name in ("handled", "gzip"):
+                kw[name] = value.lower() in ("1", "true", "yes")
+            elif name == "size_bytes":
+                kw[name] = int(value)
             else:
                 raise ValueError(f"unknown setting {name!r}")
         except ValueError as exc:

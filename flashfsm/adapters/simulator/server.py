@@ -20,11 +20,17 @@ in a child process judges by the simulator's time and its waits move that time:
 
 It needs no API key, no fault ever fires on it, and a clock that runs by itself
 (`speed > 0`) refuses it with 409: only a manual clock is a clock a client may move.
+
+One route streams: a worker's log (`GET /v2/serverless/{id}/workers/{worker}/logs`) is
+Server-Sent Events sent in HTTP chunks, written outside the lock, so a fault can make it
+huge (`flood`), slow (`trickle`) or gzip-encoded without holding anything up.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gzip
+import itertools
 import json
 import re
 import socket
@@ -33,7 +39,8 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -45,6 +52,14 @@ from flashfsm.adapters.simulator.clock import SimClock
 from flashfsm.adapters.simulator.faults import Fault, FaultPlan
 from flashfsm.adapters.simulator.hub import HubStore
 from flashfsm.adapters.simulator.scenarios import Scenario
+from flashfsm.adapters.simulator.workers import (
+    LOG_SOURCES,
+    LOG_TAIL_DEFAULT,
+    LOG_TAIL_MAX,
+    flood_events,
+    live_events,
+    sse_event,
+)
 from flashfsm.adapters.simulator.world import (
     Account,
     ApiError,
@@ -57,6 +72,10 @@ DEFAULT_KEY = "sim-runpod-key-0"
 SECRET_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization", "x-api-key"})
 UNAUTHORIZED_MESSAGE = "Unauthorized: a valid API key is required"
 Reply = tuple[int, dict[str, str], bytes]
+STREAM_ROUTES = frozenset({"worker_logs"})  # answered as a chunked stream (see `_stream`)
+QUERY_ROUTES = frozenset({"worker_logs"})  # handlers that read the query string
+STREAM_CHUNK = 64 * 1024
+STREAM_WRITE_TIMEOUT_S = 30.0  # a stream to a client that stopped reading gives up
 
 
 @dataclass
@@ -202,6 +221,7 @@ class Simulator:
         self._host, self._port = host, port
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()  # ends trickling streams when the simulator stops
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -209,6 +229,7 @@ class Simulator:
         """Bind and serve in a background thread."""
         if self._server is not None:
             return self
+        self._stopping.clear()
         server = _Server((self._host, self._port), _Handler)
         server.sim = self
         self._server = server
@@ -226,6 +247,7 @@ class Simulator:
         server, self._server = self._server, None
         if server is None:
             return
+        self._stopping.set()
         server.shutdown()
         server.server_close()
         if self._thread is not None:
@@ -301,9 +323,15 @@ class Simulator:
         hf_repo: str | None = None,
         workers_max: int = 1,
         check_quota: bool = True,
+        startup_s: float | None = None,
         **config: Any,
     ) -> str:
-        """Create an endpoint directly (no GraphQL) and return its id."""
+        """Create an endpoint directly (no GraphQL) and return its id.
+
+        `config` is its saveEndpoint fields (`idleTimeout=60`, `gpuIds="ADA_48_PRO"`,
+        `locations="EU-RO-1"`, …); `startup_s` is how long before its pickup a job's
+        worker starts (None: the scenario's, else 20 s).
+        """
         with self._python_api():
             endpoint = self.world.add_endpoint(
                 self.world.accounts[account],
@@ -313,6 +341,7 @@ class Simulator:
                 hf_repo=hf_repo,
                 check_quota=check_quota,
             )
+            endpoint.startup_s = _startup(startup_s)
             return endpoint.id
 
     def configure_endpoint(
@@ -321,17 +350,24 @@ class Simulator:
         *,
         scenario: str | None = None,
         hf_repo: str | None = None,
+        startup_s: float | None = None,
         **workers: int,
     ) -> None:
-        """Set an endpoint's default scenario, Hub repo, and standing worker counts."""
+        """Set an endpoint's default scenario, Hub repo, workers' start-up before their
+        pickup (for jobs queued from now), and standing worker counts by state (`idle=2`:
+        two idle workers that started now, listed and counted on `/health` too)."""
         with self._python_api():
+            self.world.tick()
             endpoint = self.world.endpoint(None, endpoint_id)
             if scenario is not None:
                 self.world._scenario(scenario)
                 endpoint.scenario = scenario
             if hf_repo is not None:
                 endpoint.hf_repo = hf_repo
-            endpoint.standing.update(workers)
+            if startup_s is not None:
+                endpoint.startup_s = _startup(startup_s)
+            if workers:
+                self.world.set_standing(endpoint, workers)
 
     def endpoints(self, account: int | None = None) -> list[dict[str, Any]]:
         """Every live endpoint (REST v2 shape), optionally of one account."""
@@ -342,6 +378,33 @@ class Simulator:
                 for e in self.world.endpoints.values()
                 if account is None or e.account is self.world.accounts[account]
             ]
+
+    def workers(self, endpoint_id: str | None = None) -> list[dict[str, Any]]:
+        """Every worker the simulator ever started (of one endpoint, or all, deleted ones
+        too), oldest first, as it knows them: `id`, `endpoint_id`, `job_id`, `status`
+        (`starting` before its start, `stopped` after its stop), `started_at`,
+        `picked_up_at` and `stopped_at` (sim epoch seconds), `stop_reason`. What a test of
+        a bill compares with."""
+        with self._lock:
+            self.world.tick()
+            now = self.clock.now()
+            return [
+                w.record(now)
+                for (eid, _), w in self.world.workers.items()
+                if endpoint_id is None or eid == endpoint_id
+            ]
+
+    def plant_log(self, target: str, *lines: str, source: str = "container") -> str:
+        """Write `lines` to a worker's log at the sim clock's now (at its start when that is
+        ahead) and return the worker's id. `target` is a worker id or a job id (the job's
+        worker). A test plants a secret this way and checks that what reads the log masks
+        it; a scenario does it with `Step(log=...)`, a job's input with `{"sim": {"log":
+        [...]}}` (printed when its worker starts)."""
+        if source not in LOG_SOURCES:
+            raise ValueError(f"source must be one of {LOG_SOURCES}, not {source!r}")
+        with self._python_api():
+            self.world.tick()
+            return self.world.plant_log(target, list(lines), source).id
 
     def volumes(self) -> list[dict[str, Any]]:
         """Every network volume."""
@@ -452,7 +515,10 @@ class Simulator:
                     if match.plane == "graphql":
                         reply = match.handler(account, parsed_gql, body)
                     else:
-                        reply = match.handler(account=account, body=_json(body), **match.params)
+                        extra = {"query": rec.query} if match.route in QUERY_ROUTES else {}
+                        reply = match.handler(
+                            account=account, body=_json(body), **match.params, **extra
+                        )
             except ApiError as exc:
                 reply = self._error(match.plane, exc.status, exc.message)
             except _BadJson:
@@ -462,15 +528,22 @@ class Simulator:
                 reply = self._error(match.plane, 500, f"simulator error: {type(exc).__name__}")
         if match.route == "runsync" and reply[0] == 200:
             reply = self._wait_runsync(reply)
+        stream = match.route in STREAM_ROUTES and reply[0] == 200
         if fault is not None and fault.kind != "status":
             if fault.kind == "reset":
                 self._reset(h)
                 return
-            reply = _garble(reply, fault)
+            if not stream:
+                reply = _garble(reply, fault)
             if fault.kind == "slow":
                 time.sleep(fault.delay_s)
         rec.status = reply[0]
-        self._write(h, method, reply)
+        if stream:
+            self._stream(h, method, reply, fault)
+        elif fault is not None and fault.kind == "gzip":
+            self._write(h, method, _gzipped(reply))
+        else:
+            self._write(h, method, reply)
 
     @staticmethod
     def _read_body(h: _Handler) -> bytes:
@@ -500,6 +573,59 @@ class Simulator:
                 h.wfile.write(body)
             h.wfile.flush()
         except (BrokenPipeError, ConnectionResetError, OSError):
+            h.close_connection = True
+
+    def _stream(self, h: _Handler, method: str, reply: Reply, fault: Fault | None) -> None:
+        """Send a streaming answer in HTTP chunks: the reply's body (SSE events), then, with
+        a `flood` fault, filler events up to `size_bytes`; a `trickle` fault sends one event
+        at a time, `delay_s` real seconds apart, and goes on with live lines until the client
+        leaves or the simulator stops; `gzip=True` (or a `gzip` fault) encodes it all."""
+        status, headers, body = reply
+        kind = fault.kind if fault is not None else None
+        events: Iterable[bytes]
+        if kind == "trickle":
+            events = itertools.chain(_split_events(body), live_events(self.clock.now))
+        elif kind == "flood":
+            assert fault is not None
+            events = itertools.chain(
+                _batches(_split_events(body)),
+                flood_events(self.clock.now(), max(0, fault.size_bytes - len(body))),
+            )
+        else:
+            events = _batches(_split_events(body))
+        encode = kind == "gzip" or (fault is not None and fault.gzip)
+        compressor = zlib.compressobj(wbits=31) if encode else None  # 31: a gzip wrapper
+        h.close_connection = h.close_connection or kind == "trickle"
+        try:
+            h.connection.settimeout(STREAM_WRITE_TIMEOUT_S)
+            h.send_response(status)
+            for name, value in headers.items():
+                h.send_header(name, value)
+            if compressor is not None:
+                h.send_header("Content-Encoding", "gzip")
+            h.send_header("Transfer-Encoding", "chunked")
+            h.end_headers()
+            h.wfile.flush()
+            if method == "HEAD":
+                return
+            for n, event in enumerate(events):
+                if kind == "trickle" and n and self._stopping.wait(fault.delay_s):  # type: ignore[union-attr]
+                    h.close_connection = True
+                    return
+                data = (
+                    compressor.compress(event) + compressor.flush(zlib.Z_SYNC_FLUSH)
+                    if (compressor is not None)
+                    else event
+                )
+                if data:
+                    h.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                    h.wfile.flush()
+            tail = compressor.flush() if compressor is not None else b""
+            if tail:
+                h.wfile.write(b"%x\r\n%s\r\n" % (len(tail), tail))
+            h.wfile.write(b"0\r\n\r\n")
+            h.wfile.flush()
+        except (OSError, ValueError):
             h.close_connection = True
 
     @staticmethod
@@ -541,6 +667,12 @@ class Simulator:
             "rest2",
             "list_workers",
             {"GET": "_list_workers"},
+        ),
+        (
+            r"/v2/serverless/(?P<endpoint_id>[^/]+)/workers/(?P<worker_id>[^/]+)/logs",
+            "rest2",
+            "worker_logs",
+            {"GET": "_worker_logs"},
         ),
         (r"/v2/(?P<endpoint_id>[^/]+)/run", "data", "run", {"POST": "_run"}),
         (r"/v2/(?P<endpoint_id>[^/]+)/runsync", "data", "runsync", {"POST": "_run"}),
@@ -698,7 +830,7 @@ class Simulator:
         return _json_reply(200, {"id": job.id, "status": job.status})
 
     def _health(self, account: Account, body: Any, endpoint_id: str) -> Reply:
-        return _json_reply(200, self.world.endpoint(account, endpoint_id).health())
+        return _json_reply(200, self.world.endpoint(account, endpoint_id).health(self.clock.now()))
 
     def _purge_queue(self, account: Account, body: Any, endpoint_id: str) -> Reply:
         removed = self.world.purge(self.world.endpoint(account, endpoint_id))
@@ -727,12 +859,27 @@ class Simulator:
 
     def _list_workers(self, account: Account, body: Any, endpoint_id: str) -> Reply:
         endpoint = self.world.endpoint(account, endpoint_id)
-        workers = [
-            {"id": f"{endpoint.id}-{state}-{i}", "status": state.upper()}
-            for state, n in endpoint.worker_counts().items()
-            for i in range(n)
-        ]
-        return _json_reply(200, {"workers": workers})
+        return _json_reply(200, endpoint.listing(self.clock.now()))
+
+    def _worker_logs(
+        self, account: Account, body: Any, endpoint_id: str, worker_id: str, query: dict[str, str]
+    ) -> Reply:
+        """The worker's last `tail` log lines (of `source`, or both) as Server-Sent Events."""
+        raw_tail = query.get("tail")
+        try:
+            tail = LOG_TAIL_DEFAULT if raw_tail is None else int(raw_tail)
+        except ValueError:
+            tail = -1
+        if not 0 <= tail <= LOG_TAIL_MAX:
+            raise ApiError(400, f"tail must be an integer from 0 to {LOG_TAIL_MAX}")
+        source = query.get("source")
+        if source is not None and source not in LOG_SOURCES:
+            raise ApiError(400, f"source must be one of {', '.join(LOG_SOURCES)}")
+        endpoint = self.world.endpoint(account, endpoint_id)
+        worker = self.world.worker(endpoint, worker_id)
+        lines = worker.tail(self.clock.now(), tail, source)
+        headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        return 200, headers, b"".join(sse_event(line) for line in lines)
 
     # ------------------------------------------------------------------ REST v1 volumes
 
@@ -885,6 +1032,40 @@ def _parse_graphql(body: bytes) -> graphql.Operation | str:
         return graphql.parse(payload.get("query"))
     except graphql.GraphQLError as exc:
         return str(exc)
+
+
+def _startup(value: float | None) -> float | None:
+    if value is not None and not (isinstance(value, (int, float)) and value >= 0):
+        raise ValueError(f"startup_s must be a number >= 0, not {value!r}")
+    return None if value is None else float(value)
+
+
+def _split_events(body: bytes) -> Iterator[bytes]:
+    """The SSE events of a body, one at a time (each with its blank line)."""
+    for part in body.split(b"\n\n"):
+        if part:
+            yield part + b"\n\n"
+
+
+def _batches(events: Iterable[bytes], size: int = STREAM_CHUNK) -> Iterator[bytes]:
+    """Events joined into chunks of about `size` bytes."""
+    batch: list[bytes] = []
+    held = 0
+    for event in events:
+        batch.append(event)
+        held += len(event)
+        if held >= size:
+            yield b"".join(batch)
+            batch, held = [], 0
+    if batch:
+        yield b"".join(batch)
+
+
+def _gzipped(reply: Reply) -> Reply:
+    status, headers, body = reply
+    if not body:
+        return reply
+    return status, {**headers, "Content-Encoding": "gzip"}, gzip.compress(body)
 
 
 def _garble(reply: Reply, fault: Fault) -> Reply:

@@ -1,10 +1,21 @@
 """The simulated RunPod account(s): endpoints, templates, volumes and jobs on a sim clock.
 
 Jobs are lazy: nothing runs in the background. A job's next due moment (its next
-scripted step, its TTL, its execution timeout, its result's expiry, the release of its
+scripted step, its TTL, its execution timeout, its result's expiry, the stop of its
 idle worker) sits in one heap; every request first calls `tick()`, which pops what is
 due and replays it in time order. A request therefore costs O(log n) plus the work that
 is actually due, which keeps thousands of concurrent jobs cheap.
+
+Workers (`workers.py`) are the job's: a scenario step's `workers` share becomes that many
+`Worker`s, the first of which (slot 0) is the one that takes the job. It starts
+`startup_s` before the scripted pickup (the job's input `sim.startup_s`, else the
+endpoint's, else the scenario's, else 20 s), so its start may lie ahead of the step
+that hires it: views list a worker only between its start and its stop. When the job
+ends (COMPLETED, FAILED, CANCELLED, TIMED_OUT, its TTL, a purge) its workers go idle
+for the endpoint's `idleTimeout` and then stop; a throttled or crash-looping worker
+stops at once; deleting the endpoint stops them all at once; a requeue (the worker died)
+stops the worker that had the job and hires a new one. `/health` counts the same workers
+the list shows (plus the standing workers a test set, which are workers too).
 
 Every method here is called with the simulator's lock held and returns plain data; the
 HTTP layer (`server.py`) turns it into answers.
@@ -34,9 +45,30 @@ from flashfsm.adapters.simulator.scenarios import (
     job_place,
     scenario_name,
 )
+from flashfsm.adapters.simulator.workers import (
+    CRASH_PERIOD_S,
+    DEFAULT_DATACENTER,
+    DEFAULT_IMAGE,
+    DEFAULT_STARTUP_S,
+    THROTTLE_PERIOD_S,
+    Worker,
+    crash_loop_lines,
+    error_lines,
+    gpu_of,
+    heartbeat_line,
+    listing,
+    output_error_lines,
+    startup_lines,
+    throttle_lines,
+)
 
 TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"})
 WORKER_STATES = ("idle", "initializing", "ready", "running", "throttled", "unhealthy")
+#: The order a step's `workers` share fills a job's worker slots: slot 0 (the worker that
+#: takes the job) gets the first state the share names in this order.
+SLOT_ORDER = ("running", "idle", "ready", "initializing", "throttled", "unhealthy")
+#: Workers that go idle when their job ends (the others stop at once).
+IDLES_AFTER = frozenset({"running", "idle", "ready", "initializing"})
 MAX_TTL_MS = 7 * 24 * 3600 * 1000
 REST_FIELDS = (
     "id",
@@ -142,10 +174,13 @@ class Endpoint:
     volume_ids: list[str] = field(default_factory=list)
     scenario: str | None = None
     hf_repo: str | None = None
+    startup_s: float | None = None  # a worker's start-up before its pickup (None: default)
     standing: dict[str, int] = field(default_factory=dict)  # workers set by a test
+    standing_workers: list[Worker] = field(default_factory=list)  # those workers
     active: dict[str, Job] = field(default_factory=dict)  # unfinished or holding a worker
     counts: Counter = field(default_factory=Counter)  # completed, failed, retried
     version: int = 0
+    workers: dict[str, Worker] = field(default_factory=dict)  # every worker it had, by id
 
     @property
     def workers_max(self) -> int:
@@ -157,7 +192,9 @@ class Endpoint:
 
     @property
     def idle_timeout_s(self) -> float:
-        return float(_int(self.config.get("idleTimeout"), 5))
+        value = self.config.get("idleTimeout")
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+        return float(value) if ok else 5.0
 
     @property
     def execution_timeout_s(self) -> float | None:
@@ -201,19 +238,30 @@ class Endpoint:
         gql = self.graphql(world)
         out = {k: gql.get(k) for k in REST_FIELDS}
         out["networkVolumeIds"] = [v["networkVolumeId"] for v in gql["networkVolumeIds"]]
-        out["workers"] = self.worker_counts()
+        out["workers"] = self.worker_counts(world.clock.now())
         return out
 
-    def worker_counts(self) -> dict[str, int]:
-        counts = dict.fromkeys(WORKER_STATES, 0)
-        for state, n in self.standing.items():
-            counts[state] = counts.get(state, 0) + n
+    def live_workers(self) -> list[Worker]:
+        """The standing workers and every worker of its active jobs (started or not)."""
+        out = list(self.standing_workers)
         for job in self.active.values():
-            for state, n in job.workers.items():
-                counts[state] = counts.get(state, 0) + n
+            out += job.crew
+            out += job.leaving
+        return out
+
+    def worker_counts(self, now: float) -> dict[str, int]:
+        """The workers listed at `now`, counted by state (`/health`'s `workers`)."""
+        counts = dict.fromkeys(WORKER_STATES, 0)
+        for worker in self.live_workers():
+            if worker.listed(now):
+                counts[worker.status] = counts.get(worker.status, 0) + 1
         return counts
 
-    def health(self) -> dict[str, Any]:
+    def listing(self, now: float) -> dict[str, Any]:
+        """`GET /v2/serverless/{id}/workers`: the workers listed at `now`."""
+        return listing(self.live_workers(), now, self.version)
+
+    def health(self, now: float) -> dict[str, Any]:
         queued = sum(1 for j in self.active.values() if not j.gone and j.status == "IN_QUEUE")
         running = sum(1 for j in self.active.values() if not j.gone and j.status == "IN_PROGRESS")
         return {
@@ -224,7 +272,7 @@ class Endpoint:
                 "inQueue": queued,
                 "retried": self.counts["retried"],
             },
-            "workers": self.worker_counts(),
+            "workers": self.worker_counts(now),
         }
 
 
@@ -246,12 +294,14 @@ class Job:
     status: str = "IN_QUEUE"
     output: Any = None
     error: Any = None
-    workers: dict[str, int] = field(default_factory=dict)
-    had_worker: bool = False
+    crew: list[Worker] = field(default_factory=list)  # its workers by slot (0 takes the job)
+    leaving: list[Worker] = field(default_factory=list)  # released: idle until their stop
+    generation: int = 0  # how many times its worker was replaced (a requeue, a retry)
+    taken_by: str | None = None  # the worker that took it last (the status's workerId)
     started_at: float | None = None  # first IN_PROGRESS
     in_progress_since: float | None = None
     finished_at: float | None = None
-    release_at: float | None = None
+    release_at: float | None = None  # the next stop of a leaving worker
     gone: bool = False
     requeues: int = 0
     version: int = 0
@@ -264,7 +314,7 @@ class Job:
         answer: dict[str, Any] = {"id": self.id, "status": self.status}
         if self.started_at is not None:
             answer["delayTime"] = int((self.started_at - self.created_at) * 1000)
-            answer["workerId"] = f"w-{self.id[:8]}"
+            answer["workerId"] = self.taken_by
         if self.in_progress_since is not None and self.finished_at is not None:
             answer["executionTime"] = int((self.finished_at - self.in_progress_since) * 1000)
         if self.output is not None:
@@ -272,6 +322,12 @@ class Job:
         if self.error is not None:
             answer["error"] = self.error
         return answer
+
+    def worker_id(self, slot: int = 0) -> str:
+        """The id of its worker in `slot` of its current generation (the status's
+        `workerId` is slot 0's: `w-<the job id's first 8 characters>` at first)."""
+        suffix = (f"-{self.generation}" if self.generation else "") + (f"-s{slot}" if slot else "")
+        return f"w-{self.id[:8]}{suffix}"
 
     def due(self) -> tuple[float, int] | None:
         """The next moment something happens to this job (time, priority), if any."""
@@ -314,6 +370,7 @@ class World:
         self.templates: dict[str, Template] = {}
         self.volumes: dict[str, Volume] = {}
         self.jobs: dict[str, Job] = {}
+        self.workers: dict[tuple[str, str], Worker] = {}  # (endpoint id, worker id): all ever
         self._heap: list[tuple[float, int, int, str]] = []
         self._seq = itertools.count()
 
@@ -334,7 +391,7 @@ class World:
         due = job.due()
         if due is not None:
             heapq.heappush(self._heap, (due[0], next(self._seq), job.version, job.id))
-        elif not job.workers and (job.terminal or job.gone):
+        elif not job.crew and not job.leaving and (job.terminal or job.gone):
             job.endpoint.active.pop(job.id, None)
 
     def _advance(self, job: Job, now: float) -> None:
@@ -351,41 +408,48 @@ class World:
                 self._finish(job, "TIMED_OUT", at)
             elif kind == 2:
                 job.gone = True  # the TTL passed: RunPod deletes the job, even mid-run
+                self._say(job, at, "system", f"job {job.id} expired (its TTL passed); removed")
                 self._release(job, at)
             elif kind == 3:
                 job.gone = True  # the result retention passed
             else:
-                job.workers = {}
-                job.release_at = None
+                job.leaving = [w for w in job.leaving if (w.stopped_at or 0.0) > at]
+                stops = [w.stopped_at for w in job.leaving if w.stopped_at is not None]
+                job.release_at = min(stops) if stops else None
         self._schedule(job)
 
     def _apply(self, job: Job, step: Step, at: float) -> None:
-        if step.workers is not None:
-            job.workers = {k: int(v) for k, v in step.workers.items() if v}
-            job.had_worker = job.had_worker or bool(
-                job.workers.get("running") or job.workers.get("idle")
-            )
+        if step.requeued:
+            self._lose_worker(job, at)
+            job.requeues += 1
+            job.endpoint.counts["retried"] += 1
+            job.in_progress_since = None
+        becomes = step.status if step.status is not None and step.status != job.status else None
+        pickup = becomes == "IN_PROGRESS"
+        if step.workers is not None or pickup:
+            self._staff(job, step.workers, at, pickup=pickup)
         if step.output is not KEEP:
             job.output = step.output
         if step.error is not KEEP:
             job.error = step.error
-        if step.requeued:
-            job.requeues += 1
-            job.endpoint.counts["retried"] += 1
-            job.in_progress_since = None
         if step.heartbeat is not None:
             self._write(job, "heartbeat.json", json.dumps({**step.heartbeat, "ts": at}))
+            self._say(job, at, "container", heartbeat_line(step.heartbeat))
         for name, text in (step.files or {}).items():
             phase = job.place.phase if job.place else "train"
             self._write(job, name.format(phase=phase), text)
-        if step.status is not None and step.status != job.status:
-            if step.status == "IN_PROGRESS":
+        for entry in step.log or ():
+            source, text = ("container", entry) if isinstance(entry, str) else entry
+            self._say(job, at, source, text)
+        if becomes is not None:
+            if pickup:
                 job.in_progress_since = at
                 job.started_at = job.started_at if job.started_at is not None else at
-            if step.status in TERMINAL:
-                self._finish(job, step.status, at, keep_workers=step.workers is not None)
+                job.taken_by = job.crew[0].id
+            if becomes in TERMINAL:
+                self._finish(job, becomes, at, keep_workers=step.workers is not None)
             else:
-                job.status = step.status
+                job.status = becomes
         if step.gone:
             job.gone = True
             self._release(job, at)
@@ -403,17 +467,281 @@ class World:
             job.endpoint.counts["completed"] += 1
         elif status in ("FAILED", "TIMED_OUT"):
             job.endpoint.counts["failed"] += 1
+        self._say_ending(job, status, at)
         if not keep_workers:
             self._release(job, at)
 
+    def _say_ending(self, job: Job, status: str, at: float) -> None:
+        """What the worker that has the job prints when the job ends."""
+        if not job.crew or (job.crew[0].picked_up_at is None and job.crew[0].status != "running"):
+            return
+        if status == "FAILED":
+            for line in error_lines(job.error):
+                self._say(job, at, "container", line)
+            self._say(job, at, "container", f"{job.id} | Failed.")
+        elif status == "COMPLETED":
+            for line in output_error_lines(job.output):
+                self._say(job, at, "container", line)
+            if job.output is None:
+                lost = "Finished, but posting the result failed: connection reset by peer"
+                self._say(job, at, "container", f"{job.id} | {lost}")
+            else:
+                self._say(job, at, "container", f"{job.id} | Finished.")
+        elif status == "CANCELLED":
+            self._say(job, at, "container", f"{job.id} | Cancelled.")
+        elif status == "TIMED_OUT":
+            self._say(job, at, "system", f"job {job.id} passed its execution timeout; stopped")
+
     def _release(self, job: Job, at: float) -> None:
-        """The job's worker goes idle for the endpoint's idle timeout, then away."""
-        if job.had_worker or job.workers.get("running"):
-            job.workers = {"idle": 1}
-            job.release_at = at + job.endpoint.idle_timeout_s
+        """The job's workers go idle for the endpoint's idle timeout, then stop (a
+        throttled or crash-looping one stops at once; one not started yet never starts)."""
+        idle_s = job.endpoint.idle_timeout_s
+        for worker in job.crew:
+            if worker.started_at > at:
+                self._discard(worker)
+            elif worker.status in IDLES_AFTER:
+                worker.cut(at)
+                worker.status = "idle"
+                worker.say(at, "system", f"worker idle; it stops after {idle_s:g} s without work")
+                self._stop_at(worker, at + idle_s, "idle timeout")
+                job.leaving.append(worker)
+            else:
+                self._stop(worker, at, "no job left to take")
+        job.crew = []
+        stops = [w.stopped_at for w in job.leaving if w.stopped_at is not None]
+        job.release_at = min(stops) if stops else None
+
+    # ------------------------------------------------------------------ workers
+
+    def _startup_s(self, job: Job) -> float:
+        """How long before its pickup the job's worker starts."""
+        sim = job.input.get("sim") if isinstance(job.input, Mapping) else None
+        wanted = sim.get("startup_s") if isinstance(sim, Mapping) else None
+        for value in (wanted, job.endpoint.startup_s, job.scenario.startup_s):
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+                return float(value)
+        return DEFAULT_STARTUP_S
+
+    @staticmethod
+    def _next_pickup(job: Job) -> float | None:
+        """The script time of the job's next pickup, if its next status change is one."""
+        for step in job.scenario.steps[job.cursor :]:
+            if step.requeued:
+                return None
+            if step.status is not None and step.status != "IN_QUEUE":
+                return step.at if step.status == "IN_PROGRESS" else None
+        return None
+
+    def _staff(self, job: Job, share: Mapping[str, int] | None, at: float, *, pickup: bool) -> None:
+        """Give the job the workers `share` names (None: the ones it has), slot 0 first;
+        at a pickup slot 0 runs (it takes the job)."""
+        if share is None:
+            units = [w.status for w in job.crew]
         else:
-            job.workers = {}
-            job.release_at = None
+            counts = {k: int(v) for k, v in share.items() if v and int(v) > 0}
+            known = [s for s in SLOT_ORDER if s in counts] + sorted(set(counts) - set(SLOT_ORDER))
+            units = [state for state in known for _ in range(counts[state])]
+        if pickup:  # slot 0 takes the job: it runs, whatever the share called it
+            if "running" in units:
+                units.remove("running")
+                units.insert(0, "running")
+            elif units:
+                units[0] = "running"
+            else:
+                units = ["running"]
+        for slot, state in enumerate(units):
+            if slot < len(job.crew):
+                worker = job.crew[slot]
+                if pickup and slot == 0:
+                    self._pick_up(job, worker, at)
+                elif worker.status != state:
+                    self._turn(worker, state, at)
+            else:
+                job.crew.append(self._hire(job, slot, state, at, pickup=pickup and slot == 0))
+        for worker in job.crew[len(units) :]:
+            self._stop(worker, at, "scaled down")
+        del job.crew[len(units) :]
+
+    def _hire(self, job: Job, slot: int, state: str, at: float, *, pickup: bool) -> Worker:
+        """A new worker for the job's `slot`, in `state` from `at`. Slot 0's start-up ends
+        at its pickup: it starts `startup_s` before it, which may be ahead of `at` (it is
+        listed from then) or before the job was queued (it was starting already)."""
+        endpoint = job.endpoint
+        startup = self._startup_s(job)
+        started, ready_at = at, None
+        if pickup:
+            started, ready_at = at - startup, at
+        elif slot == 0 and state == "initializing":
+            pickup_in = self._next_pickup(job)
+            if pickup_in is not None:  # in script time, so a 20 s pickup - 20 s is exactly 0
+                started = job.anchor + (pickup_in - startup)
+                ready_at = job.anchor + pickup_in
+        worker_id = job.worker_id(slot)
+        if worker_id in endpoint.workers:  # two job ids that share their first 8 characters
+            worker_id = f"w-{job.id[:13]}{worker_id[10:]}"
+        worker = self._new_worker(endpoint, worker_id, job.id, state, started)
+        if ready_at is not None:
+            lines = startup_lines(worker, ready_at)
+        elif state == "initializing":
+            lines = startup_lines(worker, started + startup)[:-1]  # not ready yet
+        elif state in ("throttled", "unhealthy"):
+            lines = startup_lines(worker, started)[:3]  # its container never runs for long
+        else:
+            lines = startup_lines(worker, started)
+        for ts, source, text in lines:
+            worker.say(ts, source, text)
+        if slot == 0:
+            self._plant_input_lines(job, worker, started if ready_at is None else ready_at)
+        if pickup:
+            self._pick_up(job, worker, at)
+        else:
+            self._loop_for(worker, state, started)
+        return worker
+
+    def _new_worker(
+        self, endpoint: Endpoint, worker_id: str, job_id: str | None, state: str, started: float
+    ) -> Worker:
+        template = self.templates.get(endpoint.template_id or "")
+        image = template.fields.get("imageName") if template else None
+        worker = Worker(
+            id=worker_id,
+            endpoint_id=endpoint.id,
+            job_id=job_id,
+            status=state,
+            started_at=started,
+            version=endpoint.version,
+            gpu_type=gpu_of(endpoint.config.get("gpuIds")),
+            datacenter=self._datacenter(endpoint),
+            gpu_count=_int(endpoint.config.get("gpuCount"), 1),
+            image=str(image or DEFAULT_IMAGE),
+        )
+        endpoint.workers[worker.id] = worker
+        self.workers[(endpoint.id, worker.id)] = worker
+        return worker
+
+    def _plant_input_lines(self, job: Job, worker: Worker, at: float) -> None:
+        """The lines a job's input asks its worker to print as its container comes up
+        (`{"sim": {"log": [...]}}`), at `at`."""
+        sim = job.input.get("sim") if isinstance(job.input, Mapping) else None
+        lines = sim.get("log") if isinstance(sim, Mapping) else None
+        if isinstance(lines, str):
+            lines = [lines]
+        for text in lines if isinstance(lines, list) else ():
+            worker.say(at, "container", str(text))
+
+    def _datacenter(self, endpoint: Endpoint) -> str:
+        locations = endpoint.config.get("locations")
+        if isinstance(locations, str) and locations.strip():
+            return locations.split(",")[0].strip()
+        for volume_id in endpoint.volume_ids:
+            if volume_id in self.volumes:
+                return self.volumes[volume_id].data_center_id
+        return DEFAULT_DATACENTER
+
+    def _pick_up(self, job: Job, worker: Worker, at: float) -> None:
+        worker.end_loops(at)
+        worker.status = "running"
+        worker.picked_up_at = at
+        worker.say(at, "container", f"{job.id} | Started.")
+
+    def _turn(self, worker: Worker, state: str, at: float) -> None:
+        """A worker changes state at `at` (not a pickup)."""
+        worker.status = state
+        worker.say(at, "system", f"worker {state}")
+        self._loop_for(worker, state, at)
+
+    @staticmethod
+    def _loop_for(worker: Worker, state: str, since: float) -> None:
+        if state == "unhealthy":
+            worker.loop(since, CRASH_PERIOD_S, crash_loop_lines())
+        elif state == "throttled":
+            worker.loop(since, THROTTLE_PERIOD_S, throttle_lines(worker))
+        else:
+            worker.end_loops(since)
+
+    def _say(self, job: Job, at: float, source: str, text: str) -> None:
+        """Write a line to the log of the job's worker (slot 0), if it has one."""
+        if job.crew and job.crew[0].started_at <= at:
+            job.crew[0].say(at, source, text)
+
+    def _stop(self, worker: Worker, at: float, reason: str) -> None:
+        """The worker stops now."""
+        worker.cut(at)
+        self._stop_at(worker, at, reason)
+
+    @staticmethod
+    def _stop_at(worker: Worker, at: float, reason: str) -> None:
+        worker.stopped_at, worker.stop_reason = at, reason
+        worker.end_loops(at)
+        worker.say(at, "system", f"worker stopped ({reason})")
+
+    def _discard(self, worker: Worker) -> None:
+        """Forget a worker that never started."""
+        endpoint = self.endpoints.get(worker.endpoint_id)
+        if endpoint is not None:
+            endpoint.workers.pop(worker.id, None)
+        self.workers.pop((worker.endpoint_id, worker.id), None)
+
+    def _lose_worker(self, job: Job, at: float) -> None:
+        """The worker that had the job dies (the job goes back to the queue)."""
+        if job.crew:
+            worker = job.crew.pop(0)
+            if worker.started_at > at:
+                self._discard(worker)
+            else:
+                worker.cut(at)
+                killed = "container exited with code 137 (killed: out of memory)"
+                worker.say(at, "system", f"{killed}; job {job.id} requeued")
+                self._stop_at(worker, at, "died")
+        job.generation += 1
+
+    def set_standing(self, endpoint: Endpoint, counts: Mapping[str, int]) -> None:
+        """Set an endpoint's standing workers (a test's), `counts` by state."""
+        now = self.clock.now()
+        endpoint.standing.update({k: int(v) for k, v in counts.items()})
+        kept: list[Worker] = []
+        for state, n in endpoint.standing.items():
+            mine = [w for w in endpoint.standing_workers if w.status == state]
+            for i in range(max(0, int(n))):
+                if i < len(mine):
+                    kept.append(mine[i])
+                    continue
+                worker = self._new_worker(endpoint, f"{endpoint.id}-{state}-{i}", None, state, now)
+                for ts, source, text in startup_lines(worker, now):
+                    worker.say(ts, source, text)
+                self._loop_for(worker, state, now)
+                kept.append(worker)
+        for worker in endpoint.standing_workers:
+            if worker not in kept:
+                self._stop(worker, now, "scaled down")
+        endpoint.standing_workers = kept
+
+    def worker(self, endpoint: Endpoint, worker_id: str) -> Worker:
+        """One of the endpoint's workers (a stopped one too: its log stays readable)."""
+        worker = endpoint.workers.get(worker_id)
+        if worker is None or worker.started_at > self.clock.now():
+            raise ApiError(404, f"worker {worker_id} not found")
+        return worker
+
+    def plant_log(self, target: str, lines: list[str], source: str = "container") -> Worker:
+        """Write `lines` to a worker's log now: `target` is a worker id, or a job id (its
+        worker: slot 0, else the one that took it last)."""
+        now = self.clock.now()
+        worker = None
+        job = self.jobs.get(target)
+        if job is not None:
+            if job.crew:
+                worker = job.crew[0]
+            elif job.taken_by is not None:
+                worker = job.endpoint.workers.get(job.taken_by)
+        else:
+            found = [w for (_, wid), w in self.workers.items() if wid == target]
+            worker = found[0] if len(found) == 1 else None
+        if worker is None:
+            raise ApiError(404, f"no worker for {target!r}")
+        for text in lines:
+            worker.say(max(now, worker.started_at), source, text)
+        return worker
 
     # ------------------------------------------------------------------ accounts
 
@@ -472,12 +800,21 @@ class World:
 
     def delete_endpoint(self, account: Account | None, endpoint_id: str) -> None:
         endpoint = self.endpoint(account, endpoint_id)
-        del self.endpoints[endpoint.id]
+        now = self.clock.now()
         for job in list(endpoint.active.values()):
             job.gone = True
-            job.workers = {}
+            for worker in job.crew + job.leaving:
+                if worker.started_at > now:
+                    self._discard(worker)
+                else:
+                    self._stop(worker, now, "endpoint deleted")
+            job.crew, job.leaving = [], []
             job.release_at = None
             job.version += 1  # drops its heap entries
+        for worker in endpoint.standing_workers:
+            self._stop(worker, now, "endpoint deleted")
+        endpoint.standing_workers = []
+        del self.endpoints[endpoint.id]
 
     def save_endpoint(self, account: Account, data: Mapping[str, Any]) -> Endpoint:
         """The saveEndpoint mutation: create, or update when `id` is given."""
@@ -629,6 +966,8 @@ class World:
         job.status, job.output, job.error = "IN_QUEUE", None, None
         job.anchor, job.cursor, job.finished_at = now, 0, None
         job.in_progress_since = None
+        self._release(job, now)  # a worker a terminal step kept; then a new one is hired
+        job.generation += 1
         job.requeues += 1
         job.endpoint.counts["retried"] += 1
         job.endpoint.active[job.id] = job
@@ -636,10 +975,11 @@ class World:
 
     def purge(self, endpoint: Endpoint) -> int:
         removed = 0
+        now = self.clock.now()
         for job in list(endpoint.active.values()):
             if not job.gone and job.status == "IN_QUEUE":
                 job.gone = True
-                job.workers, job.release_at = {}, None
+                self._release(job, now)
                 self._schedule(job)
                 removed += 1
         return removed
