@@ -541,7 +541,7 @@ class Simulator:
         if stream:
             self._stream(h, method, reply, fault)
         elif fault is not None and fault.kind == "gzip":
-            self._write(h, method, _gzipped(reply))
+            self._write(h, method, _gzipped(reply, method))
         else:
             self._write(h, method, reply)
 
@@ -1061,11 +1061,13 @@ def _batches(events: Iterable[bytes], size: int = STREAM_CHUNK) -> Iterator[byte
         yield b"".join(batch)
 
 
-def _gzipped(reply: Reply) -> Reply:
+def _gzipped(reply: Reply, method: str) -> Reply:
+    """The reply with its body gzip-encoded (its length then the encoded one's)."""
     status, headers, body = reply
-    if not body:
+    if not body or method == "HEAD":
         return reply
-    return status, {**headers, "Content-Encoding": "gzip"}, gzip.compress(body)
+    kept = {k: v for k, v in headers.items() if k.lower() != "content-length"}
+    return status, {**kept, "Content-Encoding": "gzip"}, gzip.compress(body)
 
 
 def _garble(reply: Reply, fault: Fault) -> Reply:
