@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from flashfsm.adapters.simulator import Scenario, SimClock, Simulator, Step, builtin_scenarios
+from flashfsm.adapters.simulator.serve import parse_fault
 from flashfsm.adapters.simulator.workers import DEFAULT_STARTUP_S
 
 KEY = "sim-workers-key-1"
@@ -529,3 +530,13 @@ def test_an_endpoint_saved_through_graphql_keeps_its_idle_timeout(sim, http):
     assert worker["gpuTypeId"] == "NVIDIA A100 80GB PCIe"
     at(sim, 90 + 42)
     assert listed(http, endpoint)["workers"] == []
+
+
+def test_the_command_line_schedules_the_log_faults():
+    flood = parse_fault("worker_logs=flood,size_bytes=1048576,gzip=1,times=always")
+    assert (flood.kind, flood.size_bytes, flood.gzip, flood.times) == ("flood", 1048576, True, None)
+    trickle = parse_fault("worker_logs=trickle,delay_s=120")
+    assert (trickle.kind, trickle.delay_s, trickle.gzip) == ("trickle", 120.0, False)
+    assert parse_fault("status=gzip").kind == "gzip"
+    with pytest.raises(ValueError, match="worker_logs"):
+        parse_fault("status=flood")

@@ -9,7 +9,8 @@
 The asyncio `Supervisor` takes the sim clock's `async_sleep`:
 `Supervisor(store, client, clock=sim.clock.now, sleep=sim.clock.async_sleep)`.
 
-See `server.py` for the routes, `scenarios.py` for the scripted job lives, `faults.py`
+See `server.py` for the routes, `scenarios.py` for the scripted job lives, `workers.py`
+for the workers that run them (RunPod's worker list and each worker's log), `faults.py`
 for fault injection and `hub.py` for the fake Hub. `flashfsm simulator` (or its delegate
 `python -m flashfsm.adapters.simulator`; both are `serve.py`) runs one for another
 process, printing the `export` lines that point it there.

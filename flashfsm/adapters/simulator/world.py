@@ -181,6 +181,14 @@ class Endpoint:
     counts: Counter = field(default_factory=Counter)  # completed, failed, retried
     version: int = 0
     workers: dict[str, Worker] = field(default_factory=dict)  # every worker it had, by id
+    clock: SimClock | None = field(default=None, repr=False)  # its world's (views' default now)
+
+    def _now(self, now: float | None) -> float:
+        if now is not None:
+            return now
+        if self.clock is None:
+            raise ValueError("an endpoint without a clock needs `now`")
+        return self.clock.now()
 
     @property
     def workers_max(self) -> int:
@@ -249,19 +257,23 @@ class Endpoint:
             out += job.leaving
         return out
 
-    def worker_counts(self, now: float) -> dict[str, int]:
-        """The workers listed at `now`, counted by state (`/health`'s `workers`)."""
+    def worker_counts(self, now: float | None = None) -> dict[str, int]:
+        """The workers listed at `now` (default: the clock's now), counted by state
+        (`/health`'s `workers`)."""
+        now = self._now(now)
         counts = dict.fromkeys(WORKER_STATES, 0)
         for worker in self.live_workers():
             if worker.listed(now):
                 counts[worker.status] = counts.get(worker.status, 0) + 1
         return counts
 
-    def listing(self, now: float) -> dict[str, Any]:
-        """`GET /v2/serverless/{id}/workers`: the workers listed at `now`."""
-        return listing(self.live_workers(), now, self.version)
+    def listing(self, now: float | None = None) -> dict[str, Any]:
+        """`GET /v2/serverless/{id}/workers`: the workers listed at `now` (default: the
+        clock's now)."""
+        return listing(self.live_workers(), self._now(now), self.version)
 
-    def health(self, now: float) -> dict[str, Any]:
+    def health(self, now: float | None = None) -> dict[str, Any]:
+        """`/health`: job counts, and the workers listed at `now` (default: the clock's)."""
         queued = sum(1 for j in self.active.values() if not j.gone and j.status == "IN_QUEUE")
         running = sum(1 for j in self.active.values() if not j.gone and j.status == "IN_PROGRESS")
         return {
@@ -788,6 +800,7 @@ class World:
             volume_ids=list(volume_ids or []),
             scenario=scenario,
             hf_repo=hf_repo,
+            clock=self.clock,
         )
         self.endpoints[endpoint.id] = endpoint
         return endpoint
