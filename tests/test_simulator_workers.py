@@ -540,3 +540,20 @@ def test_the_command_line_schedules_the_log_faults():
     assert parse_fault("status=gzip").kind == "gzip"
     with pytest.raises(ValueError, match="worker_logs"):
         parse_fault("status=flood")
+
+
+@pytest.mark.parametrize("kind", ["malformed", "non_object", "missing_keys"])
+def test_garbling_faults_spoil_the_log_stream(sim, http, kind):
+    endpoint, worker = _stream_worker(sim, http)
+    sim.add_fault("worker_logs", kind, **({"keys": ("line",)} if kind == "missing_keys" else {}))
+    text = http.get(f"/v2/serverless/{endpoint}/workers/{worker}/logs", params={"tail": 3}).text
+    blocks = text.split("\n\n")
+    if kind == "malformed":  # three good events, then half of one
+        assert len(events("\n\n".join(blocks[:3]) + "\n\n")) == 3 and not text.endswith("\n\n")
+        assert blocks[-1].endswith('"line": "trunc')
+    elif kind == "non_object":
+        assert blocks[-2] == 'data: ["unexpected", "list"]'
+    else:
+        datas = [json.loads(b.split("\ndata: ")[1]) for b in blocks[:-1]]
+        assert len(datas) == 3 and all(set(d) == {"source", "ts"} for d in datas)
+    assert len(log(http, endpoint, worker, tail=3)) == 3  # once: then the stream is whole

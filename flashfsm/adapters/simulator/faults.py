@@ -20,8 +20,10 @@ Kinds, and whether the request takes effect before the fault:
   JSON object.
 - `gzip`: handle it, answer with the body gzip-encoded (`Content-Encoding: gzip`).
 
-Two kinds only for the worker-log stream (`worker_logs`), to prove a reader bounded in
-bytes and in time:
+On the worker-log stream (`worker_logs`) `malformed` ends the stream in half an event
+whose data is not JSON, `non_object` adds an event whose data is a JSON list, and
+`missing_keys` drops `keys` (default: every key) from each event's data. Two kinds are
+only for that stream, to prove a reader bounded in bytes and in time:
 
 - `flood`: the log's lines, then filler lines, `size_bytes` in all (default 50 MiB) in one
   answer, made as they are sent (never held whole); `gzip=True` encodes it (a few hundred

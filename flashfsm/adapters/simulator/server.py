@@ -582,6 +582,8 @@ class Simulator:
         leaves or the simulator stops; `gzip=True` (or a `gzip` fault) encodes it all."""
         status, headers, body = reply
         kind = fault.kind if fault is not None else None
+        if fault is not None and kind in ("malformed", "non_object", "missing_keys"):
+            body = _garble_events(body, fault)
         events: Iterable[bytes]
         if kind == "trickle":
             events = itertools.chain(_split_events(body), live_events(self.clock.now))
@@ -1041,10 +1043,14 @@ def _startup(value: float | None) -> float | None:
 
 
 def _split_events(body: bytes) -> Iterator[bytes]:
-    """The SSE events of a body, one at a time (each with its blank line)."""
-    for part in body.split(b"\n\n"):
+    """The SSE events of a body, one at a time (each with its blank line; a last part
+    without one, half an event, as it is)."""
+    *whole, rest = body.split(b"\n\n")
+    for part in whole:
         if part:
             yield part + b"\n\n"
+    if rest:
+        yield rest
 
 
 def _batches(events: Iterable[bytes], size: int = STREAM_CHUNK) -> Iterator[bytes]:
@@ -1059,6 +1065,24 @@ def _batches(events: Iterable[bytes], size: int = STREAM_CHUNK) -> Iterator[byte
             batch, held = [], 0
     if batch:
         yield b"".join(batch)
+
+
+def _garble_events(body: bytes, fault: Fault) -> bytes:
+    """A log stream spoilt as a fault says: `malformed` ends in half an event whose data is
+    not JSON, `non_object` sends data that is a JSON list, `missing_keys` drops `keys`
+    (default: every key) from each event's data."""
+    if fault.kind == "malformed":
+        return body + b'id: x\ndata: {"source": "container", "line": "trunc'
+    if fault.kind == "non_object":
+        return body + b'data: ["unexpected", "list"]\n\n'
+    out = []
+    for event in _split_events(body):
+        head, _, data = event.rstrip(b"\n").partition(b"\ndata: ")
+        value = json.loads(data)
+        drop = set(value) if fault.keys is None else set(fault.keys)
+        kept = {k: v for k, v in value.items() if k not in drop}
+        out.append(head + b"\ndata: " + json.dumps(kept).encode() + b"\n\n")
+    return b"".join(out)
 
 
 def _gzipped(reply: Reply, method: str) -> Reply:
