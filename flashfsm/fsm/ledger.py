@@ -1,54 +1,73 @@
 """The waste ledger: where an attempt's time and money went, cause by cause.
 
 Theory of operation. An attempt is the time from its start (a run's `AttemptStarted`; a bare
-job log's first event) to the end of its billing. The ledger cuts that time into `Piece`s,
-each with exactly one `Cause`, so every second of an attempt is accounted for once:
+job log's first event) to the end of its billing. Its bill is the platform's: each worker
+that held the job is billed from when the platform started it to when it stopped
+(`flashfsm.fsm.billing` says how both are read from the records), and the attempt's billed
+time is the union of its workers' billed intervals. The ledger cuts the attempt's time into
+`Piece`s, each with exactly one `Cause`, so every second is accounted for once:
 
 - `deploy` (unbilled): a run's attempt deploying its endpoint and submitting its job;
-- `queue` (unbilled): the job waiting for capacity (`QUEUED`, `THROTTLED`, `UNHEALTHY`);
-- `cold_start`: a worker has the job and no training heartbeat has come yet (`SETUP`);
-- `training`: the job trains (`TRAINING`): the useful part;
+- `queue` (unbilled): the job waiting for a worker (`QUEUED`, `THROTTLED`, `UNHEALTHY`);
+- `cold_start`: a worker billed before its first training heartbeat: from its start to
+  the pickup, then until training shows (after a requeue, the new worker's boot too);
+- `training`: the job trains (`TRAINING`, a training heartbeat from this worker seen);
 - `stall`: in an attempt judged `STALLED`, the billed time from its last progress to the
-  verdict;
-- `preempted`: in an attempt judged `PREEMPTED` or `LOST`, all its billed time: it is
-  thrown away;
+  verdict, and on while the worker still held the job after it;
+- `preempted`: in an attempt judged `PREEMPTED` or `LOST`, all its billed time before the
+  worker let go of the job;
 - `failed`: in an attempt that ended on any other failure (the job's own code, poll
-  errors, a refused key, a cancel), all its billed time;
-- `idle`: after the verdict, the worker still billed until it was released and its idle
-  timeout passed, or its endpoint was deleted.
+  errors, a refused key, a cancel), the same;
+- `idle`: after the worker let go of the job (a terminal status, a cancel): billed for the
+  endpoint's idle timeout, unless torn down first, and unbilled after, until the verdict.
 
-The phases come from the job fold (`flashfsm.fsm.job.evolve`), progress from the rules'
-progress timer, and which phases cost money, for how long after the verdict and at what
-rate from the billing model (`flashfsm.fsm.billing.MODEL`). A price comes from the run's
-candidates (`RunStarted.candidates[AttemptStarted.candidate].price_per_hour`) or the
-caller; without one the ledger still counts seconds and says the money is unknown (None).
-Nothing here does I/O or reads a clock: a run's job streams come from the caller's `load`.
+A verdict that came while RunPod still ran the job (its last status not terminal: a stall,
+a poll error) with no cancel, teardown or reap recorded leaves the bill *open*: the worker
+is billed on up to `as_of` (the caller's "now": by default the newest event it passed), and
+the attempt says since when (`open_since`) and at what rate. A sweeper's reap of the
+endpoint (`reaps`: endpoint id to the time of its `EndpointReaped`) ends such a bill.
+
+A what-if's verdict (`outcome`) changes the causes and when the run reacted (the caller
+shifts the run's cancel and teardown with it), never what the platform did: the workers and
+the release are read from the whole log, so a job nobody cancels bills on past an earlier
+verdict exactly as it did. Prices come from the run's candidates
+(`RunStarted.candidates[AttemptStarted.candidate].price_per_hour`) or the caller; without
+one the ledger still counts seconds and says the money is unknown (None). Nothing here does
+I/O or reads a clock: job streams come from the caller's `load`, "now" from its `as_of`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from itertools import pairwise
 
 from flashfsm.events.failures import FailureKind
 from flashfsm.events.models import (
+    SWEEPER_EVENTS,
     AttemptEnded,
     AttemptStarted,
     Concluded,
     EndpointDeleted,
+    EndpointDeployed,
+    EndpointReaped,
     Event,
+    HeartbeatObserved,
     JobCancelled,
     JobSubmitted,
     RunStarted,
+    StatusFetchFailed,
     StatusObserved,
+    WorkerObserved,
 )
-from flashfsm.fsm.billing import MODEL, BillingModel
+from flashfsm.fsm.billing import MODEL, BillingModel, IdleTimeout
 from flashfsm.fsm.job import evolve
-from flashfsm.fsm.rules import PROGRESS_TIMER
-from flashfsm.fsm.run import replay_run
+from flashfsm.fsm.rules import PROGRESS_TIMER, is_training_stage
+from flashfsm.fsm.run import Attempt, replay_run
 from flashfsm.fsm.state import SEQ, JobState
-from flashfsm.fsm.table import JobPhase
+from flashfsm.fsm.table import RUNNING, WAITING, JobPhase
 
 
 class Cause(StrEnum):
@@ -71,15 +90,19 @@ WASTE_CAUSES: frozenset[Cause] = frozenset({Cause.STALL, Cause.PREEMPTED, Cause.
 #: What each cause means, as the docs and the CLI say it.
 CAUSE_MEANING: dict[Cause, str] = {
     Cause.DEPLOY: "deploying the endpoint and submitting the job (unbilled)",
-    Cause.QUEUE: "waiting for capacity: IN_QUEUE, throttled, unhealthy (unbilled)",
-    Cause.COLD_START: "a worker has the job, no training heartbeat yet",
+    Cause.QUEUE: "waiting for a worker: IN_QUEUE, throttled, unhealthy (unbilled)",
+    Cause.COLD_START: "a worker billed from its start, no training heartbeat from it yet",
     Cause.TRAINING: "training (useful)",
-    Cause.STALL: "a stalled attempt, from its last progress to the verdict",
+    Cause.STALL: "a stalled attempt, from its last progress until the worker let go",
     Cause.PREEMPTED: "a preempted or lost attempt's billed time, thrown away",
     Cause.FAILED: "billed time of an attempt that failed otherwise, thrown away",
-    Cause.IDLE: "the worker billed after the verdict, until release and idle timeout",
+    Cause.IDLE: "after the worker let go of the job: its idle timeout (billed)",
 }
-_WAITING = frozenset(p.value for p in (JobPhase.QUEUED, JobPhase.THROTTLED, JobPhase.UNHEALTHY))
+_WAITING = frozenset(p.value for p in WAITING)
+_RUNNING = frozenset(p.value for p in RUNNING)
+_SETUP, _TRAINING = JobPhase.SETUP.value, JobPhase.TRAINING.value
+# What a stretch of the job's log shows a worker doing (the ledger's own reading of the fold).
+_WAIT, _BOOT, _TRAIN = "wait", "boot", "train"
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,8 +132,30 @@ class Outcome:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkerBill:
+    """One worker's bill: from its start to its stop (epoch seconds), and why each.
+
+    `start_source` is "platform" (the platform's record of the worker's start) or "pickup"
+    (no record: billed from the first status that showed a worker had the job);
+    `stop_reason` is one of `flashfsm.fsm.billing.STOP_REASONS`.
+    """
+
+    worker_id: str | None
+    picked_up_at: float
+    start: float
+    stop: float
+    start_source: str
+    stop_reason: str
+
+    @property
+    def seconds(self) -> float:
+        """How long the worker was billed."""
+        return self.stop - self.start
+
+
+@dataclass(frozen=True, slots=True)
 class AttemptLedger:
-    """One attempt's time, cut into pieces by cause, and its price."""
+    """One attempt's time, cut into pieces by cause, its workers' bills and its price."""
 
     attempt: int | None
     stream: str | None  # the attempt's job stream
@@ -122,6 +167,21 @@ class AttemptLedger:
     pieces: tuple[Piece, ...]
     outcome: Outcome | None  # None: the attempt has not ended
     model: BillingModel = MODEL
+    #: each worker that held the job, with its billed interval
+    workers: tuple[WorkerBill, ...] = ()
+    #: the union of the workers' billed intervals: the attempt's billed time
+    billed_intervals: tuple[tuple[float, float], ...] = ()
+    #: the endpoint's idle timeout the bill used, and where it came from
+    idle_timeout: IdleTimeout | None = None
+    #: when the worker let go of the job (a terminal status, a cancel), None: it did not
+    released_at: float | None = None
+    #: the bill is still open since then (the verdict, or the log's last event without
+    #: one): the worker holds the job and no cancel, teardown or reap is recorded; the
+    #: attempt is billed up to `end` (the caller's `as_of`)
+    open_since: float | None = None
+    #: the counterfactual cancel and teardown applied (a what-if), else the recorded ones
+    cancel_at: float | None = None
+    teardown_at: float | None = None
 
     def seconds(self, cause: Cause | None = None) -> float:
         """Seconds given to `cause` (every cause when None)."""
@@ -129,12 +189,14 @@ class AttemptLedger:
 
     @property
     def billed_s(self) -> float:
-        """Billed seconds."""
+        """Billed seconds: the length of the union of the workers' billed intervals."""
+        if self.billed_intervals:
+            return sum((end - start for start, end in self.billed_intervals), 0.0)
         return sum((p.seconds for p in self.pieces if p.billed), 0.0)
 
     @property
     def unbilled_s(self) -> float:
-        """Seconds of the attempt nobody paid for (deploy, queue)."""
+        """Seconds of the attempt nobody paid for (deploy, queue, after the idle timeout)."""
         return sum((p.seconds for p in self.pieces if not p.billed), 0.0)
 
     @property
@@ -168,15 +230,48 @@ class AttemptLedger:
             return "open"
         return o.state if o.ok or not o.rule else f"{o.state} ({o.rule})"
 
+    @property
+    def billing_open(self) -> bool:
+        """Whether the worker is still billing: no release, teardown or reap recorded."""
+        return self.open_since is not None
+
+    @property
+    def open_rate_per_hour(self) -> float | None:
+        """What the open bill accrues per hour (0 when the bill is closed; None: no price)."""
+        if not self.billing_open:
+            return 0.0
+        return self.price_per_hour
+
+    @property
+    def idle_timeout_s(self) -> float | None:
+        """The idle timeout the bill used (None: the attempt had no worker to bill)."""
+        return None if self.idle_timeout is None else self.idle_timeout.seconds
+
+    @property
+    def idle_timeout_source(self) -> str | None:
+        """Where the idle timeout came from: "recorded", "platform", "sdk-default", "assumed"."""
+        return None if self.idle_timeout is None else self.idle_timeout.source
+
+    @property
+    def started_at_pickup(self) -> bool:
+        """Whether a worker's bill starts at its pickup, no record of its start being there."""
+        return any(w.start_source == "pickup" for w in self.workers)
+
+    @property
+    def stopped_by(self) -> str | None:
+        """How the last worker's bill ended (`flashfsm.fsm.billing.STOP_REASONS`)."""
+        return self.workers[-1].stop_reason if self.workers else None
+
 
 @dataclass(frozen=True, slots=True)
 class Ledger:
-    """A job's or a run's attempts, each with its ledger."""
+    """A job's or a run's attempts, each with its ledger, billed up to `as_of`."""
 
     stream: str | None
     kind: str  # "job" or "run"
     attempts: tuple[AttemptLedger, ...]
     state: str | None = None  # the run's result or the job's verdict state (None: open)
+    as_of: float | None = None  # what an open bill is billed up to
 
     def seconds(self, cause: Cause | None = None) -> float:
         """Seconds given to `cause` over every attempt."""
@@ -224,22 +319,169 @@ class Ledger:
         """The attempts that ended in a failure."""
         return tuple(a for a in self.attempts if a.outcome is not None and not a.outcome.ok)
 
+    @property
+    def open_attempts(self) -> tuple[AttemptLedger, ...]:
+        """The attempts whose bill is still open (see `AttemptLedger.open_since`)."""
+        return tuple(a for a in self.attempts if a.billing_open)
+
+    @property
+    def open_rate_per_hour(self) -> float | None:
+        """What the open bills accrue per hour, together (None: one of them has no price)."""
+        return _sum_money(a.open_rate_per_hour for a in self.open_attempts)
+
 
 # --- one attempt --------------------------------------------------------------------------
 
 
 def money_text(money: float | None) -> str:
-    """Money as printed: `$1.27`, `$0.0042` under a cent, `price unknown` without a price."""
+    """Money as printed: `$1.27`, `$0.0042` under a cent, `-$0.25` spent more, `price
+    unknown` without a price."""
     if money is None:
         return "price unknown"
     if money == 0:
         return "$0"
-    return f"${money:.4f}" if abs(money) < 0.01 else f"${money:,.2f}"
+    sign = "-" if money < 0 else ""
+    money = abs(money)
+    return f"{sign}${money:.4f}" if money < 0.01 else f"{sign}${money:,.2f}"
 
 
 def outcome_of(verdict: Concluded) -> Outcome:
     """A job verdict as an `Outcome`."""
     return Outcome(verdict.at, verdict.state, verdict.ok, verdict.failure, verdict.rule)
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptContext:
+    """What the run (and the sweeper) recorded of one attempt's job, next to its log: where
+    its bill starts, how its run reacted to the verdict, the endpoint's idle timeout and
+    the price. A bare job log's context comes from its `JobSubmitted` (`job_context`)."""
+
+    attempt: int | None = None
+    gpu_class: str | None = None
+    provider: str = "runpod"
+    price_per_hour: float | None = None
+    endpoint_id: str | None = None
+    start: float | None = None  # AttemptStarted (None: the log's first event)
+    submitted_at: float | None = None  # JobQueued (None: the log's JobSubmitted)
+    ended: Outcome | None = None  # the run's AttemptEnded, for a log without a verdict
+    cancel_at: float | None = None  # JobCancelled (ok)
+    teardown_at: float | None = None  # EndpointDeleted (ok)
+    reap_at: float | None = None  # the sweeper's EndpointReaped
+    idle_timeout: IdleTimeout | None = None  # what the run's EndpointDeployed says
+
+    def shifted(self, verdict_at: float, by: float) -> AttemptContext:
+        """This context with the run's reactions to the verdict recorded at `verdict_at` (a
+        cancel, a teardown at or after it) moved by `by` seconds: the run answering another
+        verdict as it answered the recorded one. A sweeper's reap stays where it was (it
+        keeps its own clock, not the run's)."""
+        if by == 0:
+            return self
+
+        def moved(at: float | None) -> float | None:
+            return at if at is None or at < verdict_at else at + by
+
+        return replace(self, cancel_at=moved(self.cancel_at), teardown_at=moved(self.teardown_at))
+
+
+@dataclass(slots=True)
+class _Pickup:
+    at: float
+    requeued_at: float | None = None
+    record: WorkerObserved | None = None
+
+
+@dataclass(slots=True)
+class _Reading:
+    """What one pass over a job log found: the phases as the ledger reads them, the
+    workers' pickups, the release, the last progress, the platform's idle timeout."""
+
+    modes: list[tuple[float, str]] = field(default_factory=list)
+    pickups: list[_Pickup] = field(default_factory=list)
+    terminal_at: float | None = None
+    progress_at: float | None = None
+    platform_idle_s: float | None = None
+    submitted_at: float | None = None
+    gpu_class: str | None = None
+    first_at: float | None = None
+    last_at: float | None = None
+
+
+def _read(log: Sequence[Event], begin: float, cut: float | None, model: BillingModel) -> _Reading:
+    """One fold of the job log (up to any recorded verdict): see `_Reading`. Progress counts
+    only up to `cut` (the verdict); the platform's record (pickups, requeues, the release,
+    the workers) is read to the log's end."""
+    r = _Reading()
+    state = JobState()
+    last_at = begin
+    booting = False
+    mode: str | None = None
+    for event in log:
+        at = max(event.at, last_at)
+        if r.first_at is None:
+            r.first_at = at
+        if isinstance(event, JobSubmitted):
+            if r.gpu_class is None:
+                r.gpu_class = event.gpu_class
+            if r.submitted_at is None:
+                r.submitted_at = event.submitted_at if event.submitted_at is not None else at
+        before, key_before = state.state, state.hb_key
+        evolve(state, event)
+        after = state.state
+        if after in _RUNNING and before not in _RUNNING:  # a worker picked the job up
+            r.pickups.append(_Pickup(at))
+            booting = True
+        elif after in _WAITING and before in _RUNNING and r.pickups:  # requeued: it left
+            r.pickups[-1].requeued_at = at
+        trained = (before, after) == (_SETUP, _TRAINING) or (
+            isinstance(event, HeartbeatObserved)
+            and state.hb_key != key_before
+            and is_training_stage(event.stage)
+        )
+        if booting and after in _RUNNING and trained:
+            booting = False  # this worker's first training heartbeat
+        now_mode = _WAIT if after in _WAITING else (_BOOT if booting else _TRAIN)
+        if after not in _WAITING and after not in _RUNNING:
+            now_mode = mode or _WAIT
+        if now_mode != mode:
+            r.modes.append((max(at, begin), now_mode))
+            mode = now_mode
+        if isinstance(event, StatusObserved):
+            if event.status in model.released_statuses and r.terminal_at is None:
+                r.terminal_at = at
+        elif isinstance(event, StatusFetchFailed):
+            if event.http_status == 404 and r.terminal_at is None:
+                r.terminal_at = at  # the job no longer exists: nothing holds it (D4)
+        elif isinstance(event, WorkerObserved):
+            if event.idle_timeout_s is not None:
+                r.platform_idle_s = event.idle_timeout_s
+            if event.found and r.pickups and r.pickups[-1].record is None:
+                r.pickups[-1].record = event
+        timer = PROGRESS_TIMER.of(state)
+        if timer is not None and timer[SEQ] == event.seq and (cut is None or at <= cut):
+            r.progress_at = at
+        last_at = at
+    r.last_at = last_at if log else None
+    return r
+
+
+def _waste_cause(verdict: Outcome) -> Cause:
+    if verdict.failure == FailureKind.STALLED:
+        return Cause.STALL
+    if verdict.failure in (FailureKind.JOB_PREEMPTED, FailureKind.LOST):
+        return Cause.PREEMPTED
+    return Cause.FAILED
+
+
+def _union(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for start, end in sorted(spans):
+        if end <= start:
+            continue
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
 
 
 def attempt_ledger(
@@ -255,106 +497,134 @@ def attempt_ledger(
     gpu_class: str | None = None,
     provider: str = "runpod",
     model: BillingModel = MODEL,
+    reap_at: float | None = None,
+    idle_timeout: IdleTimeout | None = None,
+    submitted_at: float | None = None,
+    as_of: float | None = None,
 ) -> AttemptLedger:
     """One attempt's ledger from its job log.
 
-    `outcome` overrides the log's own verdict (a what-if's verdict: the log is then read up
-    to it); else the log's `Concluded`, else `ended` (a run's `AttemptEnded`, for an
-    attempt whose job log has no verdict). `start` (a run's `AttemptStarted`) before the
-    log's first event is deploy time. `cancel_at` is when the job was cancelled on RunPod
-    and `teardown_at` when its endpoint was deleted: they end the billing after the verdict.
+    `outcome` overrides the log's own verdict (a what-if's verdict: the causes are judged
+    at it, the platform's record is still read from the whole log); else the log's
+    `Concluded`, else `ended` (a run's `AttemptEnded`, for an attempt whose job log has no
+    verdict). `start` (a run's `AttemptStarted`) before the log's first event is deploy
+    time; `submitted_at` (a run's `JobQueued`, else the log's `JobSubmitted`) is the
+    earliest a worker's bill may start. `cancel_at` (the job cancelled on RunPod),
+    `teardown_at` (its endpoint deleted by the run) and `reap_at` (deleted by the sweeper)
+    end the bill; `idle_timeout` is what the run's deploy recorded (see
+    `BillingModel.idle_timeout`). An open bill is billed up to `as_of` (None: the log's
+    last event).
     """
-    first = events[0].at if events else None
-    begin = start if start is not None else (first if first is not None else 0.0)
-    state = JobState()
-    points: list[tuple[float, str]] = []  # (from when, phase)
-    progress_at: float | None = None
-    last_status: str | None = None
-    verdict: Outcome | None = outcome
-    last_at = begin
-    stream = events[0].stream if events else None
-    for event in events:
-        at = max(event.at, last_at)
-        if isinstance(event, Concluded):
-            if verdict is None:
-                verdict = outcome_of(event)
-            break
-        if outcome is not None and at > outcome.at:
-            break
-        if isinstance(event, JobSubmitted) and gpu_class is None:
-            gpu_class = event.gpu_class
-        before = state.state
-        evolve(state, event)
-        if not points:
-            points.append((max(at, begin), before))
-        if state.state != before:
-            points.append((at, state.state))
-        timer = PROGRESS_TIMER.of(state)
-        if timer is not None and timer[SEQ] == event.seq:
-            progress_at = at
-        if isinstance(event, StatusObserved):
-            last_status = event.status
-        last_at = at
+    events = list(events)
+    recorded = next((i for i, e in enumerate(events) if isinstance(e, Concluded)), len(events))
+    log = events[:recorded]
+    verdict = outcome
+    if verdict is None and recorded < len(events):
+        concluded = events[recorded]
+        assert isinstance(concluded, Concluded)
+        verdict = outcome_of(concluded)
     if verdict is None:
         verdict = ended
+    first = events[0].at if events else None
+    begin = start if start is not None else (first if first is not None else 0.0)
+    r = _read(log, begin, None if verdict is None else max(verdict.at, begin), model)
+    gpu_class = gpu_class if gpu_class is not None else r.gpu_class
+    last_at = r.last_at if r.last_at is not None else begin
     cut = max(verdict.at if verdict is not None else last_at, begin)
-    pieces: list[Piece] = []
-    if points and points[0][0] > begin:
-        pieces.append(Piece(Cause.DEPLOY, begin, points[0][0], False))
-    elif not points:
-        pieces.append(Piece(Cause.DEPLOY, begin, cut, False))
-    for i, (at, phase) in enumerate(points):
-        end = points[i + 1][0] if i + 1 < len(points) else cut
-        end = min(max(end, at), cut)
-        billed = model.billed(phase)
-        if phase == JobPhase.SETUP.value:
-            cause = Cause.COLD_START
-        elif billed or phase not in _WAITING:
-            cause = Cause.TRAINING
+    job_begin = max(r.first_at, begin) if r.first_at is not None else cut
+    submitted = submitted_at if submitted_at is not None else r.submitted_at
+    floor = max(begin, submitted if submitted is not None else job_begin)
+
+    # the worker let go of the job: a terminal status, a cancel; a lost job is gone
+    release = r.terminal_at
+    if cancel_at is not None:
+        release = cancel_at if release is None else min(release, cancel_at)
+    if verdict is not None and verdict.failure == FailureKind.LOST:
+        release = cut if release is None else min(release, cut)
+    timeout = model.idle_timeout(idle_timeout, r.platform_idle_s) if r.pickups else None
+    stop, reason = model.worker_stop(
+        release, timeout.seconds if timeout else 0.0, teardown_at, reap_at, cut
+    )
+    held = bool(r.pickups) and r.pickups[-1].requeued_at is None
+    open_since: float | None = None
+    if stop is None and held:
+        open_since = cut
+        stop = max(as_of if as_of is not None else last_at, cut)
+
+    workers: list[WorkerBill] = []
+    for p in r.pickups:
+        rec = p.record
+        w_start, source = model.worker_start(
+            None if rec is None else rec.started_at, p.at, min(floor, p.at)
+        )
+        if p.requeued_at is not None:
+            w_stop, why = p.requeued_at, "requeue"
+            if stop is not None and stop < w_stop:
+                w_stop, why = stop, reason
         else:
-            cause = Cause.QUEUE
-        pieces.append(Piece(cause, at, end, billed))
-    pieces = _judged(pieces, verdict, progress_at)
-    end_phase = points[-1][1] if points else None
-    if verdict is not None and end_phase is not None and model.billed(end_phase):
-        released = cut
-        if not (last_status in model.released_statuses or verdict.failure == FailureKind.LOST):
-            released = cancel_at if cancel_at is not None and cancel_at >= cut else cut
-        pieces.append(Piece(Cause.IDLE, cut, model.idle_end(cut, released, teardown_at), True))
-    pieces = _merged([p for p in pieces if p.end > p.start])
+            assert stop is not None
+            w_stop, why = stop, ("open" if open_since is not None else reason)
+        if w_stop > w_start:
+            worker_id = None if rec is None else rec.worker_id
+            workers.append(WorkerBill(worker_id, p.at, w_start, w_stop, source, why))
+    billed = _union((w.start, w.stop) for w in workers)
+
+    end = max([cut, *(e for _, e in billed)])
+    cuts = {begin, end, job_begin, cut}
+    cuts.update(t for t, _ in r.modes)
+    cuts.update(t for span in billed for t in span)
+    if release is not None:
+        cuts.add(release)
+    if r.progress_at is not None:
+        cuts.add(r.progress_at)
+    times = sorted(t for t in cuts if begin <= t <= end)
+    mode_at = [t for t, _ in r.modes]
+    since = r.progress_at if r.progress_at is not None else begin
+    waste = None if verdict is None or verdict.ok else _waste_cause(verdict)
+    spans = iter(billed)
+    span = next(spans, None)
+    pieces: list[Piece] = []
+    for a, b in pairwise(times):
+        while span is not None and span[1] <= a:
+            span = next(spans, None)
+        is_billed = span is not None and span[0] <= a < span[1]
+        i = bisect_right(mode_at, a) - 1
+        mode = r.modes[i][1] if i >= 0 else None
+        if not is_billed:
+            if mode is None or a < job_begin:
+                cause = Cause.DEPLOY
+            elif workers and release is not None and a >= release:
+                cause = Cause.IDLE  # the worker let go and stopped; the verdict is to come
+            else:
+                cause = Cause.QUEUE
+        elif release is not None and a >= release:
+            cause = Cause.IDLE
+        elif waste is not None and a >= cut:
+            cause = waste  # the worker still held the job after the verdict
+        else:
+            cause = Cause.TRAINING if mode == _TRAIN else Cause.COLD_START
+            if waste is not None and (waste != Cause.STALL or a >= since):
+                cause = waste
+        pieces.append(Piece(cause, a, b, is_billed))
     return AttemptLedger(
         attempt=attempt,
-        stream=stream,
+        stream=events[0].stream if events else None,
         gpu_class=gpu_class,
         provider=provider,
         price_per_hour=price_per_hour,
         start=begin,
-        end=max([begin, *(p.end for p in pieces)]),
-        pieces=tuple(pieces),
+        end=end,
+        pieces=tuple(_merged(pieces)),
         outcome=verdict,
         model=model,
+        workers=tuple(workers),
+        billed_intervals=tuple(billed),
+        idle_timeout=timeout,
+        released_at=release,
+        open_since=open_since,
+        cancel_at=cancel_at,
+        teardown_at=teardown_at,
     )
-
-
-def _judged(pieces: list[Piece], verdict: Outcome | None, progress_at: float | None) -> list[Piece]:
-    """The billed pieces given to the failure that ended the attempt."""
-    if verdict is None or verdict.ok:
-        return pieces
-    if verdict.failure == FailureKind.STALLED:
-        since = progress_at if progress_at is not None else pieces[0].start if pieces else 0.0
-        out: list[Piece] = []
-        for p in pieces:
-            if not p.billed or p.end <= since:
-                out.append(p)
-            elif p.start >= since:
-                out.append(Piece(Cause.STALL, p.start, p.end, True))
-            else:
-                out.append(Piece(p.cause, p.start, since, True))
-                out.append(Piece(Cause.STALL, since, p.end, True))
-        return out
-    lost = (FailureKind.JOB_PREEMPTED, FailureKind.LOST)
-    cause = Cause.PREEMPTED if verdict.failure in lost else Cause.FAILED
-    return [Piece(cause, p.start, p.end, True) if p.billed else p for p in pieces]
 
 
 def _merged(pieces: list[Piece]) -> list[Piece]:
@@ -368,47 +638,114 @@ def _merged(pieces: list[Piece]) -> list[Piece]:
     return out
 
 
+def attempt_bill(
+    events: Sequence[Event],
+    context: AttemptContext,
+    *,
+    outcome: Outcome | None = None,
+    as_of: float | None = None,
+    model: BillingModel = MODEL,
+) -> AttemptLedger:
+    """One attempt's ledger from its job log and what its run recorded of it (`context`):
+    the one function `cost` and `whatif` both price an attempt with."""
+    return attempt_ledger(
+        events,
+        price_per_hour=context.price_per_hour,
+        outcome=outcome,
+        start=context.start,
+        ended=context.ended,
+        cancel_at=context.cancel_at,
+        teardown_at=context.teardown_at,
+        attempt=context.attempt,
+        gpu_class=context.gpu_class,
+        provider=context.provider,
+        model=model,
+        reap_at=context.reap_at,
+        idle_timeout=context.idle_timeout,
+        submitted_at=context.submitted_at,
+        as_of=as_of,
+    )
+
+
 # --- a job, a run ---------------------------------------------------------------------------
 
 
-def job_ledger(
-    events: Sequence[Event], price_per_hour: float | None = None, *, model: BillingModel = MODEL
-) -> Ledger:
-    """A bare job log's ledger: one attempt, priced at `price_per_hour` (None: unknown)."""
-    events = list(events)
-    submitted = next((e for e in events if isinstance(e, JobSubmitted)), None)
-    a = attempt_ledger(
-        events,
-        price_per_hour=price_per_hour,
-        attempt=None if submitted is None else submitted.attempt,
-        model=model,
-    )
-    stream = events[0].stream if events else None
-    return Ledger(stream, "job", (a,), None if a.outcome is None else a.outcome.state)
+def reaps_of(events: Iterable[Event]) -> dict[str, float]:
+    """When the sweeper reaped each endpoint (its first `EndpointReaped`), from the events
+    of one or more sweeper streams."""
+    out: dict[str, float] = {}
+    for e in events:
+        if isinstance(e, EndpointReaped):
+            out[e.endpoint_id] = min(e.at, out.get(e.endpoint_id, e.at))
+    return out
 
 
-def run_ledger(
+def newest(*logs: Sequence[Event]) -> float | None:
+    """The time of the newest event of `logs` (None: they are empty): a store's "now"."""
+    return max((log[-1].at for log in logs if log), default=None)
+
+
+def job_context(
     events: Sequence[Event],
-    load: Callable[[str], Sequence[Event]],
+    price_per_hour: float | None = None,
+    reaps: Mapping[str, float] | None = None,
+) -> AttemptContext:
+    """A bare job log's context: its `JobSubmitted` (attempt, endpoint, submission), its
+    price, and the sweeper's reap of its endpoint."""
+    submitted = next((e for e in events if isinstance(e, JobSubmitted)), None)
+    if submitted is None:
+        return AttemptContext(price_per_hour=price_per_hour)
+    return AttemptContext(
+        attempt=submitted.attempt,
+        price_per_hour=price_per_hour,
+        endpoint_id=submitted.endpoint_id,
+        reap_at=(reaps or {}).get(submitted.endpoint_id),
+    )
+
+
+def job_ledger(
+    events: Sequence[Event],
+    price_per_hour: float | None = None,
     *,
     model: BillingModel = MODEL,
+    reaps: Mapping[str, float] | None = None,
+    as_of: float | None = None,
 ) -> Ledger:
-    """A run's ledger: each attempt's, its job log read with `load`, priced by its candidate."""
+    """A bare job log's ledger: one attempt, priced at `price_per_hour` (None: unknown), an
+    open bill billed up to `as_of` (None: the log's last event)."""
+    events = list(events)
+    a = attempt_bill(events, job_context(events, price_per_hour, reaps), as_of=as_of, model=model)
+    stream = events[0].stream if events else None
+    state = None if a.outcome is None else a.outcome.state
+    return Ledger(stream, "job", (a,), state, as_of if as_of is not None else newest(events))
+
+
+def run_contexts(
+    events: Sequence[Event],
+    reaps: Mapping[str, float] | None = None,
+    *,
+    model: BillingModel = MODEL,
+) -> list[tuple[Attempt, AttemptContext]]:
+    """Each attempt of a run's stream, with what the run (and the sweeper's `reaps`)
+    recorded of it: its start, submission, price, outcome, the cancel and teardown that
+    end its bill, and the idle timeout its deploy set."""
     events = list(events)
     run = replay_run(events)
     candidates = run.started.candidates if run.started is not None else ()
     cancels: dict[str, float] = {}
-    deletes: dict[str, list[float]] = {}
+    deletes: dict[str, float] = {}
+    deployed: dict[tuple[int, str], EndpointDeployed] = {}
     for e in events:
         if isinstance(e, JobCancelled) and e.ok:
             cancels.setdefault(e.job_id, e.at)
         elif isinstance(e, EndpointDeleted) and e.ok:
-            deletes.setdefault(e.endpoint_id, []).append(e.at)
-    attempts = []
+            deletes.setdefault(e.endpoint_id, e.at)
+        elif isinstance(e, EndpointDeployed):
+            deployed[e.attempt, e.endpoint_id] = e
+    out = []
     for a in run.attempts:
         s: AttemptStarted = a.started
         price = candidates[s.candidate].price_per_hour if s.candidate < len(candidates) else None
-        job = list(load(a.job_stream)) if a.job_stream else []
         ended: Outcome | None = None
         if a.ended is not None:
             e: AttemptEnded = a.ended
@@ -417,30 +754,61 @@ def run_ledger(
         elif run.result is not None:  # the run ended under the attempt (a cancel)
             r = run.result
             ended = Outcome(r.at, str(r.failure or "FAILED"), r.ok, r.failure, None)
-        elif not job:  # deploying or submitting still: up to the run's latest event
-            ended = None
-        teardown = deletes.get(a.endpoint_id or "", [])
-        attempts.append(
-            attempt_ledger(
-                job,
-                price_per_hour=price,
-                start=s.at,
-                ended=ended,
-                cancel_at=cancels.get(a.job_id or ""),
-                teardown_at=teardown[0] if teardown else None,
-                attempt=s.attempt,
-                gpu_class=s.gpu_class,
-                provider=s.provider,
-                model=model,
+        endpoint = a.endpoint_id or ""
+        deploy = deployed.get((s.attempt, endpoint))
+        out.append(
+            (
+                a,
+                AttemptContext(
+                    attempt=s.attempt,
+                    gpu_class=s.gpu_class,
+                    provider=s.provider,
+                    price_per_hour=price,
+                    endpoint_id=a.endpoint_id,
+                    start=s.at,
+                    submitted_at=a.submitted_at,
+                    ended=ended,
+                    cancel_at=cancels.get(a.job_id or ""),
+                    teardown_at=deletes.get(endpoint),
+                    reap_at=(reaps or {}).get(endpoint),
+                    idle_timeout=None
+                    if deploy is None
+                    else model.deployed_idle_timeout(deploy.idle_timeout_s),
+                ),
             )
-            if job or ended is not None
-            else _deploying(s, price, run.last_at, model)
         )
+    return out
+
+
+def run_ledger(
+    events: Sequence[Event],
+    load: Callable[[str], Sequence[Event]],
+    *,
+    model: BillingModel = MODEL,
+    reaps: Mapping[str, float] | None = None,
+    as_of: float | None = None,
+) -> Ledger:
+    """A run's ledger: each attempt's, its job log read with `load`, priced by its
+    candidate; the sweeper's `reaps` end the bills of the endpoints it reaped; an open bill
+    is billed up to `as_of` (None: the newest event of the run and its job logs)."""
+    events = list(events)
+    contexts = run_contexts(events, reaps, model=model)
+    jobs = {a.job_stream: list(load(a.job_stream)) for a, _ in contexts if a.job_stream}
+    if as_of is None:
+        as_of = newest(events, *jobs.values())
+    run = replay_run(events)
+    attempts = []
+    for a, ctx in contexts:
+        job = jobs.get(a.job_stream or "", [])
+        if job or ctx.ended is not None:
+            attempts.append(attempt_bill(job, ctx, as_of=as_of, model=model))
+        else:  # deploying or submitting still: up to the run's latest event
+            attempts.append(_deploying(a.started, ctx.price_per_hour, run.last_at, model))
     state = None
     if run.result is not None:
         state = "SUCCEEDED" if run.result.ok else str(run.result.failure or "FAILED")
     stream = events[0].stream if events else None
-    return Ledger(stream, "run", tuple(attempts), state)
+    return Ledger(stream, "run", tuple(attempts), state, as_of)
 
 
 def _deploying(
@@ -459,13 +827,83 @@ def ledger(
     price_per_hour: float | None = None,
     *,
     model: BillingModel = MODEL,
+    reaps: Mapping[str, float] | None = None,
+    as_of: float | None = None,
 ) -> Ledger:
     """The ledger of a run's stream (its job streams read with `load`) or of a job log
-    (priced at `price_per_hour`, None: unknown)."""
+    (priced at `price_per_hour`, None: unknown); the sweeper's `reaps` (endpoint id to
+    when it was reaped: `reaps_of`) end the bills of those endpoints, and an open bill is
+    billed up to `as_of` (None: the newest event read)."""
     events = list(events)
     if events and isinstance(events[0], RunStarted):
-        return run_ledger(events, load or (lambda stream: []), model=model)
-    return job_ledger(events, price_per_hour, model=model)
+        return run_ledger(
+            events, load or (lambda stream: []), model=model, reaps=reaps, as_of=as_of
+        )
+    return job_ledger(events, price_per_hour, model=model, reaps=reaps, as_of=as_of)
+
+
+# --- a store ----------------------------------------------------------------------------------
+
+
+def log_kind(events: Sequence[Event]) -> str:
+    """What kind of stream a log is: "run" (it starts with `RunStarted`), "sweeper" (only
+    the sweeper's events), else "job"."""
+    if events and isinstance(events[0], RunStarted):
+        return "run"
+    if events and all(isinstance(e, SWEEPER_EVENTS) for e in events):
+        return "sweeper"
+    return "job"
+
+
+def queued_jobs(logs: Mapping[str, Sequence[Event]]) -> dict[str, AttemptContext]:
+    """Each job stream a run of `logs` queued, with what its run recorded of it (the reaps
+    of every sweeper stream of `logs` included)."""
+    reaps = store_reaps(logs)
+    out: dict[str, AttemptContext] = {}
+    for events in logs.values():
+        if log_kind(events) != "run":
+            continue
+        for a, ctx in run_contexts(events, reaps):
+            if a.job_stream:
+                out[a.job_stream] = ctx
+    return out
+
+
+def store_reaps(logs: Mapping[str, Sequence[Event]]) -> dict[str, float]:
+    """The reaps recorded by every sweeper stream of `logs` (`reaps_of`)."""
+    return reaps_of(e for events in logs.values() if log_kind(events) == "sweeper" for e in events)
+
+
+def store_ledgers(
+    logs: Mapping[str, Sequence[Event]],
+    price_per_hour: float | None = None,
+    *,
+    as_of: float | None = None,
+    model: BillingModel = MODEL,
+) -> list[Ledger]:
+    """The ledger of every run of a store's `logs` (stream name to events), and of every job
+    no run queued (priced at `price_per_hour`), each named by its stream: the sweeper
+    streams' reaps end the bills of the endpoints they reaped, and open bills are billed up
+    to `as_of` (None: the store's newest event)."""
+    if as_of is None:
+        as_of = newest(*logs.values())
+    reaps = store_reaps(logs)
+    queued = set()
+    for events in logs.values():
+        if log_kind(events) == "run":
+            queued.update(a.job_stream for a in replay_run(events).attempts if a.job_stream)
+    out = []
+
+    def load(stream: str) -> Sequence[Event]:
+        return logs.get(stream, [])
+
+    for name, events in logs.items():
+        kind = log_kind(events)
+        if kind == "sweeper" or (kind == "job" and name in queued):
+            continue
+        led = ledger(events, load, price_per_hour, model=model, reaps=reaps, as_of=as_of)
+        out.append(replace(led, stream=name))
+    return out
 
 
 # --- totals ---------------------------------------------------------------------------------
