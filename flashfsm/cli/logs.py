@@ -36,7 +36,6 @@ from flashfsm.cli.common import (
     StoreOption,
     UsageErrors,
     attempt_json,
-    attempt_prices,
     console,
     emit_json,
     exit_for,
@@ -633,14 +632,12 @@ def whatif_command(
 
 
 def corpus_logs(logs: dict[str, list[Event]], price: float | None = None) -> list[ex.JobLog]:
-    """Every job log of `logs` as a corpus entry, priced by the run that queued it, else at
-    `price` (None: unknown)."""
-    prices = attempt_prices(logs)
-    return [
-        ex.JobLog(name, events, prices.get(name, price))
-        for name, events in logs.items()
-        if stream_kind(events) == "job"
-    ]
+    """Every job log of `logs` as a corpus entry, priced as `cost` prices it: in its run's
+    context (its candidate's price, the run's cancel and teardown, the deploy's idle
+    timeout), else at `price` (None: unknown); the sweeper's reaps and the store's newest
+    event apply as in `cost` (`flashfsm.fsm.explain.corpus`)."""
+    with UsageErrors():  # a corrupt run is one line, exit 1
+        return ex.corpus(logs, price)
 
 
 def _whatif_all(
@@ -691,6 +688,9 @@ def _whatif_all(
                         "delta_s": c.delta_s,
                         "money_before": c.money_before,
                         "money_after": c.money_after,
+                        "money_after_at_least": c.after == "undecided",
+                        "billed_before_s": c.billed_before_s,
+                        "billed_after_s": c.billed_after_s,
                         "saved": c.saved,
                         "wasted": c.wasted,
                     }
@@ -731,8 +731,8 @@ def _print_corpus(where: str, result: ex.CorpusWhatIf, m: dict[str, float]) -> N
     )
     priced = "" if result.priced else " (jobs without a price not counted)"
     say(
-        f"  money: {money_text(m['saved'])} not spent, {money_text(m['wasted'])} thrown "
-        f"away by the changed verdicts{priced}"
+        f"  money: saved {money_text(m['saved'])}, wasted {money_text(m['wasted'])} by the "
+        f"changed verdicts (signed: a saving below 0 is money spent more){priced}"
     )
     if not result.shifts:
         return

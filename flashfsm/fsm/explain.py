@@ -13,14 +13,15 @@ re-runs the recorded observations under another `GracePolicy`, asking `decide` b
 each observation — as `job.verify` does — whether the new policy would already have
 concluded. `what_if_corpus` runs that same replay over many logs and totals what changed:
 verdicts moved from one to another, time to verdict gained and lost, and the money the
-changed verdicts save or throw away (`flashfsm.fsm.ledger`). Nothing here reads a clock:
-the live view takes `now`.
+changed verdicts save or throw away, priced by the ledger exactly as `cost` prices the
+recorded attempt (`flashfsm.fsm.ledger.attempt_bill`, the run's reactions to the verdict
+moved with it). Nothing here reads a clock: the live view takes `now`.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,9 +30,10 @@ from flashfsm.events.models import (
     Event,
     JobSubmitted,
     WatchStarted,
+    WorkerLogObserved,
 )
 from flashfsm.events.policy import GracePolicy
-from flashfsm.fsm.commands import Conclude, Verdict
+from flashfsm.fsm.commands import Command, Conclude, ReadWorkerLog, Verdict
 from flashfsm.fsm.findings import (
     Finding,
     Measure,
@@ -44,7 +46,17 @@ from flashfsm.fsm.findings import (
     worker_evidence,
 )
 from flashfsm.fsm.job import decide_before, evolve, skip_read
-from flashfsm.fsm.ledger import AttemptLedger, Outcome, attempt_ledger
+from flashfsm.fsm.ledger import (
+    AttemptContext,
+    AttemptLedger,
+    Outcome,
+    attempt_bill,
+    job_context,
+    log_kind,
+    newest,
+    queued_jobs,
+    store_reaps,
+)
 from flashfsm.fsm.rules import PROGRESS_TIMER, RULE_NAMES, RULES_BY_NAME, TIMER_RULES, TIMERS
 from flashfsm.fsm.state import DEFAULT_POLICY, SEQ, SINCE, JobState
 from flashfsm.fsm.table import FAILURE_KIND
@@ -468,7 +480,7 @@ def what_if(events: Iterable[Event], **overrides: Any) -> WhatIf:
     found: tuple[Verdict, float, int, int] | None = None
     for event in log:
         if state.watch is not None and not isinstance(event, (WatchStarted, JobSubmitted)):
-            command = decide_before(state, event, event.at)
+            command = _concluding(state, event, event.at)
             if isinstance(command, Conclude):
                 assert prev is not None
                 v = command.verdict
@@ -485,7 +497,7 @@ def what_if(events: Iterable[Event], **overrides: Any) -> WhatIf:
         # judged before a fetch (the client deadline) — when that next fetch was due, which
         # is when the recorded verdict was made.
         at = prev.at if recorded is None else max(prev.at, recorded.at)
-        command = decide_before(state, None, at)
+        command = _concluding(state, None, at)
         if isinstance(command, Conclude):
             known = RULES_BY_NAME.get(command.verdict.rule)
             at = at if known is not None and known.before_fetch else prev.at
@@ -557,16 +569,45 @@ def what_if(events: Iterable[Event], **overrides: Any) -> WhatIf:
     )
 
 
+def _concluding(state: JobState, nxt: Event | None, at: float) -> Command:
+    """`decide_before`, with a verdict that waits for the worker's own log taken as made:
+    a watch with a worker reader reads that log before it records a failing verdict, and
+    the log is evidence, never a reason (the verdict is the same with or without it). When
+    the next recorded event is that read, the watch made it: the verdict comes after it."""
+    command = decide_before(state, nxt, at)
+    if isinstance(command, ReadWorkerLog) and not isinstance(nxt, WorkerLogObserved):
+        probe = state.copy()
+        probe.worker_log = WorkerLogObserved(
+            stream=state.stream or "", seq=0, id="what-if", at=at, read_error="not read"
+        )
+        return decide_before(probe, nxt, at)
+    return command
+
+
 # --- what-if over a corpus ------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class JobLog:
-    """One recorded job log of a corpus, and the hourly price of its worker (None: unknown)."""
+    """One recorded job log of a corpus, and the hourly price of its worker (None: unknown).
+
+    `context` is what its run (and the sweeper) recorded of it (`AttemptContext`; None: a
+    bare job log, priced at `price_per_hour`); `as_of` is what an open bill is billed up to
+    (None: the log's newest event). `corpus` builds these from a store's logs as `cost`
+    reads them, so a job's recorded money is what `cost` says of its attempt.
+    """
 
     stream: str
     events: Sequence[Event]
     price_per_hour: float | None = None
+    context: AttemptContext | None = None
+    as_of: float | None = None
+
+    def attempt_context(self) -> AttemptContext:
+        """The context the ledger prices this log in."""
+        if self.context is not None:
+            return self.context
+        return job_context(self.events, self.price_per_hour)
 
 
 @dataclass(frozen=True, slots=True)
@@ -581,23 +622,34 @@ class JobChange:
     ok_after: bool | None  # None: undecided
     delta_s: float | None  # new time to verdict minus recorded (negative: sooner); None: undecided
     money_before: float | None  # billed money of the recorded attempt (None: no price)
-    money_after: float | None  # of the attempt cut at the new verdict
+    money_after: float | None  # of the attempt judged at the new verdict (undecided: at least)
     waste_before: float | None
-    waste_after: float | None
+    waste_after: float | None  # None: no price, or undecided (the verdict is not known)
+    billed_before_s: float = 0.0
+    billed_after_s: float = 0.0
 
     @property
     def saved(self) -> float | None:
-        """Billed money the new verdict does not spend (None: no price)."""
+        """Billed money the new verdict does not spend, signed: negative when it spends more
+        (None: no price). A job the new policy leaves undecided spends at least what the
+        recorded verdict did, so it saves at most 0."""
         if self.money_before is None or self.money_after is None:
             return None
-        return max(0.0, self.money_before - self.money_after)
+        return _signed(self.money_before - self.money_after)
 
     @property
     def wasted(self) -> float | None:
-        """Billed money the new verdict throws away that the recorded one did not."""
+        """Billed money the new verdict throws away more than the recorded one, signed:
+        negative when it throws away less (None: no price, or undecided)."""
         if self.waste_before is None or self.waste_after is None:
             return None
-        return max(0.0, self.waste_after - self.waste_before)
+        return _signed(self.waste_after - self.waste_before)
+
+
+def _signed(money: float) -> float:
+    """A difference of two sums of money, rid of the float noise of adding the same
+    seconds in another order (a billionth of a dollar), so equal bills differ by 0."""
+    return round(money, 9) + 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -624,8 +676,8 @@ CORPUS_METRICS: dict[str, str] = {
     "undecided": "jobs whose observations end before the new policy decides",
     "gained_s": "time to verdict gained, summed (seconds)",
     "lost_s": "time to verdict lost, summed over the jobs that decide (seconds)",
-    "saved": "billed money the changed verdicts do not spend",
-    "wasted": "billed money the changed verdicts throw away",
+    "saved": "billed money the changed verdicts do not spend (negative: they spend more)",
+    "wasted": "billed money the changed verdicts throw away besides (negative: less)",
 }
 
 
@@ -668,29 +720,53 @@ def verdict_label(state: str, ok: bool, rule: str | None) -> str:
     return state if ok or not rule else f"{state} ({rule})"
 
 
-def _cut(events: Sequence[Event], seq: int | None) -> list[Event]:
-    return [e for e in events if seq is None or e.seq <= seq]
+def recorded_bill(log: JobLog) -> AttemptLedger:
+    """The recorded attempt's ledger: what `cost` says of it."""
+    as_of = log.as_of if log.as_of is not None else newest(log.events)
+    return attempt_bill(log.events, log.attempt_context(), as_of=as_of)
+
+
+def counterfactual_bill(log: JobLog, w: WhatIf) -> AttemptLedger | None:
+    """The attempt's ledger had the new policy's verdict been recorded (None: it reaches
+    none). The same ledger as `cost`'s: the platform did what the log records (a job nobody
+    cancels runs on past an earlier verdict); the run answers the new verdict as it
+    answered the recorded one (its cancel and teardown move with the verdict)."""
+    recorded = w.recorded
+    if w.verdict is None or w.at is None or recorded is None:
+        return None
+    v = w.verdict
+    outcome = Outcome(w.at, v.state.value, v.ok, FAILURE_KIND[v.state], v.rule)
+    context = log.attempt_context().shifted(recorded.at, w.at - recorded.at)
+    as_of = log.as_of if log.as_of is not None else newest(log.events)
+    events = [e for e in log.events if not isinstance(e, Concluded)]
+    return attempt_bill(events, context, outcome=outcome, as_of=as_of)
 
 
 def job_change(log: JobLog, w: WhatIf) -> JobChange | None:
-    """What a what-if changed for one recorded job (None: nothing, or no recorded verdict)."""
+    """What a what-if changed for one recorded job (None: nothing, or no recorded verdict).
+
+    Both bills are the ledger's (`recorded_bill`, `counterfactual_bill`). A job the new
+    policy leaves undecided when the observations end would still be watched then: its
+    verdict, and the run's answer to it, come no sooner than the recorded ones, so it spends
+    at least what was recorded — its money is counted as that (saving 0) and its waste as
+    unknown.
+    """
     recorded = w.recorded
     if recorded is None or w.outcome == "same":
         return None
-    events = [e for e in log.events if not isinstance(e, Concluded)]
-    before_ledger = attempt_ledger(log.events, price_per_hour=log.price_per_hour)
+    before_ledger = recorded_bill(log)
     before = verdict_label(recorded.state, recorded.ok, recorded.rule)
-    if w.verdict is None or w.at is None:
-        after_ledger: AttemptLedger = attempt_ledger(events, price_per_hour=log.price_per_hour)
+    after_ledger = counterfactual_bill(log, w)
+    if after_ledger is None or w.verdict is None or w.at is None:
         after, ok_after, delta = "undecided", None, None
+        money_after, waste_after = before_ledger.money(), None
+        billed_after = before_ledger.billed_s
     else:
         v = w.verdict
-        outcome = Outcome(w.at, v.state.value, v.ok, FAILURE_KIND[v.state], v.rule)
-        after_ledger = attempt_ledger(
-            _cut(events, w.after_seq), price_per_hour=log.price_per_hour, outcome=outcome
-        )
         after, ok_after = verdict_label(v.state.value, v.ok, v.rule), v.ok
         delta = w.at - recorded.at
+        money_after, waste_after = after_ledger.money(), after_ledger.waste_money
+        billed_after = after_ledger.billed_s
     return JobChange(
         stream=log.stream,
         outcome=w.outcome,
@@ -700,10 +776,35 @@ def job_change(log: JobLog, w: WhatIf) -> JobChange | None:
         ok_after=ok_after,
         delta_s=delta,
         money_before=before_ledger.money(),
-        money_after=after_ledger.money(),
+        money_after=money_after,
         waste_before=before_ledger.waste_money,
-        waste_after=after_ledger.waste_money,
+        waste_after=waste_after,
+        billed_before_s=before_ledger.billed_s,
+        billed_after_s=billed_after,
     )
+
+
+def corpus(
+    logs: Mapping[str, Sequence[Event]],
+    price_per_hour: float | None = None,
+    *,
+    as_of: float | None = None,
+) -> list[JobLog]:
+    """Every job log of a store's `logs` (stream name to events) as a corpus entry, with
+    what its run recorded of it (its price, the run's cancel and teardown, the deploy's
+    idle timeout) or, for a job no run queued, priced at `price_per_hour`; the sweeper
+    streams' reaps and `as_of` (None: the store's newest event) as `cost` applies them."""
+    if as_of is None:
+        as_of = newest(*logs.values())
+    queued = queued_jobs(logs)
+    reaps = store_reaps(logs)
+    out = []
+    for name, events in logs.items():
+        if log_kind(events) != "job":
+            continue
+        context = queued.get(name) or job_context(events, price_per_hour, reaps)
+        out.append(JobLog(name, events, context.price_per_hour, context, as_of))
+    return out
 
 
 #: How many example streams a verdict shift names.
