@@ -3,28 +3,35 @@
 Each run's attempts are priced by the run's candidates (`RunStarted`); a bare job log (one
 outside any run) by `--price`, else its money is unknown and only its seconds are shown.
 The whole store is every run plus every job no run queued (a run's job streams count once,
-through their run). The ledger itself is `flashfsm.fsm.ledger`; the billing model it
+through their run). The sweeper's streams (every sweeper stream of the store; next to a
+`.jsonl` file, the `sweeper*.jsonl` files of its directory) say which endpoints it reaped,
+which ends their bills; an open bill is billed up to the newest event read (the store's,
+for the whole store). The ledger itself is `flashfsm.fsm.ledger`; the billing model it
 applies is `flashfsm.fsm.billing`. Like every reader, this opens the store read-only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
+from flashfsm.adapters.jsonl import read_jsonl_file
 from flashfsm.adapters.urls import display_url
 from flashfsm.cli.common import (
     JsonOption,
+    Source,
     StoreLogs,
     StoreOption,
     UsageErrors,
-    attempt_prices,
     console,
     emit_json,
     fail,
+    is_file_source,
+    open_reader,
     open_source,
     parse_duration,
     read_all_streams,
@@ -42,8 +49,12 @@ from flashfsm.fsm.ledger import (
     Ledger,
     group,
     ledger,
+    log_kind,
     money_text,
+    newest,
+    reaps_of,
 )
+from flashfsm.fsm.ledger import store_ledgers as ledgers_of
 from flashfsm.fsm.run import replay_run
 from flashfsm.render import duration_text
 from flashfsm.views import stream_kind
@@ -113,6 +124,8 @@ def cost_command(
                     "name": MODEL.name,
                     "source": MODEL.source,
                     "idle_timeout_s": MODEL.idle_timeout_s,
+                    "assumed_idle_timeout_s": MODEL.idle_timeout_s,
+                    "sdk_default_idle_timeout_s": MODEL.sdk_default_idle_timeout_s,
                 },
                 "by": by,
                 "ledgers": [ledger_json(led) for led in ledgers],
@@ -136,32 +149,54 @@ def _named_ledger(name: str, store: str | None, price: float | None) -> Ledger:
     kind = stream_kind(src.events)
     if kind == "sweeper":
         raise fail(f"{src.name} is a sweeper stream: it has no attempts to cost")
+    jobs: dict[str, list[Event]] = {}
+
+    def load(stream: str) -> list[Event]:
+        if stream not in jobs:
+            jobs[stream] = src.load(stream)
+        return jobs[stream]
+
+    sweepers = sweeper_logs(name, src, store)
     with UsageErrors():
-        led = ledger(src.events, src.load, price)
-    return _named(led, src.name)
+        if kind == "run":
+            for a in replay_run(src.events).attempts:
+                if a.job_stream:
+                    load(a.job_stream)
+        as_of = newest(src.events, *jobs.values(), *sweepers)
+        reaps = reaps_of(e for events in sweepers for e in events)
+        led = ledger(src.events, load, price, reaps=reaps, as_of=as_of)
+    return Ledger(src.name, led.kind, led.attempts, led.state, led.as_of)
 
 
-def _named(led: Ledger, name: str) -> Ledger:
-    return Ledger(name, led.kind, led.attempts, led.state)
+def sweeper_logs(source: str, src: Source, store: str | None) -> list[list[Event]]:
+    """The sweeper streams next to a named SOURCE: its store's streams named `sweeper…`,
+    or the `sweeper*.jsonl` files of a `.jsonl` file's directory (their reaps end bills)."""
+    found: list[list[Event]] = []
+    with UsageErrors():
+        if is_file_source(source):
+            for path in sorted(Path(src.where).glob("sweeper*.jsonl")):
+                events = read_jsonl_file(path)
+                if events and log_kind(events) == "sweeper":
+                    found.append(events)
+            return found
+        opened = open_reader(store_url(store))
+        try:
+            for name in opened.streams():
+                if name.startswith("sweeper"):
+                    events = opened.read(name)
+                    if events and log_kind(events) == "sweeper":
+                        found.append(events)
+        finally:
+            opened.close()
+    return found
 
 
 def store_ledgers(logs: dict[str, list[Event]], price: float | None) -> list[Ledger]:
-    """The ledger of every run of `logs`, and of every job no run queued (at `price`)."""
-    prices = attempt_prices(logs)
-    out: list[Ledger] = []
-
-    def load(stream: str) -> Sequence[Event]:
-        return logs.get(stream, [])
-
-    for name, events in logs.items():
-        kind = stream_kind(events)
-        if kind == "sweeper" or (kind == "job" and name in prices):
-            continue
-        with UsageErrors():
-            if kind == "run":
-                replay_run(events)  # a corrupt run is one line, exit 1
-            out.append(_named(ledger(events, load, price), name))
-    return out
+    """The ledger of every run of `logs`, and of every job no run queued (at `price`): the
+    sweeper streams' reaps end bills, and open bills are billed up to the store's newest
+    event (`flashfsm.fsm.ledger.store_ledgers`)."""
+    with UsageErrors():  # a corrupt run is one line, exit 1
+        return ledgers_of(logs, price)
 
 
 # --- text ---------------------------------------------------------------------------------
@@ -181,14 +216,57 @@ def cause_parts(a: AttemptLedger, *, billed: bool) -> list[str]:
     return parts
 
 
+def utc_text(at: float) -> str:
+    """An epoch time as printed: `2023-11-14 22:42:20 UTC`."""
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def rate_text(rate: float | None) -> str:
+    """An hourly rate as printed: `$0.99/h` (`price unknown` without a price)."""
+    return "price unknown" if rate is None else f"${rate:g}/h"
+
+
+#: How the CLI names an idle timeout the deploy did not record, by its source.
+IDLE_TIMEOUT_TEXT = {
+    "platform": "the platform's",
+    "sdk-default": "runpod-flash's default then",
+    "assumed": "assumed, RunPod's default",
+}
+
+
+def assumption_parts(a: AttemptLedger) -> list[str]:
+    """What an attempt's bill rests on that flashfsm did not record: an idle timeout read
+    from the platform, defaulted or assumed; a worker billed from its pickup for want of a
+    record of its start."""
+    parts = []
+    if a.idle_timeout is not None and not a.idle_timeout.recorded:
+        t = a.idle_timeout
+        parts.append(f"idle timeout ({t.seconds:g} s, {IDLE_TIMEOUT_TEXT[t.source]})")
+    if a.started_at_pickup:
+        parts.append("worker start (billed from the pickup)")
+    return parts
+
+
+def open_text(a: AttemptLedger) -> str:
+    """An open bill in a line: since when, at what rate, counted up to when."""
+    assert a.open_since is not None
+    since = "its last event" if a.outcome is None else "the verdict"
+    return (
+        f"open bill: billing since {since} at {utc_text(a.open_since)} (nothing recorded "
+        f"stopped the worker) at {rate_text(a.price_per_hour)}, counted up to "
+        f"{utc_text(a.end)}"
+    )
+
+
 def ledger_line(led: Ledger) -> str:
     """A run or job in one line: its state, attempts, billed time, money and waste."""
     state = led.state or "open"
     money = money_text(led.money())
     waste = "" if led.waste_money is None else f", waste {money_text(led.waste_money)}"
+    still = ", still billing" if led.open_attempts else ""
     return (
         f"{led.stream}: {state}, {len(led.attempts)} attempt(s), billed "
-        f"{duration_text(led.billed_s)} {money}{waste}"
+        f"{duration_text(led.billed_s)} {money}{waste}{still}"
     )
 
 
@@ -210,6 +288,13 @@ def print_ledger(led: Ledger, *, attempts: bool) -> None:
         unbilled = cause_parts(a, billed=False)
         if unbilled:
             say(f"    unbilled: {', '.join(unbilled)}")
+        if a.billing_open:
+            say(f"    {open_text(a)}")
+        elif a.stopped_by == "reap":
+            say(f"    the sweeper's reap of its endpoint ended the bill at {utc_text(a.end)}")
+        assumed = assumption_parts(a)
+        if assumed:
+            say(f"    not recorded: {', '.join(assumed)}")
 
 
 def print_total(ledgers: list[Ledger], groups: list[Group], by: str) -> None:
@@ -222,6 +307,14 @@ def print_total(ledgers: list[Ledger], groups: list[Group], by: str) -> None:
         f"total: {len(ledgers)} stream(s), {attempts} attempt(s), billed "
         f"{duration_text(billed)} {money_text(money)}, waste {money_text(waste)}"
     )
+    still = [a for led in ledgers for a in led.open_attempts]
+    if still:
+        as_of = max(a.end for a in still)
+        rate = _sum([a.open_rate_per_hour for a in still])
+        say(
+            f"  still billing: {len(still)} open bill(s) at {rate_text(rate)}, counted up to "
+            f"{utc_text(as_of)}"
+        )
     table = Table(expand=False)
     table.add_column(by)
     table.add_column("attempts", justify="right")
@@ -284,6 +377,24 @@ def attempt_ledger_json(a: AttemptLedger) -> dict[str, Any]:
             {"cause": p.cause.value, "start": p.start, "end": p.end, "billed": p.billed}
             for p in a.pieces
         ],
+        "workers": [
+            {
+                "worker_id": w.worker_id,
+                "picked_up_at": w.picked_up_at,
+                "start": w.start,
+                "stop": w.stop,
+                "start_source": w.start_source,
+                "stop_reason": w.stop_reason,
+            }
+            for w in a.workers
+        ],
+        "billed_intervals": [list(span) for span in a.billed_intervals],
+        "idle_timeout_s": a.idle_timeout_s,
+        "idle_timeout_source": a.idle_timeout_source,
+        "released_at": a.released_at,
+        "stopped_by": a.stopped_by,
+        "open_since": a.open_since,
+        "open_rate_per_hour": a.open_rate_per_hour,
     }
 
 
@@ -299,6 +410,9 @@ def ledger_json(led: Ledger) -> dict[str, Any]:
         "money": led.money(),
         "waste_money": led.waste_money,
         "priced": led.priced,
+        "as_of": led.as_of,
+        "open_attempts": len(led.open_attempts),
+        "open_rate_per_hour": led.open_rate_per_hour,
         "attempts": [attempt_ledger_json(a) for a in led.attempts],
     }
 
@@ -313,6 +427,9 @@ def total_json(ledgers: list[Ledger]) -> dict[str, Any]:
         "waste_s": sum((led.waste_s for led in ledgers), 0.0),
         "money": _sum([led.money() for led in ledgers]),
         "waste_money": _sum([led.waste_money for led in ledgers]),
+        "as_of": max((led.as_of for led in ledgers if led.as_of is not None), default=None),
+        "open_attempts": sum(len(led.open_attempts) for led in ledgers),
+        "open_rate_per_hour": _sum([led.open_rate_per_hour for led in ledgers]),
     }
 
 
