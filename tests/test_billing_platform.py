@@ -30,6 +30,7 @@ from flashfsm.cli import EXIT_GATE, app
 from flashfsm.events.models import Concluded, Event
 from flashfsm.fsm import explain as ex
 from flashfsm.fsm.billing import MODEL, IdleTimeout
+from flashfsm.fsm.job import verify
 from flashfsm.fsm.ledger import (
     CAUSES,
     AttemptContext,
@@ -282,6 +283,7 @@ def test_each_scenario_is_billed_as_priced_by_hand(name: str) -> None:
     logs = s.logs()
     for stream, events in logs.items():  # the logs are the rules' own
         if stream.startswith("job-"):
+            assert verify(events).ok, (stream, verify(events))
             assert ex.what_if(events).outcome == "same", stream
     led = _ledger(name)
     assert len(led.attempts) == len(s.attempts)
