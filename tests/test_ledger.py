@@ -109,9 +109,25 @@ def test_a_bare_job_log_has_no_price_unless_given_one_and_idles_after_its_verdic
     priced = job_ledger(events, 2.0)
     [a] = priced.attempts
     check_partition(a)
-    # no endpoint teardown is recorded: the worker idles for the model's idle timeout
-    assert a.seconds(Cause.IDLE) == MODEL.idle_timeout_s
+    # no endpoint teardown is recorded: the worker idles for the idle timeout, which no record
+    # gives for a bare job log from before the watch read the platform's: RunPod's default
+    assert a.seconds(Cause.IDLE) == MODEL.idle_timeout_s == 5
+    assert a.idle_timeout_source == "assumed" and a.started_at_pickup
     assert priced.money() == pytest.approx((40 + 30 + MODEL.idle_timeout_s) * 2.0 / 3600)
+
+
+def test_a_bare_stalled_job_nobody_cancelled_is_an_open_bill_not_an_idle_timeout() -> None:
+    # The watch concluded STALLED while RunPod still ran the job (IN_PROGRESS) and nothing
+    # cancelled it: the worker bills on. The earlier model stopped the bill 5 s after the
+    # verdict (an idle timeout the worker never started); the bill is now open since the
+    # verdict and counted up to `as_of`.
+    events = load("job-stall-s0-a0")
+    [a] = job_ledger(events, 0.99).attempts
+    check_partition(a)
+    assert a.billing_open and a.open_since == a.outcome.at == events[-1].at
+    assert a.seconds(Cause.IDLE) == 0 and a.billed_s == 40 + 180 + 1510
+    [later] = job_ledger(events, 0.99, as_of=events[-1].at + 600).attempts
+    assert later.billed_s == a.billed_s + 600 and later.seconds(Cause.STALL) == 1510 + 600
 
 
 def test_totals_by_cause_gpu_and_rule_agree_with_the_ledgers() -> None:
