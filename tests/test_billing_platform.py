@@ -646,3 +646,13 @@ def test_every_billed_second_has_exactly_one_cause_and_delays_never_save(
     if earlier is not None:
         event(f"a shorter wait: {earlier.label}")
         check_bill(earlier, floor)
+
+
+def test_a_worker_start_a_microsecond_from_the_submission_is_the_submission() -> None:
+    # the platform's RFC 3339 start (to the µs) against the log's float times: no sliver of
+    # queue between the submission and a worker that started with it
+    assert MODEL.worker_start(T + 10.0000005, T + 30, T + 10) == (T + 10, "platform")
+    assert MODEL.worker_start(T + 29.9999996, T + 30, T + 10) == (T + 30, "platform")
+    assert MODEL.worker_start(T + 5, T + 30, T + 10) == (T + 10, "platform")  # someone else's
+    assert MODEL.worker_start(T + 40, T + 30, T + 10) == (T + 30, "platform")  # never after
+    assert MODEL.worker_start(None, T + 30, T + 10) == (T + 30, "pickup")

@@ -50,6 +50,10 @@ SDK_DEFAULT_IDLE_TIMEOUT_S = 60.0
 #: RunPod's documented default idle timeout ("default: 5 seconds"): assumed for a worker
 #: whose endpoint's idle timeout nothing recorded (a bare job log from an older watch).
 ASSUMED_IDLE_TIMEOUT_S = 5.0
+#: How close two times must be to be the same moment: the platform gives a worker's start
+#: in RFC 3339 to the microsecond, the log's times are floats; a start a few microseconds
+#: after the submission is the submission, not a sliver of queue.
+TIME_RESOLUTION_S = 1e-3
 #: Where an attempt's idle timeout came from, the most trusted first (see the module notes).
 IDLE_TIMEOUT_SOURCES: tuple[str, ...] = ("recorded", "platform", "sdk-default", "assumed")
 #: How a worker's bill can end: its job was requeued (the worker lost it), the endpoint was
@@ -118,7 +122,11 @@ class BillingModel:
         it), or, with none recorded, the pickup."""
         if started_at is None:
             return picked_up_at, "pickup"
-        return min(max(started_at, not_before), picked_up_at), "platform"
+        start = min(max(started_at, not_before), picked_up_at)
+        for bound in (not_before, picked_up_at):  # a time the platform rounded to the µs
+            if abs(start - bound) < TIME_RESOLUTION_S:
+                start = bound
+        return start, "platform"
 
     def worker_stop(
         self,
