@@ -29,6 +29,7 @@ says what it cost; the header says the total. The legend names the causes the st
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -52,6 +53,14 @@ from flashfsm.fsm.diagram import (
     text_width,
 )
 from flashfsm.fsm.explain import timeline
+from flashfsm.fsm.findings import (
+    EXPLAIN_LINE_CHARS,
+    WorkerLog,
+    WorkerSeen,
+    cut_line,
+    secs,
+    worker_evidence,
+)
 from flashfsm.fsm.ledger import (
     AttemptLedger,
     Cause,
@@ -91,6 +100,13 @@ VERDICT_OK = OUTCOME_OK
 VERDICT_FAILED = OUTCOME_FAILED  # job_failed: the job's own fault, not retried
 VERDICT_RETRIED = OUTCOME_RETRIED  # infra-shaped failures a run retries
 REAPED_COLOUR = "#5b4a8a"  # an endpoint the sweeper deleted
+WORKER_COLOUR = "#1f5fbf"  # the job's worker starting
+#: The worker's last log lines a picture holds: the verdict's tooltip in the SVG shows
+#: `TIP_LOG_LINES`; the HTML's lane row shows `HTML_LOG_SHOWN` and folds the earlier ones,
+#: up to `HTML_LOG_LINES` in all, each cut at `EXPLAIN_LINE_CHARS` (`flashfsm logs` has all).
+TIP_LOG_LINES = 8
+HTML_LOG_SHOWN = 12
+HTML_LOG_LINES = 40
 #: The colour of each billed cause on a lane's cost strip, in legend order.
 COST_STYLE: dict[Cause, str] = {
     Cause.COLD_START: "#7fa7d6",
@@ -117,7 +133,8 @@ class Mark:
 
     at: float
     label: str
-    kind: str  # "verdict", "open", "reattach", "error", "cancel", "reaped", "cleared", "running"
+    kind: str  # "verdict", "open", "reattach", "error", "cancel", "reaped", "cleared", "running",
+    # "worker" (the job's worker started: at its start, or at the lane's start when earlier)
     ok: bool | None = None
     failure: str | None = None
 
@@ -138,6 +155,8 @@ class Lane:
     detail: str = ""  # the verdict's detail as people read it (`detail_text`)
     cost: AttemptLedger | None = None  # the attempt's ledger (None: a sweeper's lane)
     cost_origin: float = 0.0  # epoch seconds of the lane's t+0 (the ledger's times are epoch)
+    worker: WorkerSeen | None = None  # the worker that took the job
+    worker_log: WorkerLog | None = None  # its last log lines, read before the verdict
 
     @property
     def end(self) -> float:
@@ -224,6 +243,8 @@ def job_lane(
     if submitted is not None:
         where = submitted.gpu_class or submitted.endpoint_name or submitted.endpoint_id
         subtitle = f"{where} · attempt {submitted.attempt}"
+    worker, worker_log = worker_evidence(events)
+    marks.extend(worker_marks(worker, spans, origin))
     return Lane(
         key=key,
         title=title or "job",
@@ -235,7 +256,46 @@ def job_lane(
         rule=None if verdict is None else verdict.rule,
         ok=None if verdict is None else verdict.ok,
         detail="" if verdict is None else detail_text(verdict.detail),
+        worker=worker,
+        worker_log=worker_log,
     )
+
+
+def inert(text: str) -> str:
+    """`text` with every character that is not printable (a control character, an escape
+    sequence's ESC, a NUL, a bidirectional override, a line break) written as its Python
+    escape: outside text drawn in a picture can neither reorder what is shown nor break
+    the document (XML has no NUL). Escape it for HTML (`esc`) after."""
+    if text.isprintable():
+        return text
+    return "".join(
+        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text
+    )
+
+
+def clock_text(epoch_s: float | None) -> str | None:
+    """An epoch time as UTC ("2023-11-14 22:13:05 UTC"); None when there is none (or it is
+    not a time a calendar holds)."""
+    if epoch_s is None:
+        return None
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch_s))
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def worker_marks(worker: WorkerSeen | None, spans: Sequence[Span], origin: float) -> list[Mark]:
+    """The mark of the job's worker starting, on its lane: at the worker's start, or at the
+    lane's start when the worker was up before it (a warm worker; the label says when)."""
+    if worker is None or not worker.found or worker.started_at is None:
+        return []
+    at = worker.started_at - origin
+    lane_start = min((s.start for s in spans), default=at)
+    label = f"worker {worker.worker_id or '?'} up"
+    if worker.since_submission is not None:
+        d = worker.since_submission
+        label += f" ({secs(abs(d))} s {'before' if d < 0 else 'after'} submission)"
+    return [Mark(max(at, lane_start), inert(label), "worker")]
 
 
 #: A detail line is tried as JSON from at most this many of its `{` and `[`.
@@ -346,10 +406,12 @@ def _attempt_lane(
     rule: str | None = None
     ok: bool | None = None
     detail = ""
+    worker, worker_log = worker_evidence(job)
     if job:
         job_spans_, job_marks = job_spans(job, origin)
         spans.extend(job_spans_)
         marks.extend(job_marks)
+        marks.extend(worker_marks(worker, spans, origin))
         concluded = next((e for e in job if isinstance(e, Concluded)), None)
         if concluded is not None:
             verdict, rule, ok = concluded.state, concluded.rule, concluded.ok
@@ -379,6 +441,8 @@ def _attempt_lane(
         rule=rule,
         ok=ok,
         detail=detail,
+        worker=worker,
+        worker_log=worker_log,
     )
 
 
@@ -841,9 +905,42 @@ def _lane_svg(lane: Lane, index: int, x: Callable[[float], float], left: float) 
     if lane.cost is not None:
         parts.append(_cost_svg(lane, x, bar_y + BAR_H + 2, lane.cost_origin))
     for mark in lane.marks:
-        parts.append(_mark_svg(mark, x(mark.at), y, bar_y))
+        if mark.kind == "worker":
+            parts.append(_worker_mark_svg(mark, lane, x, bar_y))
+        else:
+            tip = _log_tip(lane) if mark.kind == "verdict" else ""
+            parts.append(_mark_svg(mark, x(mark.at), y, bar_y, tip))
     parts.append("</g>")
     return "".join(parts)
+
+
+def _log_tip(lane: Lane) -> str:
+    """A verdict's tooltip: the worker's last log lines (`TIP_LOG_LINES`), escaped."""
+    log = lane.worker_log
+    if log is None:
+        return ""
+    lines = [inert(log.heading(TIP_LOG_LINES))]
+    lines += [inert(cut_line(line, EXPLAIN_LINE_CHARS)) for line in log.tail(TIP_LOG_LINES)]
+    return f"<title>{esc(chr(10).join(lines))}</title>"
+
+
+def _worker_mark_svg(mark: Mark, lane: Lane, x: Callable[[float], float], bar_y: float) -> str:
+    """The worker's start: a line across the bar with a dot above it, and its label above
+    the bar, bounded by the next verdict's line (the whole label in its tooltip)."""
+    xx = x(mark.at)
+    after = [x(m.at) for m in lane.marks if m.kind in ("verdict", "reaped") and x(m.at) > xx]
+    right = min([*(a - DIAMOND - 4 for a in after), WIDTH - MARGIN])
+    room = right - (xx + 5)
+    label = ""
+    if room >= text_width("worker …", SIZE["mark-label"]):
+        label = _label(mark.label, xx + 5, bar_y - 3, width=room, cls="mark-label",
+                       fill=WORKER_COLOUR)  # fmt: skip
+    return (
+        f'<g class="mark worker"><title>{esc(mark.label)}</title>'
+        f'<line x1="{xx:.1f}" y1="{bar_y - 4:.1f}" x2="{xx:.1f}" y2="{bar_y + BAR_H + 4:.1f}" '
+        f'stroke="{WORKER_COLOUR}" stroke-width="2"/>'
+        f'<circle cx="{xx:.1f}" cy="{bar_y - 4:.1f}" r="3" fill="{WORKER_COLOUR}"/>{label}</g>'
+    )
 
 
 def _cost_svg(lane: Lane, x: Callable[[float], float], top: float, origin: float) -> str:
@@ -879,7 +976,7 @@ def _cost_svg(lane: Lane, x: Callable[[float], float], top: float, origin: float
     return "".join(parts)
 
 
-def _mark_svg(mark: Mark, xx: float, y: float, bar_y: float) -> str:
+def _mark_svg(mark: Mark, xx: float, y: float, bar_y: float, tip: str = "") -> str:
     mid = bar_y + BAR_H / 2
     if mark.kind in MARK_OFFSET:
         lx = xx + MARK_OFFSET[mark.kind]
@@ -891,7 +988,7 @@ def _mark_svg(mark: Mark, xx: float, y: float, bar_y: float) -> str:
             mark.label, lx, mid + 4, width=room, cls="verdict-label", bold=True, fill=colour
         )
         return (
-            f'<g class="mark {mark.kind}"><line x1="{xx:.1f}" y1="{y + 4}" x2="{xx:.1f}" '
+            f'<g class="mark {mark.kind}">{tip}<line x1="{xx:.1f}" y1="{y + 4}" x2="{xx:.1f}" '
             f'y2="{y + LANE_H - 4}" stroke="{colour}" stroke-width="2"/>'
             f'<path d="M {xx:.1f} {mid - d:.1f} L {xx + d:.1f} {mid:.1f} L {xx:.1f} {mid + d:.1f} '
             f'L {xx - d:.1f} {mid:.1f} Z" fill="{colour}" stroke="#ffffff" stroke-width="1.5"/>'
@@ -1007,7 +1104,7 @@ def html(pic: Picture) -> str:
             f"<b>{esc(verdict)}</b></td><td><code>{esc(lane.rule or '')}</code></td>"
             f"<td>{esc(duration_text(lane.end - (lane.spans[0].start if lane.spans else 0)))}</td>"
             f'<td class="cost">{esc(cost_text(lane.cost) if lane.cost else "")}</td>'
-            f'<td class="detail">{_detail_html(lane.detail)}</td></tr>'
+            f'<td class="detail">{_detail_html(lane.detail)}{_worker_html(lane)}</td></tr>'
         )
     if pic.cost is not None:
         rows.append(
@@ -1031,6 +1128,11 @@ def html(pic: Picture) -> str:
             "td.where{white-space:normal;min-width:10em;max-width:22em}",
             ".detail-text{white-space:pre-wrap;overflow-wrap:anywhere;min-width:24em}",
             "summary{cursor:pointer;color:#555555}",
+            ".worker-log{margin-top:8px}",
+            ".worker-head{color:#333333;overflow-wrap:anywhere;min-width:24em}",
+            ".log-lines{white-space:pre-wrap;overflow-wrap:anywhere;min-width:24em;"
+            "font-family:ui-monospace,monospace;font-size:12px;background:#f6f8fa;"
+            "padding:4px 6px;margin-top:2px}",
             "</style></head><body>",
             svg(pic),
             "<table><thead><tr><th>lane</th><th>where</th><th>stream</th><th>verdict</th>"
@@ -1040,6 +1142,38 @@ def html(pic: Picture) -> str:
             "</body></html>",
         ]
     )
+
+
+def _worker_html(lane: Lane) -> str:
+    """Below a lane's verdict: the worker that took the job and its last log lines (the
+    last `HTML_LOG_SHOWN`, the earlier ones up to `HTML_LOG_LINES` folded), escaped."""
+    worker, log = lane.worker, lane.worker_log
+    if worker is None and log is None:
+        return ""
+    parts = ['<div class="worker-log">']
+    if worker is not None:
+        text = inert(worker.text(clock_text(worker.started_at)))
+        parts.append(f'<div class="worker-head"><b>worker:</b> {esc(text)}</div>')
+    if log is not None:
+        kept = log.tail(HTML_LOG_LINES)
+        shown, folded = kept[len(kept) - min(HTML_LOG_SHOWN, len(kept)) :], kept[:-HTML_LOG_SHOWN]
+        head = inert(log.heading(HTML_LOG_LINES))
+        parts.append(f'<div class="worker-head"><b>worker log:</b> {esc(head)}</div>')
+
+        def block(lines: Sequence[str]) -> str:
+            text = "\n".join(inert(cut_line(line, EXPLAIN_LINE_CHARS)) for line in lines)
+            return f'<div class="log-lines">{esc(text)}</div>'
+
+        if folded:
+            n = len(folded)
+            parts.append(
+                f"<details><summary>{n} earlier line{'s' if n != 1 else ''}</summary>"
+                f"{block(folded)}</details>"
+            )
+        if shown:
+            parts.append(block(shown))
+    parts.append("</div>")
+    return "".join(parts)
 
 
 def _failure_of(state: str | None) -> str | None:

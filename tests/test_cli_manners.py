@@ -370,7 +370,7 @@ CASES = [
         lambda p: p.good_store,
         stream=SWEEPER,
         store_error=False,
-        only=("why-not", "whatif", "cost"),
+        only=("why-not", "whatif", "cost", "logs"),
     ),
 ]
 
@@ -398,6 +398,7 @@ def command_line(command: str, case: Case, target: str, place: Place) -> list[st
             "watch": ["watch", target, "--store", place.good_store],
             "export": ["export", target, "--store", place.good_store, "--to", export_to],
             "import": ["import", target, "--store", import_into],
+            "logs": ["logs", target],
         }.get(command)
     if command == "sweep":
         return ["sweep", "--store", target] if case.store_error else None
@@ -414,6 +415,7 @@ def command_line(command: str, case: Case, target: str, place: Place) -> list[st
         "timeline": ["timeline", case.stream, "--out", out_svg],
         "watch": ["watch", case.stream],
         "export": ["export", case.stream, "--to", export_to],
+        "logs": ["logs", case.stream],
     }[command]
     return [*line, "--store", target]
 

@@ -393,6 +393,8 @@ READ_ONLY_COMMANDS = [
     ["timeline", JOB, "--out", "{out}/picture.svg"],
     ["watch", JOB, "--read-only"],
     ["export", JOB, "--to", "jsonl:///{out}/exported"],
+    ["logs", JOB],
+    ["logs", RUN, "--json"],
 ]
 
 

@@ -13,8 +13,8 @@ verdict (`replay`, `explain`, `watch`) exit with its code. Credentials (the RunP
 `sweep`) come only from the environment.
 
 The commands live by group: `logs` (replay, explain, why-not, whatif, timeline, watch), `cost`,
-`store` (ls, export, import, sweep), `fleet` (supervise, runs) and `tools` (demo,
-simulator, diagram); what they
+`workers` (logs: a job's worker log lines), `store` (ls, export, import, sweep), `fleet`
+(supervise, runs) and `tools` (demo, simulator, diagram); what they
 share is in `common`. This module builds the one `app` from them.
 """
 
@@ -26,7 +26,7 @@ from typing import Annotated
 import typer
 
 from flashfsm import sigint
-from flashfsm.cli import cost, fleet, logs, store, tools
+from flashfsm.cli import cost, fleet, logs, store, tools, workers
 from flashfsm.cli.common import (
     EXIT_CODE_TABLE,
     EXIT_CODES,
@@ -102,6 +102,7 @@ COMMANDS = (
     ("whatif", logs.whatif_command),
     ("cost", cost.cost_command),
     ("timeline", logs.timeline_command),
+    ("logs", workers.logs_command),
     ("watch", logs.watch_command),
     ("ls", store.ls_command),
     ("export", store.export_command),

@@ -887,7 +887,15 @@ def _notable(row: TimelineRow) -> bool:
     return (
         row.moved
         or bool(row.armed or row.cleared)
-        or row.kind in ("JobSubmitted", "WatchStarted", "Concluded", "StatusFetchFailed")
+        or row.kind
+        in (
+            "JobSubmitted",
+            "WatchStarted",
+            "Concluded",
+            "StatusFetchFailed",
+            "WorkerObserved",
+            "WorkerLogObserved",
+        )
         or (row.kind == "HeartbeatObserved" and row.progress)
         or (row.kind == "StatusObserved" and row.progress)
     )

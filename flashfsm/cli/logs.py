@@ -67,6 +67,13 @@ from flashfsm.cli.common import (
     view_json,
 )
 from flashfsm.cli.cost import cause_parts
+from flashfsm.cli.workers import (
+    JobWorker,
+    print_worker,
+    run_job_workers,
+    worker_json,
+    worker_log_json,
+)
 from flashfsm.events.codec import require_checksums
 from flashfsm.events.models import Event
 from flashfsm.events.policy import GracePolicy
@@ -289,9 +296,19 @@ def explain_command(
     stream, events = job_source(src, quiet=as_json)
     with UsageErrors():
         e = ex.explain(events)
+    # a run's failed attempts before the one explained: each one's worker and its log
+    failed = (
+        [j for j in run_job_workers(src, failed_only=True) if j.stream != stream]
+        if kind == "run"
+        else []
+    )
     if as_json:
         walk_json = (
-            {"walk": [rank_json(r) for r in walk], "cost": failure_cost_json(run_cost(src))}
+            {
+                "walk": [rank_json(r) for r in walk],
+                "cost": failure_cost_json(run_cost(src)),
+                "failed_attempts": [j.json() for j in failed],
+            }
             if kind == "run"
             else {}
         )
@@ -319,6 +336,8 @@ def explain_command(
                 "numbers": [measure_json(m) for m in e.measures],
                 "facts": list(e.facts),
                 "timers": [timer_json(t) for t in e.timers],
+                "worker": worker_json(e.worker),
+                "worker_log": worker_log_json(e.worker_log),
             }
         )
         raise typer.Exit(exit_for(e.verdict))
@@ -326,6 +345,8 @@ def explain_command(
         say(f"{stream}: ", (e.facts[0], "yellow"))
         for t in e.timers:
             say(f"  timer {t.text}")
+        print_worker(e.worker, e.worker_log)
+        _print_failed_workers(src.name, failed)
         _print_walk(src.name, walk)
         if kind == "run":
             print_failure_cost(run_cost(src))
@@ -347,10 +368,20 @@ def explain_command(
         say(f"  evidence: seq {item.seq} at t+{ex.secs(item.offset)} s: {item.summary}")
     first = v.detail.splitlines()[0] if v.detail else ""
     say(f"  detail: {first}")
+    print_worker(e.worker, e.worker_log)
+    _print_failed_workers(src.name, failed)
     _print_walk(src.name, walk)
     if kind == "run":
         print_failure_cost(run_cost(src))
     raise typer.Exit(exit_for(v))
+
+
+def _print_failed_workers(stream: str, failed: list[JobWorker]) -> None:
+    """The worker and worker log of each failed attempt of a run (those that recorded one)."""
+    for job in failed:
+        if job.found:
+            say(f"run {stream}: {job.label()}")
+            print_worker(job.worker, job.log)
 
 
 def run_cost(src: Source) -> Ledger:
@@ -811,6 +842,8 @@ def timeline_command(
                         "marks": [
                             {"at_s": m.at, "kind": m.kind, "label": m.label} for m in lane.marks
                         ],
+                        "worker": worker_json(lane.worker),
+                        "worker_log": worker_log_json(lane.worker_log),
                     }
                     for lane in pic.lanes
                 ],

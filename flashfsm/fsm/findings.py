@@ -282,7 +282,7 @@ class WorkerSeen:
         """The worker as one phrase; `when` is `started_at` as the caller writes a clock
         time (this module reads none)."""
         who = self.worker_id or "no worker id"
-        read = f"read at {_t(self.offset)} (seq {self.seq})"
+        read = f"recorded at {_t(self.offset)} (seq {self.seq})"
         if not self.found:
             if self.read_error:
                 return f"{who}: the worker-record read failed ({read}): {self.read_error}"
@@ -297,7 +297,7 @@ class WorkerSeen:
             if self.since_submission is not None:
                 rel = f"{_relative(self.since_submission, 'submission')}, {rel}"
             out += f", started {when} ({rel})" if when else f", started {rel}"
-        out += f"; {read}"
+        out += f"; took the job by {_t(self.offset)} (seq {self.seq})"
         if self.idle_timeout_s is not None:
             out += f"; endpoint idle timeout {secs(self.idle_timeout_s)} s"
         if self.read_error:
@@ -341,13 +341,13 @@ class WorkerLog:
     def whose(self) -> str:
         """Whose log it is, as a phrase."""
         who = self.worker_id or "no worker"
-        status = f" ({self.worker_status})" if self.worker_status else ""
         if self.job_worker:
+            status = f" ({self.worker_status})" if self.worker_status else ""
             return f"{who}{status}, the job's worker"
         if self.worker_id is None:
             return who
-        kind = f"{self.worker_status.strip().lower()} " if self.worker_status else ""
-        return f"{who}{status}, the endpoint's {kind}worker (no worker took the job)"
+        kind = f"{self.worker_status} " if self.worker_status else ""
+        return f"{who}, the endpoint's {kind}worker (no worker took the job)"
 
     def heading(self, limit: int | None = EXPLAIN_LOG_LINES) -> str:
         """What was read, when, and how much of it is shown with `limit` lines."""

@@ -1,0 +1,352 @@
+"""The worker's own records, as the post-mortem commands show them, and `flashfsm logs`.
+
+A watch with a worker reader records who took the job (`WorkerObserved`) and, before a
+failed, preempted or stalled verdict, the worker's last log lines (`WorkerLogObserved`).
+`flashfsm.fsm.findings.worker_evidence` says what a job log holds; this module prints it:
+`explain` beside its verdict (the last `EXPLAIN_LOG_LINES` lines, each cut at
+`EXPLAIN_LINE_CHARS`; its `--json` has every recorded line), and `logs` alone (every
+recorded line, or the last `--lines N`). The lines are outside text: each is printed on its
+own gutter line, its line breaks and every unprintable character escaped (`styled`, by
+`cli.common.shown`), so a worker's log can neither move the cursor nor fake a line of ours.
+
+`logs --fetch` also reads the worker's live log from RunPod (`RunpodClient.worker_log`,
+`RUNPOD_API_KEY` from the environment): printed, masked (`flashfsm.redact.redact`), never
+recorded. `logs` is a read command: its store is opened read-only, nothing is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import typer
+from rich.cells import cell_len
+from rich.text import Text
+
+from flashfsm.cli.common import (
+    JsonOption,
+    Source,
+    StoreOption,
+    UsageErrors,
+    console,
+    emit_json,
+    fail,
+    message,
+    open_source,
+    say,
+    styled,
+    verdict_json,
+)
+from flashfsm.events.models import Concluded, Event, JobSubmitted, WatchStarted
+from flashfsm.fsm.findings import (
+    EXPLAIN_LINE_CHARS,
+    EXPLAIN_LOG_LINES,
+    WorkerLog,
+    WorkerSeen,
+    cut_line,
+    worker_evidence,
+)
+from flashfsm.fsm.run import replay_run
+from flashfsm.render import clock_text
+from flashfsm.views import attempt_outcome, stream_kind
+
+#: The gutter a log line is printed after, under its heading (continuation lines hang under it).
+GUTTER = "  │ "
+#: How many lines `logs --fetch` asks for when `--lines` does not say.
+FETCH_TAIL_DEFAULT = 100
+
+
+def say_log_line(line: str, prefix: str = "  " + GUTTER) -> None:
+    """One line of a worker's log after `prefix`, escaped (a line break in it too), wrapped
+    at the console's width with its continuation lines hung under the gutter."""
+    text = styled(prefix, line.replace("\r\n", "\\r\\n").replace("\n", "\\n"))
+    width, hang = console.width, cell_len(prefix)
+    if cell_len(text.plain) <= width or hang > width // 2:
+        console.print(text, soft_wrap=cell_len(text.plain) > width)
+        return
+    head, rest = text.divide([len(prefix)])
+    for n, part in enumerate(rest.wrap(console, width - hang, overflow="fold")):
+        part.rstrip()
+        console.print(Text.assemble(head if n == 0 else " " * hang, part))
+
+
+def print_worker(
+    worker: WorkerSeen | None,
+    log: WorkerLog | None,
+    *,
+    prefix: str = "  ",
+    limit: int | None = EXPLAIN_LOG_LINES,
+    chars: int | None = EXPLAIN_LINE_CHARS,
+) -> None:
+    """The worker that took the job and its last log lines (`limit` of them, each cut at
+    `chars`; None: all, whole)."""
+    if worker is not None:
+        say(f"{prefix}worker: {worker.text(clock_text(worker.started_at))}")
+    if log is None:
+        return
+    say(f"{prefix}worker log: {log.heading(limit)}")
+    hidden = log.hidden(limit)
+    if hidden:
+        say(f"{prefix}{GUTTER}({hidden} earlier line(s) not shown)")
+    for line in log.tail(limit):
+        say_log_line(line if chars is None else cut_line(line, chars), prefix + GUTTER)
+
+
+def worker_json(w: WorkerSeen | None) -> dict[str, Any] | None:
+    """The worker that took the job, field by field."""
+    if w is None:
+        return None
+    return {
+        "seq": w.seq,
+        "at": w.at,
+        "offset_s": w.offset,
+        "worker_id": w.worker_id,
+        "found": w.found,
+        "gpu_type": w.gpu_type,
+        "datacenter": w.datacenter,
+        "started_at": w.started_at,
+        "started_offset_s": w.started_offset,
+        "started_since_submission_s": w.since_submission,
+        "idle_timeout_s": w.idle_timeout_s,
+        "read_error": w.read_error,
+        "pickups": w.pickups,
+        "text": w.text(clock_text(w.started_at)),
+    }
+
+
+def worker_log_json(log: WorkerLog | None, limit: int | None = None) -> dict[str, Any] | None:
+    """The worker's last log lines as recorded: the last `limit` (None: every one)."""
+    if log is None:
+        return None
+    return {
+        "seq": log.seq,
+        "at": log.at,
+        "offset_s": log.offset,
+        "worker_id": log.worker_id,
+        "worker_status": log.worker_status,
+        "job_worker": log.job_worker,
+        "truncated": log.truncated,
+        "read_error": log.read_error,
+        "recorded": len(log.lines),
+        "omitted": log.hidden(limit),
+        "lines": list(log.tail(limit)),
+        "text": log.heading(limit),
+    }
+
+
+# --- the jobs a stream stands for -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JobWorker:
+    """One job log's worker evidence: the job (a run's attempt number), its verdict, its
+    worker and the worker's last log lines."""
+
+    stream: str
+    attempt: int | None  # the run's attempt (None: the source is the job log itself)
+    outcome: str | None  # the run's word on the attempt
+    events: Sequence[Event]
+    verdict: Concluded | None
+    worker: WorkerSeen | None
+    log: WorkerLog | None
+
+    @property
+    def found(self) -> bool:
+        """Whether the job log recorded anything of its worker."""
+        return self.worker is not None or self.log is not None
+
+    def label(self) -> str:
+        """The job as a heading: its stream (its attempt) and its verdict."""
+        v = self.verdict
+        said = "no verdict yet" if v is None else f"{v.state} ({v.failure or 'success'})"
+        if v is not None:
+            said += f" by {v.rule}"
+        head = self.stream if self.attempt is None else f"attempt {self.attempt} ({self.stream})"
+        return f"{head}: {said}"
+
+    def json(self, limit: int | None = None) -> dict[str, Any]:
+        """The job's worker evidence, field by field."""
+        return {
+            "stream": self.stream,
+            "attempt": self.attempt,
+            "outcome": self.outcome,
+            "verdict": verdict_json(self.verdict),
+            "worker": worker_json(self.worker),
+            "worker_log": worker_log_json(self.log, limit),
+        }
+
+
+def job_worker(
+    stream: str, events: Sequence[Event], attempt: int | None = None, outcome: str | None = None
+) -> JobWorker:
+    """A job log's worker evidence."""
+    worker, log = worker_evidence(events)
+    verdict = next((e for e in events if isinstance(e, Concluded)), None)
+    return JobWorker(stream, attempt, outcome, events, verdict, worker, log)
+
+
+def run_job_workers(src: Source, *, failed_only: bool = False) -> list[JobWorker]:
+    """The worker evidence of each attempt's job of a run (its job streams read beside it);
+    with `failed_only`, of the attempts that ended in a failure."""
+    with UsageErrors():
+        run = replay_run(src.events)
+        out = []
+        for a in run.attempts:
+            if not a.job_stream or (failed_only and (a.ended is None or a.ended.ok)):
+                continue
+            events = src.load(a.job_stream)
+            outcome = attempt_outcome(a, run)
+            out.append(job_worker(a.job_stream, events, a.started.attempt, outcome))
+    return out
+
+
+def _no_log_reason(job: JobWorker) -> str:
+    """Why a job log holds no worker log, as a parenthesis."""
+    if not job.events:
+        return " (its log is empty or missing)"
+    watches = [e for e in job.events if isinstance(e, WatchStarted)]
+    if not any(w.has_worker_reader for w in watches):
+        return " (no worker reader: the watch read no worker records)"
+    v = job.verdict
+    if v is None:
+        return " (no verdict yet: the log is read before a failed, preempted or stalled verdict)"
+    if v.ok or v.failure not in ("job_failed", "job_preempted", "stalled"):
+        return f" (its verdict, {v.state}, is not one a worker log is read for)"
+    return ""
+
+
+# --- flashfsm logs --------------------------------------------------------------------------
+
+
+def logs_command(
+    source: Annotated[
+        str,
+        typer.Argument(
+            metavar="STREAM", help="A job or run stream of the store, or a .jsonl file."
+        ),
+    ],
+    store: StoreOption = None,
+    as_json: JsonOption = False,
+    lines: Annotated[
+        int | None,
+        typer.Option(
+            "--lines",
+            metavar="N",
+            min=1,
+            help="Only the last N lines of each log (default: every recorded line).",
+        ),
+    ] = None,
+    fetch: Annotated[
+        bool,
+        typer.Option(
+            "--fetch",
+            help="Also read the worker's live log from RunPod (RUNPOD_API_KEY from the "
+            "environment): printed, masked, never recorded.",
+        ),
+    ] = False,
+) -> None:
+    """The worker log lines a job's stream recorded before its verdict, with the worker that
+    took the job (a run: each attempt's job). Only reads."""
+    src = open_source(source, store)
+    kind = stream_kind(src.events)
+    if kind == "sweeper":
+        raise fail(f"{src.name} is a sweeper stream: it records no worker log")
+    jobs = run_job_workers(src) if kind == "run" else [job_worker(src.name, src.events)]
+    fetched = _fetch(jobs, lines) if fetch else None
+    with_log = [j for j in jobs if j.log is not None]
+    note = None if with_log else _nothing(src.name, kind, jobs)
+    if as_json:
+        out: dict[str, Any] = {
+            "stream": src.name,
+            "kind": kind,
+            "found": bool(with_log),
+            "message": note,
+            "jobs": [j.json(lines) for j in jobs],
+        }
+        if fetch:
+            out["fetched"] = fetched
+        emit_json(out)
+        raise typer.Exit(0)
+    if note is not None:
+        say(note)
+    for job in jobs:
+        if job.log is not None:
+            say(job.label())
+            print_worker(job.worker, job.log, limit=lines, chars=None)
+        elif note is None:  # a run's other attempts: one line each
+            say(f"{job.label()}: no worker log recorded{_no_log_reason(job)}")
+    if fetched is not None:
+        _print_fetched(fetched)
+    raise typer.Exit(0)
+
+
+def _nothing(name: str, kind: str, jobs: list[JobWorker]) -> str:
+    """The one line that says a stream holds no worker log, and why."""
+    if kind == "run":
+        if not jobs:
+            return f"run {name}: no worker log recorded (no attempt queued a job)"
+        reasons = {_no_log_reason(j) for j in jobs}
+        why = reasons.pop() if len(reasons) == 1 else ""
+        return f"run {name}: no worker log recorded by any of its {len(jobs)} job(s){why}"
+    return f"{name}: no worker log recorded{_no_log_reason(jobs[0])}"
+
+
+def _fetch(jobs: list[JobWorker], lines: int | None) -> dict[str, Any]:
+    """The live log of the latest job's worker, from RunPod: masked, never recorded."""
+    from flashfsm.adapters.runpod import LOG_TAIL_MAX, RunpodClient
+    from flashfsm.redact import redact
+
+    target = next(
+        (
+            j
+            for j in reversed(jobs)
+            if (j.log and j.log.worker_id) or (j.worker and j.worker.worker_id)
+        ),
+        None,
+    )
+    if target is None:
+        raise fail("--fetch: no job of this stream recorded a worker id to read the log of")
+    worker_id = (target.log.worker_id if target.log and target.log.worker_id else None) or (
+        target.worker.worker_id if target.worker else None
+    )
+    submitted = next((e for e in target.events if isinstance(e, JobSubmitted)), None)
+    if submitted is None or worker_id is None:
+        raise fail(f"--fetch: {target.stream} does not say which endpoint its job ran on")
+    tail = min(lines or FETCH_TAIL_DEFAULT, LOG_TAIL_MAX)
+    try:
+        client = RunpodClient.from_env()
+    except Exception as exc:  # a missing key, a bad URL: one line
+        raise fail(f"--fetch: cannot reach RunPod: {redact(message(exc))}") from None
+    try:
+        read = getattr(client, "worker_log", None)
+        if read is None:
+            raise fail("--fetch: this flashfsm's RunPod client cannot read worker logs")
+        answer = read(submitted.endpoint_id, worker_id, tail=tail)
+    except typer.Exit:
+        raise
+    except Exception as exc:  # the read failed: say so in one line, masked
+        what = f"{type(exc).__name__}: {message(exc)}"
+        raise fail(f"--fetch: cannot read worker {worker_id}'s log: {redact(what)}") from None
+    finally:
+        client.close()
+    raw = answer.get("lines") if isinstance(answer, dict) else None
+    got = [redact(line) for line in (raw if isinstance(raw, list) else []) if isinstance(line, str)]
+    return {
+        "stream": target.stream,
+        "endpoint_id": submitted.endpoint_id,
+        "worker_id": worker_id,
+        "tail": tail,
+        "truncated": isinstance(answer, dict) and answer.get("truncated") is True,
+        "lines": got,
+    }
+
+
+def _print_fetched(fetched: dict[str, Any]) -> None:
+    cut = "; the read stopped at its bound" if fetched["truncated"] else ""
+    say(
+        f"live log of worker {fetched['worker_id']} on endpoint {fetched['endpoint_id']} "
+        f"({fetched['stream']}; read now, not recorded): {len(fetched['lines'])} line(s){cut}"
+    )
+    for line in fetched["lines"]:
+        say_log_line(line)
