@@ -10,7 +10,8 @@ every rule, every divergence), so they would fail even if the generator itself d
 something.
 
 Regenerate everything the docs derive from the code, in order — these generated parts, the
-example logs in docs/examples/ (tests/test_docs_examples.py) and the outputs of the console
+example logs in docs/examples/ (tests/test_docs_examples.py; docs/examples/worker/:
+tests/test_worker_evidence_views.py) and the outputs of the console
 transcripts (tests/test_docs_transcripts.py) — from the repository's root:
 
     python -m tests.test_docs_generated --write
@@ -133,11 +134,14 @@ def main(argv: list[str]) -> int:
         return 2
     from tests.test_docs_examples import write_examples
     from tests.test_docs_transcripts import write_transcripts
+    from tests.test_worker_evidence_views import write_worker_example
 
     for path in write_generated():
         print(f"redrew the generated parts of {path.relative_to(ROOT)}")
     if write_examples():
         print("regenerated docs/examples/ (what the library records changed)")
+    if write_worker_example():
+        print("regenerated docs/examples/worker/ (what the library records changed)")
     for path in write_transcripts():
         print(f"rewrote the transcripts of {path.relative_to(ROOT)}")
     return 0
