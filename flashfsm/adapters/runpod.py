@@ -51,8 +51,9 @@ keeps each event's `data.line`, and the read STOPS, closing the connection, at t
 - `tail` lines read (the backfill is in);
 - `LOG_MAX_BYTES` (1 MiB) of body read, counted raw and again after gzip/deflate decoding;
 - `LOG_QUIET_S` (1 s) with no byte (the stream went quiet: the backfill is over). Every
-  socket read of the call, the response head's included, waits at most that long, so a
-  head slower than `LOG_QUIET_S` is a read timeout, retried like any other;
+  socket read of the call, the response head's included, waits at most that long (or the
+  client's read timeout, when shorter), so a head slower than that is a read timeout,
+  retried like any other;
 - `LOG_TIME_BUDGET_S` (10 s) since the call began, all its attempts and pauses included
   (the call's deadline is the smaller of it and `deadline_s`);
 - the end of the stream (the simulator closes it after the backfill).
@@ -813,11 +814,11 @@ class _Base:
         )
 
     def _stream_timeout(self, read: TailRead) -> httpx.Timeout:
-        """A streamed read's timeouts: every socket read waits at most `read.quiet_s`."""
+        """A streamed read's timeouts: every socket read waits at most `read.quiet_s` (or
+        the client's own read timeout, when that is shorter)."""
         base: httpx.Timeout = self._timeout  # type: ignore[attr-defined]
-        return httpx.Timeout(
-            connect=base.connect, read=read.quiet_s, write=base.write, pool=base.pool
-        )
+        wait = read.quiet_s if base.read is None else min(base.read, read.quiet_s)
+        return httpx.Timeout(connect=base.connect, read=wait, write=base.write, pool=base.pool)
 
     @staticmethod
     def _run_body(
