@@ -40,6 +40,7 @@ from flashfsm.adapters.runpod import (
     RunpodClient,
     TailRead,
 )
+from flashfsm.adapters.simulator import Simulator
 from flashfsm.errors import RunpodApiError
 from flashfsm.events.models import (
     LOG_LINE_CAP,
@@ -837,3 +838,134 @@ def test_the_async_client_reuses_a_connection_whose_stream_ended(serve):
     got = asyncio.run(go())
     assert [g["lines"] for g in got] == [["call 1"], ["call 2"], ["call 3"]]
     assert len(set(ports)) == 1  # the body was read to its end: the connection was pooled
+
+
+# ======================================================================= the simulator
+
+
+@pytest.fixture
+def sim() -> Iterator[Simulator]:
+    with Simulator(speed=0, api_keys=(KEY,)) as s:
+        yield s
+        assert s.errors == [], s.errors[0]
+
+
+def on_sim(sim: Simulator, flavor: str, op: str, *args: Any, **kwargs: Any) -> Outcome:
+    """`call` on the simulator (its REST v2 host is the management base)."""
+    return call(flavor, sim.url, op, *args, **kwargs)
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_the_simulators_failed_worker_read_as_the_watch_reads_it(sim, flavor):
+    endpoint = sim.add_endpoint("flash-wr", scenario="failed", idleTimeout=30, startup_s=45)
+    job = sim.submit(endpoint, {})
+    sim.clock.advance(75)  # picked up at 45 s, failed since
+    status = on_sim(sim, flavor, "job_status", endpoint, job).value
+    worker = obs.status_worker_id(status)
+    assert status["status"] == "FAILED" and worker is not None
+    sim.plant_log(worker, f"echo $RUNPOD_API_KEY -> {KEY}")
+
+    workers = on_sim(sim, flavor, "endpoint_workers", endpoint)
+    record = on_sim(sim, flavor, "get_endpoint", endpoint)
+    assert workers.error is None and record.error is None, (workers.error, record.error)
+    fields = obs.worker_fields(workers.value, record.value, worker)
+    (life,) = sim.workers(endpoint)
+    assert fields["found"] and fields["idle_timeout_s"] == 30
+    assert fields["started_at"] == pytest.approx(life["started_at"])
+    assert fields["gpu_type"] and fields["datacenter"]
+    WorkerObserved(stream="s", seq=0, id="e", at=1.0, **fields)
+    assert obs.pick_worker(workers.value, worker) == (worker, "idle")
+
+    log = on_sim(sim, flavor, "worker_log", endpoint, worker, tail=5)
+    assert log.error is None, log.error
+    assert len(log.value["lines"]) == 5 and log.value["truncated"] is False
+    assert log.value["lines"][-1] == f"echo $RUNPOD_API_KEY -> {MASK}"
+    whole = on_sim(sim, flavor, "worker_log", endpoint, worker).value
+    assert "ValueError: reward model returned NaN" in whole["lines"]
+    assert KEY not in json.dumps(whole)
+    event = WorkerLogObserved(
+        stream="s", seq=0, id="e", at=1.0, **obs.worker_log_fields(whole, worker, "idle")
+    )
+    assert event.lines[-1].endswith(MASK)
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_a_crash_loop_names_no_worker_so_the_unhealthy_one_is_read(sim, flavor):
+    endpoint = sim.add_endpoint("flash-crash", scenario="crash_loop")
+    job = sim.submit(endpoint, {})
+    sim.clock.advance(300)
+    assert obs.status_worker_id(on_sim(sim, flavor, "job_status", endpoint, job).value) is None
+    listed = on_sim(sim, flavor, "endpoint_workers", endpoint).value
+    chosen = obs.pick_worker(listed, None)
+    assert chosen is not None and chosen[1] == "unhealthy"
+    log = on_sim(sim, flavor, "worker_log", endpoint, chosen[0], tail=50).value
+    assert any("ModuleNotFoundError" in line for line in log["lines"])
+    fields = obs.worker_log_fields(log, *chosen)
+    assert fields["worker_status"] == "unhealthy" and fields["lines"]
+
+
+def _sim_worker(sim: Simulator) -> tuple[str, str]:
+    endpoint = sim.add_endpoint("flash-stream", scenario="training")
+    job = sim.submit(endpoint, {})
+    sim.clock.advance(600)
+    worker = obs.status_worker_id(sim.job(job).status_answer())
+    assert worker is not None
+    return endpoint, worker
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+@pytest.mark.parametrize("gzip", [False, True], ids=["plain", "gzip"])
+def test_a_simulated_50_mib_flood_is_read_bounded(sim, flavor, gzip):
+    endpoint, worker = _sim_worker(sim)
+    sim.add_fault("worker_logs", "flood", gzip=gzip)
+    out = on_sim(sim, flavor, "worker_log", endpoint, worker, tail=LOG_TAIL_MAX)
+    assert out.error is None, out.error
+    assert out.value["truncated"] is True and 0 < len(out.value["lines"]) <= LOG_TAIL_MAX
+    assert out.elapsed < 5
+    again = on_sim(sim, flavor, "worker_log", endpoint, worker, tail=3)
+    assert again.value["truncated"] is False and len(again.value["lines"]) == 3
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_a_simulated_trickle_ends_at_the_budget_and_a_stall_once_quiet(sim, flavor):
+    endpoint, worker = _sim_worker(sim)
+    sim.add_fault("worker_logs", "trickle", delay_s=0.3)
+    out = on_sim(sim, flavor, "worker_log", endpoint, worker, deadline_s=2, tail=LOG_TAIL_MAX)
+    assert out.error is None, out.error
+    assert out.value["truncated"] is True and len(out.value["lines"]) >= 2
+    assert 1.8 <= out.elapsed < 2 + SLACK_S
+
+    sim.add_fault("worker_logs", "trickle", delay_s=3600)  # a line, then nothing
+    stalled = on_sim(sim, flavor, "worker_log", endpoint, worker)
+    assert stalled.value is not None, stalled.error
+    assert len(stalled.value["lines"]) == 1 and stalled.value["truncated"] is False
+    assert stalled.elapsed < LOG_QUIET_S + SLACK_S
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+@pytest.mark.parametrize("kind", ["malformed", "non_object", "missing_keys"])
+def test_spoiled_simulated_events_are_skipped(sim, flavor, kind):
+    endpoint, worker = _sim_worker(sim)
+    clean = on_sim(sim, flavor, "worker_log", endpoint, worker).value
+    sim.add_fault("worker_logs", kind)
+    out = on_sim(sim, flavor, "worker_log", endpoint, worker)
+    assert out.error is None, out.error
+    if kind == "missing_keys":  # every event lost its line
+        assert out.value["lines"] == []
+    else:
+        assert out.value["lines"] == clean["lines"]
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_simulated_errors_and_retries(sim, flavor):
+    endpoint, worker = _sim_worker(sim)
+    gone = on_sim(sim, flavor, "worker_log", endpoint, "w-nobody")
+    assert isinstance(gone.error, RunpodApiError) and gone.error.status_code == 404
+    assert isinstance(on_sim(sim, flavor, "endpoint_workers", "ep-nowhere").error, RunpodApiError)
+    sim.add_fault("worker_logs", 503)
+    sim.add_fault("list_workers", 429, retry_after=0)
+    log = on_sim(sim, flavor, "worker_log", endpoint, worker, tail=2)
+    listed = on_sim(sim, flavor, "endpoint_workers", endpoint)
+    assert log.error is None and len(log.value["lines"]) == 2 and len(log.sleeps) == 1
+    assert listed.error is None and len(listed.sleeps) == 1
+    assert len(sim.requests_for("worker_logs")) == 3 and len(sim.requests_for("list_workers")) == 3
