@@ -181,6 +181,7 @@ ROUTES: dict[str, Route] = {
             "/v2/serverless/{endpoint_id}",
             idempotent=True,
             required=("id",),
+            scrub=True,  # (runpod-flash copies the API key into the template's env)
         ),
         Route(
             "delete_endpoint",
