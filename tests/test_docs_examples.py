@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from flashfsm import RunpodClient, read_jsonl_file, replay, supervise_run, verify
+from flashfsm.adapters.flash_deploy import DEFAULT_IDLE_TIMEOUT_S
 from flashfsm.adapters.hub import (
     heartbeat_prefix,
     make_hf_failure_detail_reader,
@@ -68,7 +69,7 @@ RUN_RESULTS = {
     "run-codeerror": (False, "job_failed", 1),
 }
 #: Fields whose values differ on every run of the generator.
-VOLATILE = ("endpoint_id", "job_id", "watcher")
+VOLATILE = ("endpoint_id", "job_id", "watcher", "worker_id")
 
 
 def _adapters(sim: Simulator, client: RunpodClient, run_id: str, hub_cache: str):
@@ -77,7 +78,9 @@ def _adapters(sim: Simulator, client: RunpodClient, run_id: str, hub_cache: str)
     def deploy(run, attempt, record) -> Deployed:
         scenario = scenarios[min(attempt.started.attempt, len(scenarios) - 1)]
         name = attempt.started.endpoint_name
-        return Deployed(sim.add_endpoint(name, scenario=scenario, hf_repo=HF_REPO), name)
+        idle = DEFAULT_IDLE_TIMEOUT_S  # set and recorded, as a real deploy does
+        endpoint_id = sim.add_endpoint(name, scenario=scenario, hf_repo=HF_REPO, idleTimeout=idle)
+        return Deployed(endpoint_id, name, idle_timeout_s=idle)
 
     def job_input(run, attempt) -> dict[str, Any]:
         return {"hf_repo": HF_REPO, "phase": PHASE, "run_id": run_id, "seed": 0}
@@ -138,8 +141,8 @@ def canonical(directory: Path) -> dict[str, list[dict[str, Any]]]:
     """Every stream file's events as dicts, with ids and the volatile values numbered.
 
     Event ids and checksums (`_c`, over the volatile bytes too) are dropped; the store
-    verifies the checksums when the logs are read. Each distinct endpoint id, job id and
-    watcher becomes
+    verifies the checksums when the logs are read. Each distinct endpoint id, job id,
+    watcher and worker id (named after its job) becomes
     `<field-n>` in order of first appearance (across the files, sorted by name), wherever
     it occurs in the line.
     """
