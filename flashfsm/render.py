@@ -492,9 +492,11 @@ def picture(
     *,
     title: str | None = None,
     price_per_hour: float | None = None,
+    cost: Ledger | None = None,
 ) -> Picture:
     """The picture of a job log (one lane), a run log (a lane per attempt) or a sweeper's log
-    (a lane per endpoint). Lanes of a job or run carry their ledger; a job log is priced at
+    (a lane per endpoint). Lanes of a job or run carry their ledger: `cost` when given (the
+    CLI's, priced as `flashfsm cost` prices it), else the log's own, a job log priced at
     `price_per_hour` (None: its money is unknown)."""
     events = list(events)
     if not events:
@@ -505,7 +507,7 @@ def picture(
     if kind == "run":
         run = replay_run(events)
         lanes, marks = _run_lanes(run, events, load, origin)
-        cost = run_ledger(events, load or (lambda stream: []))
+        cost = cost or run_ledger(events, load or (lambda stream: []))
         lanes = [
             replace(lane, cost=a, cost_origin=origin)
             for lane, a in zip(lanes, cost.attempts, strict=True)
@@ -538,7 +540,7 @@ def picture(
             origin,
             tuple(lanes),
         )
-    cost = job_ledger(events, price_per_hour)
+    cost = cost or job_ledger(events, price_per_hour)
     lane = replace(job_lane(events, origin), cost=cost.attempts[0], cost_origin=origin)
     sub = "no verdict yet" if lane.verdict is None else f"{lane.verdict} by {lane.rule}"
     return Picture(

@@ -582,7 +582,14 @@ def test_logs_without_a_worker_log_says_so_in_one_line(tmp_path):
     result = invoke(["logs", str(path)])
     assert result.exit_code == 0
     assert result.output == "job-hostile.jsonl: no worker log recorded\n"
-    old = ROOT / "docs" / "examples" / "job-walk-s0-a1.jsonl"
+    # a log whose watch had no worker reader (as every log before it existed)
+    plain = [
+        e.model_copy(update={"has_worker_reader": False, "v": 1}) if e.kind == "WatchStarted" else e
+        for e in events
+        if e.kind != "WorkerObserved"
+    ]
+    plain = [e.model_copy(update={"seq": n}) for n, e in enumerate(plain)]
+    old = write_log(tmp_path / "plain", plain)
     result = invoke(["logs", str(old)], COLUMNS="200")
     assert result.exit_code == 0 and len(result.output.splitlines()) == 1
     assert "no worker reader" in result.output

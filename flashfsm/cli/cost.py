@@ -146,9 +146,17 @@ def cost_command(
 
 def _named_ledger(name: str, store: str | None, price: float | None) -> Ledger:
     src = open_source(name, store)
-    kind = stream_kind(src.events)
-    if kind == "sweeper":
+    if stream_kind(src.events) == "sweeper":
         raise fail(f"{src.name} is a sweeper stream: it has no attempts to cost")
+    return source_ledger(src, name, store, price)
+
+
+def source_ledger(src: Source, name: str, store: str | None, price: float | None) -> Ledger:
+    """The ledger of an opened SOURCE (`name` as given, in `store`), priced as `cost` prices
+    it: its job streams read beside it, the sweeper streams' reaps ending bills, open bills
+    counted up to the newest event read. `explain` and `timeline` price through it too, so
+    the three agree to the cent."""
+    kind = stream_kind(src.events)
     jobs: dict[str, list[Event]] = {}
 
     def load(stream: str) -> list[Event]:

@@ -66,7 +66,7 @@ from flashfsm.cli.common import (
     verdict_json,
     view_json,
 )
-from flashfsm.cli.cost import cause_parts
+from flashfsm.cli.cost import cause_parts, source_ledger
 from flashfsm.cli.workers import (
     JobWorker,
     print_worker,
@@ -81,7 +81,7 @@ from flashfsm.fsm import explain as ex
 from flashfsm.fsm.capacity import RankReason, ranking_reasons
 from flashfsm.fsm.explain import timeline
 from flashfsm.fsm.job import VerifyReport, replay, verify
-from flashfsm.fsm.ledger import Ledger, ledger, money_text
+from flashfsm.fsm.ledger import AttemptLedger, Cause, Ledger, money_text
 from flashfsm.fsm.rules import RULE_NAMES
 from flashfsm.fsm.run import RunState, replay_run
 from flashfsm.render import duration_text
@@ -292,7 +292,9 @@ def explain_command(
             run = replay_run(src.events)
         walk = walk_reasons(run)
         if last_job_stream(run) is None:
-            raise typer.Exit(_explain_run_without_job(src, run, as_json=as_json))
+            raise typer.Exit(
+                _explain_run_without_job(src, run, as_json=as_json, source=source, store=store)
+            )
     stream, events = job_source(src, quiet=as_json)
     with UsageErrors():
         e = ex.explain(events)
@@ -306,7 +308,7 @@ def explain_command(
         walk_json = (
             {
                 "walk": [rank_json(r) for r in walk],
-                "cost": failure_cost_json(run_cost(src)),
+                "cost": failure_cost_json(run_cost(src, source, store)),
                 "failed_attempts": [j.json() for j in failed],
             }
             if kind == "run"
@@ -349,7 +351,7 @@ def explain_command(
         _print_failed_workers(src.name, failed)
         _print_walk(src.name, walk)
         if kind == "run":
-            print_failure_cost(run_cost(src))
+            print_failure_cost(run_cost(src, source, store))
         raise typer.Exit(exit_for(None))
     v = e.verdict
     colour = "green" if v.ok else "red"
@@ -372,7 +374,7 @@ def explain_command(
     _print_failed_workers(src.name, failed)
     _print_walk(src.name, walk)
     if kind == "run":
-        print_failure_cost(run_cost(src))
+        print_failure_cost(run_cost(src, source, store))
     raise typer.Exit(exit_for(v))
 
 
@@ -384,11 +386,20 @@ def _print_failed_workers(stream: str, failed: list[JobWorker]) -> None:
             print_worker(job.worker, job.log)
 
 
-def run_cost(src: Source) -> Ledger:
-    """A run's ledger, its job streams read next to it."""
-    with UsageErrors():
-        led = ledger(src.events, src.load)
-    return Ledger(src.name, led.kind, led.attempts, led.state)
+def lane_cost_json(a: AttemptLedger) -> dict[str, Any]:
+    """A timeline lane's cost strip as data: what its attempt billed (as `cost` says it)."""
+    return {
+        "billed_s": a.billed_s,
+        "money": a.money(),
+        "waste_money": a.waste_money,
+        "open_since": a.open_since,
+        "causes": {c.value: a.billed_seconds(c) for c in Cause if a.billed_seconds(c)},
+    }
+
+
+def run_cost(src: Source, source: str, store: str | None) -> Ledger:
+    """A run's ledger, priced as `flashfsm cost` prices it (`source_ledger`)."""
+    return source_ledger(src, source, store, None)
 
 
 def failure_cost_json(led: Ledger) -> dict[str, Any]:
@@ -452,7 +463,9 @@ def _print_walk(stream: str, walk: tuple[RankReason, ...]) -> None:
             say(f"  {r.text}")
 
 
-def _explain_run_without_job(src: Source, run: RunState, *, as_json: bool) -> int:
+def _explain_run_without_job(
+    src: Source, run: RunState, *, as_json: bool, source: str, store: str | None
+) -> int:
     """A run none of whose attempts queued a job: the run is all there is to explain."""
     walk = walk_reasons(run)
     if as_json:
@@ -460,7 +473,7 @@ def _explain_run_without_job(src: Source, run: RunState, *, as_json: bool) -> in
             {
                 "stream": src.name,
                 "kind": "run",
-                "cost": failure_cost_json(run_cost(src)),
+                "cost": failure_cost_json(run_cost(src, source, store)),
                 "state": run_label(run),
                 "job_stream": None,
                 "attempts": [attempt_json(a, run) for a in run.attempts],
@@ -472,7 +485,7 @@ def _explain_run_without_job(src: Source, run: RunState, *, as_json: bool) -> in
         print_run(src.name, run)
         say("  no attempt queued a job: there is no job verdict to explain")
         _print_walk(src.name, walk)
-        print_failure_cost(run_cost(src))
+        print_failure_cost(run_cost(src, source, store))
     return run_exit(run.result)
 
 
@@ -810,7 +823,8 @@ def timeline_command(
     src = open_source(source, store)
     kind = stream_kind(src.events)
     with UsageErrors():
-        pic = render.picture(src.events, src.load, title=title)
+        cost = None if kind == "sweeper" else source_ledger(src, source, store, None)
+        pic = render.picture(src.events, src.load, title=title, cost=cost)
         document = render.svg(pic) if suffix == ".svg" else render.html(pic)
         summary = sweeper_view(src.events).summary if kind == "sweeper" else None
     try:
@@ -844,6 +858,7 @@ def timeline_command(
                         ],
                         "worker": worker_json(lane.worker),
                         "worker_log": worker_log_json(lane.worker_log),
+                        "cost": None if lane.cost is None else lane_cost_json(lane.cost),
                     }
                     for lane in pic.lanes
                 ],
