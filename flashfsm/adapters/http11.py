@@ -207,7 +207,11 @@ class AsyncH11Transport(httpx.AsyncBaseTransport):
             self._ssl = httpx.create_ssl_context(verify=self._verify)
         return self._ssl
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+    async def _open(
+        self, request: httpx.Request
+    ) -> tuple[_Origin, _Connection, dict[str, Any], bytes]:
+        """A pooled or new connection for `request`'s origin: (origin, connection, the
+        request's timeouts, its body)."""
         if self._closed:
             raise RuntimeError("the transport is closed")
         url = request.url
@@ -221,6 +225,10 @@ class AsyncH11Transport(httpx.AsyncBaseTransport):
         conn = self._checkout(origin)
         if conn is None:
             conn = await self._connect(origin, timeouts.get("connect"), request)
+        return origin, conn, timeouts, body
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        origin, conn, timeouts, body = await self._open(request)
         try:
             status, headers, content = await self._exchange(conn, request, body, timeouts)
         except BaseException:
@@ -245,19 +253,7 @@ class AsyncH11Transport(httpx.AsyncBaseTransport):
         request's `read` timeout and raises `httpx.ReadTimeout` past it. `aclose()` closes
         the connection, unless the body was read to its end (then it is pooled for reuse).
         """
-        if self._closed:
-            raise RuntimeError("the transport is closed")
-        url = request.url
-        scheme = url.raw_scheme
-        if scheme not in (b"http", b"https"):
-            raise httpx.UnsupportedProtocol(f"unsupported URL scheme {scheme!r}", request=request)
-        port = url.port or (443 if scheme == b"https" else 80)
-        origin: _Origin = (scheme, url.raw_host, port)
-        timeouts = request.extensions.get("timeout", {})
-        body = await request.aread()
-        conn = self._checkout(origin)
-        if conn is None:
-            conn = await self._connect(origin, timeouts.get("connect"), request)
+        origin, conn, timeouts, body = await self._open(request)
         read_s = timeouts.get("read")
         try:
             await self._send(conn, request, body, timeouts.get("write"))
