@@ -75,13 +75,14 @@ def test_a_stalled_attempt_pays_for_its_stall_from_the_last_progress() -> None:
     for a in led.attempts:
         check_partition(a)
     assert (first.gpu_class, first.price_per_hour) == ("L40S", 0.99)
-    assert seconds(first) == {"queue": 20, "cold_start": 40, "training": 180, "stall": 1510}
+    # the worker started 20 s before its pickup (its recorded start): billed as cold start
+    assert seconds(first) == {"cold_start": 60, "training": 180, "stall": 1510}
     assert first.waste_s == 1510
-    assert first.money() == pytest.approx(1730 * 0.99 / 3600)
+    assert first.money() == pytest.approx(1750 * 0.99 / 3600)
     assert first.money(Cause.STALL) == pytest.approx(1510 * 0.99 / 3600)
     assert (second.gpu_class, second.price_per_hour) == ("A100-80GB", 1.89)
-    assert seconds(second) == {"queue": 20, "cold_start": 40, "training": 30}
-    assert led.money() == pytest.approx(1730 * 0.99 / 3600 + 70 * 1.89 / 3600)
+    assert seconds(second) == {"cold_start": 60, "training": 30}
+    assert led.money() == pytest.approx(1750 * 0.99 / 3600 + 90 * 1.89 / 3600)
     assert led.waste_money == pytest.approx(1510 * 0.99 / 3600)
     assert led.state == "SUCCEEDED" and len(led.failed) == 1
 
@@ -98,8 +99,8 @@ def test_the_jobs_own_failure_throws_away_its_billed_time() -> None:
     led = ledger(read_jsonl_file(EXAMPLES / "run-codeerror.jsonl"), load)
     [a] = led.attempts
     check_partition(a)
-    assert seconds(a) == {"queue": 20, "failed": 50}
-    assert a.waste_s == a.billed_s == 50
+    assert seconds(a) == {"failed": 70}  # billed from the worker's start, 20 s before pickup
+    assert a.waste_s == a.billed_s == 70
 
 
 def test_a_bare_job_log_has_no_price_unless_given_one_and_idles_after_its_verdict() -> None:
@@ -112,8 +113,8 @@ def test_a_bare_job_log_has_no_price_unless_given_one_and_idles_after_its_verdic
     # no endpoint teardown is recorded: the worker idles for the idle timeout, which no record
     # gives for a bare job log from before the watch read the platform's: RunPod's default
     assert a.seconds(Cause.IDLE) == MODEL.idle_timeout_s == 5
-    assert a.idle_timeout_source == "assumed" and a.started_at_pickup
-    assert priced.money() == pytest.approx((40 + 30 + MODEL.idle_timeout_s) * 2.0 / 3600)
+    assert a.idle_timeout_source == "platform" and not a.started_at_pickup  # its records
+    assert priced.money() == pytest.approx((20 + 40 + 30 + MODEL.idle_timeout_s) * 2.0 / 3600)
 
 
 def test_a_bare_stalled_job_nobody_cancelled_is_an_open_bill_not_an_idle_timeout() -> None:
@@ -125,7 +126,7 @@ def test_a_bare_stalled_job_nobody_cancelled_is_an_open_bill_not_an_idle_timeout
     [a] = job_ledger(events, 0.99).attempts
     check_partition(a)
     assert a.billing_open and a.open_since == a.outcome.at == events[-1].at
-    assert a.seconds(Cause.IDLE) == 0 and a.billed_s == 40 + 180 + 1510
+    assert a.seconds(Cause.IDLE) == 0 and a.billed_s == 60 + 180 + 1510
     [later] = job_ledger(events, 0.99, as_of=events[-1].at + 600).attempts
     assert later.billed_s == a.billed_s + 600 and later.seconds(Cause.STALL) == 1510 + 600
 
