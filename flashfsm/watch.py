@@ -410,14 +410,12 @@ def failure_detail_observation(raw: Any) -> Built:
 def worker_observation(worker_id: str | None, workers: Outcome, endpoint: Outcome | None) -> Built:
     """The event for one worker-record read: the platform's list of the endpoint's workers
     (and, on the first read, the endpoint's record with its idle timeout), or its error."""
-    error = workers.error or (endpoint.error if endpoint is not None else None)
     if workers.error is not None:
         return WorkerObserved, obs.worker_error_fields(workers.error, worker_id)
-    fields = obs.worker_fields(
-        workers.value, None if endpoint is None else endpoint.value, worker_id
-    )
-    if error is not None and fields.get("read_error") is None:
-        fields["read_error"] = obs.read_error_text(error) or type(error).__name__
+    settings = None if endpoint is None else endpoint.value
+    fields = obs.worker_fields(workers.value, settings, worker_id)
+    if endpoint is not None and endpoint.error is not None and fields.get("read_error") is None:
+        fields["read_error"] = obs.read_error_text(endpoint.error) or type(endpoint.error).__name__
     return WorkerObserved, fields
 
 
