@@ -14,7 +14,7 @@ verdict (`replay`, `explain`, `watch`) exit with its code. Credentials (the RunP
 
 The commands live by group: `logs` (replay, explain, why-not, whatif, timeline, watch), `cost`,
 `workers` (logs: a job's worker log lines), `store` (ls, export, import, sweep), `fleet`
-(supervise, runs) and `tools` (demo, simulator, diagram); what they
+(supervise, runs), `ui` (the web view) and `tools` (demo, simulator, diagram); what they
 share is in `common`. This module builds the one `app` from them.
 """
 
@@ -26,7 +26,7 @@ from typing import Annotated
 import typer
 
 from flashfsm import sigint
-from flashfsm.cli import cost, fleet, logs, store, tools, workers
+from flashfsm.cli import cost, fleet, logs, store, tools, ui, workers
 from flashfsm.cli.common import (
     EXIT_CODE_TABLE,
     EXIT_CODES,
@@ -110,6 +110,7 @@ COMMANDS = (
     ("sweep", store.sweep_command),
     ("supervise", fleet.supervise_command),
     ("runs", fleet.runs_command),
+    ("ui", ui.ui_command),
 )
 for _name, _command in COMMANDS:
     app.command(_name, cls=PlainCommand)(_command)

@@ -1,0 +1,109 @@
+"""`flashfsm ui`: the store as a local web page (`flashfsm.ui`)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Annotated
+
+import typer
+
+from flashfsm.adapters.urls import display_url
+from flashfsm.cli.common import (
+    StoreOption,
+    fail,
+    open_reader,
+    parse_duration,
+    say,
+    store_url,
+)
+from flashfsm.events.text import register_secrets
+
+#: The environment variable a token may come from (so it stays out of the process list).
+TOKEN_ENV = "FLASHFSM_UI_TOKEN"
+DEFAULT_PORT = 8765
+#: The shortest token taken: a guessable token guards nothing.
+TOKEN_MIN = 16
+
+
+def ui_command(
+    store: StoreOption = None,
+    host: Annotated[
+        str,
+        typer.Option(
+            metavar="HOST",
+            help="Address to serve on. Anything but loopback needs a token.",
+        ),
+    ] = "127.0.0.1",
+    port: Annotated[
+        int,
+        typer.Option(metavar="PORT", min=0, max=65535, help="Port (0: any free one)."),
+    ] = DEFAULT_PORT,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            metavar="TOKEN",
+            help=f"Every request must carry it (?token= once, or a bearer header); default "
+            f"${TOKEN_ENV}.",
+        ),
+    ] = None,
+    allow_cancel: Annotated[
+        bool,
+        typer.Option(
+            "--allow-cancel",
+            help="Let the page cancel runs (a CancelRequested naming who asked). "
+            "Without it the view only reads.",
+        ),
+    ] = False,
+    poll: Annotated[
+        str, typer.Option(metavar="DURATION", help="How often to read the store for changes.")
+    ] = "0.5s",
+) -> None:
+    """Serve a web view of the store: runs and jobs, a run's picture and explanations, costs,
+    the fleet, updated live; read-only unless --allow-cancel."""
+    from flashfsm.ui.app import UiConfig, create_app, is_loopback
+
+    url = store_url(store)
+    token = token or os.environ.get(TOKEN_ENV) or None
+    if token is not None:
+        register_secrets(token)
+        if len(token) < TOKEN_MIN:
+            raise fail(f"the token is too short: at least {TOKEN_MIN} characters")
+    if not is_loopback(host) and token is None:
+        raise fail(
+            f"--host {host} serves other machines: give a token (--token or ${TOKEN_ENV}), "
+            "or serve on 127.0.0.1"
+        )
+    poll_s = parse_duration(poll)
+    if not 0.05 <= poll_s <= 60:
+        raise fail(f"--poll {poll}: between 0.05 s and 60 s")
+    open_reader(url).close()  # a missing or unreadable store is one line, before serving
+    config = UiConfig(url, host=host, token=token, allow_cancel=allow_cancel, poll_s=poll_s)
+    app = create_app(config)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise fail(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+    bound = sock.getsockname()[1]
+    shown_host = f"[{host}]" if ":" in host else host
+    mode = "cancel allowed" if allow_cancel else "read-only"
+    guard = ", token required" if token else ""
+    say(
+        f"flashfsm ui: {display_url(url)} at http://{shown_host}:{bound}/ "
+        f"({mode}{guard}; Ctrl-C stops)"
+    )
+    serve(app, sock)
+
+
+def serve(app: object, sock: socket.socket) -> None:
+    """Serve `app` on the bound `sock` with uvicorn until interrupted."""
+    import uvicorn
+
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")  # type: ignore[arg-type]
+    )
+    server.run(sockets=[sock])

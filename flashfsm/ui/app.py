@@ -1,0 +1,385 @@
+"""The web view's application: routes, the live feed, the cancel action and its guards.
+
+Theory of operation. `create_app` builds a Starlette application around one `StoreIndex`: a
+background thread refreshes the index every `poll_s` and hands each refresh's changes to the
+open live feeds (server-sent events, `/feed`), so a page follows the fleet's appends without
+reloading. Every page reads the index, which opened the store read-only; the only write the
+process can make is a cancel, and only when it was started with `allow_cancel`: the same
+`flashfsm.runs.request_cancel` a program calls, its `CancelRequested` naming who asked.
+
+Guards. A request must name a loopback host, or the host the app was bound to (a web page
+elsewhere cannot reach it through DNS rebinding); with a token, every request carries it (a
+bearer header, or once as `?token=`, which sets a cookie); a cancel also carries the page's
+form nonce. Pages are served with a Content-Security-Policy that runs only the app's own
+script. A stream is served only when the index lists it (a name never becomes a path).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import secrets
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+from urllib.parse import urlencode
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
+from starlette.routing import Route
+
+from flashfsm.adapters.urls import display_url
+from flashfsm.cli.common import shown
+from flashfsm.events.models import NAME_CAP
+from flashfsm.events.text import redact_then_cap
+from flashfsm.runs import request_cancel
+from flashfsm.ui import pages
+from flashfsm.ui.index import Change, StoreIndex
+from flashfsm.views import concluded
+
+#: How often the index reads the store for what changed, by default (seconds).
+DEFAULT_POLL_S = 0.5
+#: A live feed sends a comment this often when nothing changes, so a dead client is noticed.
+KEEPALIVE_S = 15.0
+#: How many refreshes a slow live feed may fall behind before it is dropped (the page
+#: reconnects and renders afresh).
+FEED_BACKLOG = 256
+#: The most characters of a cancel's reason and of its asker's name the event keeps.
+REASON_CAP = 400
+COOKIE = "flashfsm_ui"
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; style-src-attr 'unsafe-inline'; "
+    "img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; "
+    "base-uri 'none'"
+)
+
+
+@dataclass
+class UiConfig:
+    """How a `flashfsm ui` process serves a store."""
+
+    url: str
+    host: str = "127.0.0.1"
+    token: str | None = None
+    allow_cancel: bool = False
+    poll_s: float = DEFAULT_POLL_S
+    wall: Callable[[], float] = time.time
+    csrf: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+
+
+class Feeds:
+    """The open live feeds: each an asyncio queue filled from the refreshing thread."""
+
+    def __init__(self) -> None:
+        self._queues: set[tuple[asyncio.AbstractEventLoop, asyncio.Queue[list[Change]]]] = set()
+        self._lock = threading.Lock()
+
+    def open(self) -> asyncio.Queue[list[Change]]:
+        """A new feed's queue (on the running loop)."""
+        queue: asyncio.Queue[list[Change]] = asyncio.Queue(FEED_BACKLOG)
+        with self._lock:
+            self._queues.add((asyncio.get_running_loop(), queue))
+        return queue
+
+    def close(self, queue: asyncio.Queue[list[Change]]) -> None:
+        """Stop filling `queue`."""
+        with self._lock:
+            self._queues = {(lp, q) for lp, q in self._queues if q is not queue}
+
+    def publish(self, changes: list[Change]) -> None:
+        """Hand a refresh's changes to every feed (called from the refreshing thread)."""
+        if not changes:
+            return
+        with self._lock:
+            targets = list(self._queues)
+        for loop, queue in targets:
+            with contextlib.suppress(RuntimeError):  # its loop has closed
+                loop.call_soon_threadsafe(_offer, queue, changes)
+
+
+def _offer(queue: asyncio.Queue[list[Change]], changes: list[Change]) -> None:
+    with contextlib.suppress(asyncio.QueueFull):
+        queue.put_nowait(changes)
+
+
+def _allowed_hosts(host: str) -> list[str]:
+    hosts = ["127.0.0.1", "localhost", "[::1]", "::1"]
+    if host not in ("0.0.0.0", "::", ""):
+        hosts.append(host if ":" not in host or host.startswith("[") else f"[{host}]")
+        return hosts
+    return ["*"]  # every address: the token guards it
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding to `host` serves this machine alone."""
+    return host in LOOPBACK or host.startswith("127.")
+
+
+def create_app(config: UiConfig, index: StoreIndex | None = None) -> Starlette:
+    """The web view of the store `config.url` (see the module docstring)."""
+    if not is_loopback(config.host) and not config.token:
+        raise ValueError(
+            f"binding to {config.host} serves other machines: give a token (--token or "
+            "$FLASHFSM_UI_TOKEN) or bind to 127.0.0.1"
+        )
+    state: dict[str, Any] = {}
+    feeds = Feeds()
+    frame = pages.Frame(display_url(config.url), not config.allow_cancel)
+
+    def the_index() -> StoreIndex:
+        return state["index"]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        ix = index if index is not None else StoreIndex(config.url, wall=config.wall)
+        await asyncio.to_thread(ix.refresh)
+        state["index"] = ix
+        stop = threading.Event()
+        unsubscribe = ix.subscribe(feeds.publish)
+
+        def refresher() -> None:
+            while not stop.wait(config.poll_s):
+                try:
+                    ix.refresh()
+                except Exception as exc:  # a store that went away: said, retried
+                    state["error"] = redact_then_cap(str(exc), 300)
+                else:
+                    state.pop("error", None)
+
+        thread = threading.Thread(target=refresher, name="flashfsm-ui-refresh", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            unsubscribe()
+            await asyncio.to_thread(thread.join, 5.0)
+            if index is None:
+                ix.close()
+
+    def html(text: str, status: int = 200) -> HTMLResponse:
+        return HTMLResponse(text, status, headers=_HEADERS)
+
+    def entry_or_404(request: Request) -> Any:
+        name = request.path_params["name"]
+        entry = the_index().entry(name)
+        if entry is None:
+            return None
+        return entry
+
+    def not_found(request: Request) -> HTMLResponse:
+        text = f"no stream {request.path_params.get('name', '')!r} in this store"
+        return html(pages.message_page(frame, "not found", text, back=None), 404)
+
+    def cancel_button(entry: Any) -> str:
+        if entry.row["kind"] != "run" or entry.row.get("ok") is not None:
+            return ""
+        href = pages.stream_url(entry.name, "cancel")
+        if not config.allow_cancel:
+            return (
+                '<span class="note">read-only: start <code>flashfsm ui --allow-cancel</code> '
+                "to cancel runs from here</span>"
+            )
+        return f'<a class="button danger" href="{href}">cancel this run…</a>'
+
+    async def runs(request: Request) -> Response:
+        query = dict(request.query_params)
+        return html(await asyncio.to_thread(pages.runs_page, frame, the_index(), query))
+
+    async def stream(request: Request) -> Response:
+        entry = entry_or_404(request)
+        if entry is None:
+            return not_found(request)
+        wall = config.wall()
+        if request.query_params.get("part") == "live":
+            events = await asyncio.to_thread(the_index().read, entry.name)
+            text = await asyncio.to_thread(
+                pages.live_html, the_index(), entry, events, wall, cancel=cancel_button(entry)
+            )
+            return html(text)
+        text = await asyncio.to_thread(
+            pages.stream_page, frame, the_index(), entry, wall, cancel_button(entry)
+        )
+        return html(text)
+
+    async def picture(request: Request) -> Response:
+        entry = entry_or_404(request)
+        if entry is None:
+            return not_found(request)
+        svg = await asyncio.to_thread(pages.picture_svg, the_index(), entry)
+        return Response(svg, media_type="image/svg+xml", headers=_HEADERS)
+
+    async def costs(request: Request) -> Response:
+        return html(await asyncio.to_thread(pages.costs_page, frame, the_index()))
+
+    async def fleet(request: Request) -> Response:
+        return html(await asyncio.to_thread(pages.fleet_page, frame, the_index(), config.wall()))
+
+    async def rows_json(request: Request) -> Response:
+        f = pages.Filters.parse(dict(request.query_params))
+        try:
+            chosen = pages.select(the_index().rows(), f, the_index().newest)
+        except ValueError as exc:
+            return JSONResponse({"error": str(exc)}, 400)
+        return JSONResponse({"store": frame.store, "streams": chosen})
+
+    async def cancel(request: Request) -> Response:
+        entry = entry_or_404(request)
+        if entry is None:
+            return not_found(request)
+        back = entry.name
+        if not config.allow_cancel:
+            text = "cancel is off: this view is read-only (start it with --allow-cancel)"
+            return html(pages.message_page(frame, "refused", text, back=back), 403)
+        if entry.row["kind"] != "run":
+            text = "only a run can be cancelled from here (this stream is a " + entry.row["kind"]
+            return html(pages.message_page(frame, "refused", text + ")", back=back), 409)
+        if request.method == "GET":
+            return html(pages.cancel_form(frame, entry.name, config.csrf))
+        form = await request.form()
+        if not hmac.compare_digest(str(form.get("csrf", "")), config.csrf):
+            text = "the form is stale or from elsewhere: open the run's page and try again"
+            return html(pages.message_page(frame, "refused", text, back=back), 403)
+        who = str(form.get("by", "")).strip()
+        if not who:
+            return html(pages.message_page(frame, "refused", "say who asks", back=back), 400)
+        events = await asyncio.to_thread(the_index().read, entry.name)
+        if concluded(events):
+            text = f"{entry.name} has already concluded: nothing to cancel"
+            return html(pages.message_page(frame, "refused", text, back=back), 409)
+        client = request.client.host if request.client is not None else "unknown"
+        by = redact_then_cap(f"{who} (flashfsm ui, from {client})", NAME_CAP)
+        reason = redact_then_cap(str(form.get("reason", "")), REASON_CAP)
+        last = max(e.at for e in events)
+        await asyncio.to_thread(
+            request_cancel,
+            config.url,
+            entry.name,
+            by=by,
+            reason=reason,
+            clock=lambda: max(config.wall(), last),
+        )
+        return RedirectResponse(pages.stream_url(entry.name), 303)
+
+    async def feed(request: Request) -> Response:
+        wanted = request.query_params.get("stream")
+        queue = feeds.open()
+
+        async def events() -> AsyncIterator[str]:
+            try:
+                yield "retry: 2000\n\n"
+                while True:
+                    try:
+                        changes = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
+                    except TimeoutError:
+                        yield ": keepalive\n\n"
+                        continue
+                    for change in changes:
+                        if wanted is not None and change.stream != wanted:
+                            continue
+                        yield _message(change, full=wanted is not None)
+            finally:
+                feeds.close(queue)
+
+        return StreamingResponse(
+            events(),
+            media_type="text/event-stream",
+            headers={**_HEADERS, "Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
+
+    async def static(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in _STATIC:
+            return Response("not found", 404)
+        body = resources.files("flashfsm.ui").joinpath("static", name).read_bytes()
+        return Response(body, media_type=_STATIC[name], headers=_HEADERS)
+
+    async def no_icon(request: Request) -> Response:
+        return Response(status_code=204)
+
+    routes = [
+        Route("/", runs),
+        Route("/favicon.ico", no_icon),
+        Route("/rows.json", rows_json),
+        Route("/costs", costs),
+        Route("/fleet", fleet),
+        Route("/feed", feed),
+        Route("/static/{name}", static),
+        Route("/picture/{name:path}", picture),
+        Route("/cancel/{name:path}", cancel, methods=["GET", "POST"]),
+        Route("/s/{name:path}", stream),
+    ]
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=_allowed_hosts(config.host))]
+    if config.token:
+        middleware.append(Middleware(TokenGuard, token=config.token))
+    return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+
+
+_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+_STATIC = {"ui.js": "text/javascript; charset=utf-8", "ui.css": "text/css; charset=utf-8"}
+
+
+def _message(change: Change, *, full: bool) -> str:
+    """One change as a server-sent event: the row's new HTML, and with `full` (a stream's own
+    feed) each new event's row too."""
+    payload: dict[str, Any] = {
+        "stream": change.stream,
+        "key": shown(change.stream),
+        "events": len(change.events),
+        "row": pages.row_html(change.row),
+    }
+    if full and change.events:
+        origin = change.row["first_at"] or 0.0
+        payload["event_rows"] = [pages.event_html(e, origin) for e in change.events]
+    return f"event: change\ndata: {json.dumps(payload)}\n\n"
+
+
+class TokenGuard:
+    """Let through only the requests that carry the token (see the module docstring)."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self.token = token
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        given = request.query_params.get("token")
+        if given is not None and hmac.compare_digest(given, self.token):
+            rest = {k: v for k, v in request.query_params.items() if k != "token"}
+            target = request.url.path + (f"?{urlencode(rest)}" if rest else "")
+            response: Response = RedirectResponse(target, 303)
+            response.set_cookie(COOKIE, self.token, httponly=True, samesite="strict")
+            await response(scope, receive, send)
+            return
+        header = request.headers.get("authorization", "")
+        bearer = header[7:] if header.lower().startswith("bearer ") else ""
+        cookie = request.cookies.get(COOKIE, "")
+        if any(hmac.compare_digest(c, self.token) for c in (bearer, cookie) if c):
+            await self.app(scope, receive, send)
+            return
+        text = "this view needs its token: open it with ?token=… or send Authorization: Bearer"
+        await Response(text, 401, media_type="text/plain")(scope, receive, send)

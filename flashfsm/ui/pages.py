@@ -1,0 +1,588 @@
+"""The web view's pages as HTML: the runs and jobs list, a stream, the costs, the fleet.
+
+Theory of operation. Every page is rendered on the server from what the index holds
+(`flashfsm.ui.index`) and the same folds and texts the CLI prints (`explain`, `why-not`, the
+timeline picture, the ledger), so a page and a command never tell two stories. Jinja2
+renders with autoescaping on, and every outside text (a stream name, an error message, a
+worker's log line) also goes through `shown` first, so a control character is written as its
+escape and HTML or script in it is inert text. Pages carry no inline script or style: the
+one script and the one stylesheet are static files, and the app's Content-Security-Policy
+allows nothing else to run.
+
+Nothing here reads the clock: the caller passes the wall-clock reading (`wall`), and each log
+is viewed on its own clock (`flashfsm.views.view_now`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import typer
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from flashfsm import render
+from flashfsm.cli.common import console, is_file_source, shown
+from flashfsm.cli.cost import print_ledger, utc_text
+from flashfsm.events.errors import FlashFsmError
+from flashfsm.events.models import Event, HeartbeatObserved
+from flashfsm.fsm import explain as ex
+from flashfsm.fsm.findings import summarize
+from flashfsm.fsm.ledger import CAUSES, WASTE_CAUSES, Ledger, group, money_text
+from flashfsm.fsm.rules import RULE_NAMES
+from flashfsm.fsm.run import replay_run
+from flashfsm.ui.index import Entry, StoreIndex
+from flashfsm.views import job_view, last_job_stream, run_label, stream_kind, view_now
+
+#: The colour of an unbilled cause on a cost strip (the billed ones: `render.COST_STYLE`).
+UNBILLED_COLOUR = "#d6dbe4"
+#: Rows on one page of the runs list (a store of thousands of streams is paged).
+PAGE_ROWS = 200
+#: The columns of the runs list a user may sort by, with the row value each sorts on.
+SORT_KEYS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "stream": lambda r: r["stream"],
+    "kind": lambda r: r["kind"],
+    "state": lambda r: r["state"] or "",
+    "rule": lambda r: r.get("rule") or r.get("failure") or "",
+    "gpu": lambda r: r.get("gpu") or "",
+    "started": lambda r: r["first_at"] or 0.0,
+    "span": lambda r: r["span_s"] or 0.0,
+    "cost": lambda r: -1.0 if r.get("cost") is None else r["cost"],
+    "wasted": lambda r: -1.0 if r.get("wasted") is None else r["wasted"],
+    "owner": lambda r: r.get("lease_owner") or r.get("owner") or "",
+    "events": lambda r: r["events"],
+}
+
+
+def stream_url(name: str, what: str = "s") -> str:
+    """The address of stream `name`'s page (`what` "s"), its picture ("picture") or its
+    cancel ("cancel"): the name percent-encoded whole, last in the path."""
+    return f"/{what}/{quote(name, safe='')}"
+
+
+def feed_url(name: str) -> str:
+    """The live feed of stream `name`'s changes."""
+    return f"/feed?stream={quote(name, safe='')}"
+
+
+def _time(at: float | None) -> str:
+    if at is None or not math.isfinite(at):
+        return ""
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _duration(seconds: float | None) -> str:
+    return "" if seconds is None else render.duration_text(seconds)
+
+
+def _money(value: float | None) -> str:
+    return "—" if value is None else money_text(value)
+
+
+def _shown(value: Any) -> str:
+    return "" if value is None else shown(str(value))
+
+
+_ENV = Environment(
+    loader=PackageLoader("flashfsm.ui", "templates"),
+    autoescape=select_autoescape(default=True),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+_ENV.filters.update(t=_shown, time=_time, dur=_duration, money=_money, url=stream_url)
+
+
+def _render(template: str, **values: Any) -> str:
+    return _ENV.get_template(f"{template}.html").render(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class Frame:
+    """What every page's frame shows: the store (as printed, secrets hidden) and its mode."""
+
+    store: str
+    read_only: bool
+
+
+def page(frame: Frame, title: str, name: str, body: str, stream: str | None = None) -> str:
+    """A whole page around `body` (already HTML)."""
+    from markupsafe import Markup
+
+    return _render(
+        "layout",
+        title=title,
+        page=name,
+        body=Markup(body),
+        store=frame.store,
+        read_only=frame.read_only,
+        feed=feed_url(stream) if stream is not None else ("/feed" if name == "runs" else None),
+    )
+
+
+def message_page(frame: Frame, title: str, text: str, *, back: str | None = None, bad=True) -> str:
+    """A page that says one thing (a refusal, a done action)."""
+    body = _render("message", title=title, text=text, back=back, cls="error" if bad else "note")
+    return page(frame, title, "message", body)
+
+
+# --- the runs list ------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Filters:
+    """The runs list's filters, sort and page, as the query string gives them."""
+
+    kind: str = ""
+    state: str = ""
+    rule: str = ""
+    owner: str = ""
+    since: str = ""
+    q: str = ""
+    sort: str = "started"
+    desc: bool = True
+    page: int = 1
+
+    @classmethod
+    def parse(cls, query: dict[str, str]) -> Filters:
+        """Filters from a query string's values (unknown sorts and bad pages fall back)."""
+        sort = query.get("sort", "started")
+        try:
+            number = max(1, min(int(query.get("page", "1")), 1_000_000))
+        except ValueError:
+            number = 1
+        return cls(
+            kind=query.get("kind", "")[:20],
+            state=query.get("state", "")[:80],
+            rule=query.get("rule", "")[:80],
+            owner=query.get("owner", "")[:200],
+            since=query.get("since", "")[:20],
+            q=query.get("q", "")[:200],
+            sort=sort if sort in SORT_KEYS else "started",
+            desc=query.get("desc", "1" if "sort" not in query else "") not in ("", "0"),
+            page=number,
+        )
+
+    def query(self, **changes: Any) -> str:
+        """The query string of these filters with `changes`."""
+        values = dataclasses.asdict(dataclasses.replace(self, **changes))
+        values["desc"] = "1" if values["desc"] else "0"
+        return urlencode({k: v for k, v in values.items() if v not in ("", None)})
+
+
+def _rule_of(row: dict[str, Any]) -> str:
+    return str(row.get("rule") or row.get("failure") or "")
+
+
+def _owner_of(row: dict[str, Any]) -> str:
+    return str(row.get("lease_owner") or row.get("owner") or "")
+
+
+def state_cell(row: dict[str, Any]) -> str:
+    """The state a row shows: `ls`'s state cell."""
+    from flashfsm.cli.store import state_text
+
+    return state_text(row)
+
+
+def select(rows: list[dict[str, Any]], f: Filters, newest: float | None) -> list[dict[str, Any]]:
+    """The rows `f` keeps, sorted as it asks (a bad `since` is a `ValueError`)."""
+    from flashfsm.cli.common import parse_duration
+
+    out = rows
+    if f.kind:
+        out = [r for r in out if r["kind"] == f.kind]
+    if f.state:
+        out = [r for r in out if r["state"] == f.state]
+    if f.rule:
+        out = [r for r in out if _rule_of(r) == f.rule]
+    if f.owner:
+        out = [r for r in out if _owner_of(r) == f.owner]
+    if f.q:
+        needle = f.q.lower()
+        out = [r for r in out if needle in r["stream"].lower()]
+    if f.since and newest is not None:
+        try:
+            window = parse_duration(f.since)
+        except (typer.BadParameter, ValueError) as exc:
+            raise ValueError(f"active within {f.since!r}: {exc}") from None
+        out = [r for r in out if (r["last_at"] or 0.0) >= newest - window]
+    return sorted(out, key=SORT_KEYS[f.sort], reverse=f.desc)
+
+
+#: The runs list's columns: (sort key, header, CSS class).
+COLUMNS = (
+    ("stream", "stream", ""),
+    ("kind", "kind", "c-kind"),
+    ("state", "state", ""),
+    ("rule", "verdict", ""),
+    ("rule", "rule", ""),
+    ("gpu", "GPU", "c-gpu"),
+    ("started", "started (UTC)", "num c-started"),
+    ("span", "span", "num"),
+    ("cost", "cost", "num"),
+    ("wasted", "wasted", "num c-wasted"),
+    ("owner", "watched by", "c-owner"),
+    ("events", "events", "num c-events"),
+)
+
+
+def row_html(row: dict[str, Any]) -> str:
+    """One stream's row of the runs list."""
+    return _render("row", r=row, state=state_cell(row))
+
+
+def runs_page(frame: Frame, index: StoreIndex, query: dict[str, str]) -> str:
+    """The runs and jobs list: filtered, sorted and paged on the server."""
+    f = Filters.parse(query)
+    rows = index.rows()
+    error = None
+    try:
+        chosen = select(rows, f, index.newest)
+    except ValueError as exc:
+        error = str(exc)
+        chosen = select(rows, dataclasses.replace(f, since=""), index.newest)
+    pages = max(1, math.ceil(len(chosen) / PAGE_ROWS))
+    number = min(f.page, pages)
+    shown_rows = chosen[(number - 1) * PAGE_ROWS : number * PAGE_ROWS]
+    ledgers = index.ledgers()
+    total = (
+        None
+        if not ledgers or any(led.money() is None for led in ledgers)
+        else sum(led.money() or 0.0 for led in ledgers)
+    )
+    body = _render(
+        "runs",
+        f=f,
+        rows=[_markup(row_html(r)) for r in shown_rows],
+        kinds=("run", "job", "sweeper"),
+        states=sorted({r["state"] for r in rows if r["state"]}),
+        rules=sorted({_rule_of(r) for r in rows} - {""}),
+        owners=sorted({_owner_of(r) for r in rows} - {""}),
+        columns=COLUMNS,
+        sort_url=lambda key: (
+            "/?" + f.query(sort=key, desc=not f.desc if f.sort == key else key != "stream", page=1)
+        ),
+        page_url=lambda n: "/?" + f.query(page=n),
+        shown_count=len(chosen),
+        total=len(rows),
+        total_cost=total,
+        damaged=len(index.damaged),
+        pages=pages,
+        page_no=number,
+        error=error,
+    )
+    return page(frame, "runs and jobs", "runs", body)
+
+
+def _markup(html: str) -> Any:
+    from markupsafe import Markup
+
+    return Markup(html)
+
+
+# --- a stream --------------------------------------------------------------------------------
+
+#: `explain` prints through the CLI's console; one page captures it at a time.
+_CAPTURE = threading.Lock()
+
+
+def command_text(command: Callable[..., None], /, **kwargs: Any) -> str:
+    """What a CLI command prints, captured (its exit is not an error: the text is)."""
+    with _CAPTURE, console.capture() as captured:
+        try:
+            command(**kwargs)
+        except (typer.Exit, SystemExit):
+            pass
+        except FlashFsmError as exc:
+            console.print(str(exc))
+    return captured.get()
+
+
+def event_html(event: Event, origin: float, evidence: Sequence[int] = ()) -> str:
+    """One event's row of a stream's events table."""
+    return _render(
+        "event",
+        seq=event.seq,
+        offset=f"{event.at - origin:.0f}",
+        kind=event.kind,
+        summary=event_summary(event),
+        evidence=event.seq in evidence,
+    )
+
+
+#: The most characters of an event's summary a row shows (the event has all).
+SUMMARY_CAP = 300
+_ENVELOPE = frozenset({"stream", "seq", "id", "at", "kind", "v"})
+
+
+def event_summary(event: Event) -> str:
+    """One line of an event: a job event's summary (`findings.summarize`), else its fields."""
+    text = summarize(event)
+    if text == event.kind:
+        fields = event.model_dump(mode="json", exclude=set(_ENVELOPE))
+        text = ", ".join(f"{k}={v}" for k, v in fields.items() if v not in (None, "", [], {}))
+    return text if len(text) <= SUMMARY_CAP else text[: SUMMARY_CAP - 1] + "…"
+
+
+def _heartbeat(events: Sequence[Event], now: float) -> str | None:
+    last = next((e for e in reversed(events) if isinstance(e, HeartbeatObserved)), None)
+    if last is None:
+        return None
+    return f"{summarize(last)} ({_duration(max(0.0, now - last.at))} before now)"
+
+
+def _strip(led: Ledger) -> list[dict[str, Any]]:
+    parts = []
+    for cause in CAUSES:
+        seconds = led.seconds(cause)
+        if seconds <= 0:
+            continue
+        billed = led.billed_seconds(cause)
+        money = led.money(cause) if billed else None
+        text = f"{cause.value} {render.duration_text(seconds)}"
+        if billed:
+            text += f" billed {_money(money)}"
+        if cause in WASTE_CAUSES:
+            text += " (waste)"
+        colour = render.COST_STYLE.get(cause, UNBILLED_COLOUR)
+        parts.append({"colour": colour, "weight": f"{seconds:.3f}", "label": text})
+    return parts
+
+
+def _ledger_text(led: Ledger) -> str:
+    with _CAPTURE, console.capture() as captured:
+        print_ledger(led, attempts=True)
+    return captured.get()
+
+
+def live_html(
+    index: StoreIndex, entry: Entry, events: list[Event], wall: float, *, cancel: str = ""
+) -> str:
+    """The parts of a stream's page that change as it runs: its facts, verdict, armed rules,
+    cost, `explain` and `why-not`."""
+    from flashfsm.cli.logs import explain_command
+
+    row = entry.row
+    kind = row["kind"]
+    now = view_now(events, wall)
+    values: dict[str, Any] = {
+        "kind": kind,
+        "state": state_cell(row),
+        "verdict": None,
+        "ok": row.get("ok"),
+        "rule": row.get("rule"),
+        "evidence": (),
+        "gpu": row.get("gpu"),
+        "owner": row.get("lease_owner") or row.get("owner"),
+        "count": len(events),
+        "first": events[0].at if events else None,
+        "last": events[-1].at if events else None,
+        "heartbeat": None,
+        "cost": None,
+        "timers": (),
+        "strip": (),
+        "cost_text": "",
+        "explain": "",
+        "why_not": (),
+        "cancel": _markup(cancel) if cancel else "",
+    }
+    if row.get("ok") is not None:
+        values["verdict"] = "success" if row["ok"] else str(row.get("failure"))
+    led = entry.ledger
+    if led is None and entry.run is not None:
+        parent = index.entry(entry.run)
+        if parent is not None and parent.ledger is not None:
+            mine = tuple(a for a in parent.ledger.attempts if a.stream == entry.name)
+            led = Ledger(entry.name, "job", mine, None, parent.ledger.as_of)
+    if led is not None and led.attempts:
+        rate = led.open_rate_per_hour
+        still = (
+            f" · still billing since {utc_text(led.open_attempts[0].open_since)}"
+            if (led.open_attempts and led.open_attempts[0].open_since is not None)
+            else ""
+        )
+        per_hour = f" at {_money(rate)}/h" if still and rate is not None else ""
+        values["cost"] = (
+            f"billed {_duration(led.billed_s)} {_money(led.money())}, "
+            f"waste {_money(led.waste_money)}{still}{per_hour}"
+        )
+        values["strip"] = _strip(led)
+        values["cost_text"] = _ledger_text(led)
+    job_events: list[Event] = []
+    if kind == "job":
+        job_events = events
+    elif kind == "run":
+        try:
+            last = last_job_stream(replay_run(events))
+        except FlashFsmError:
+            last = None
+        job_events = index.read(last) if last is not None and index.entry(last) else []
+    if job_events:
+        view = job_view(job_events, wall)
+        values["timers"] = view.timers if view.verdict is None else ()
+        values["heartbeat"] = _heartbeat(job_events, now)
+        if view.verdict is not None:
+            values["evidence"] = view.verdict.evidence if kind == "job" else ()
+        values["why_not"] = tuple(
+            (rule, ex.why_not_report(job_events, rule).text)
+            for rule in RULE_NAMES
+            if view.verdict is None or view.verdict.rule != rule
+        )
+    if is_file_source(entry.name):  # `explain NAME` would read a file, not this stream
+        values["explain"] = f"{entry.name}: named like a .jsonl file; run flashfsm explain on it"
+    else:
+        values["explain"] = command_text(explain_command, source=entry.name, store=index.url)
+    return _render("live", **values)
+
+
+def _attempts(entry: Entry, events: list[Event]) -> list[dict[str, Any]]:
+    if entry.row["kind"] != "run":
+        return []
+    try:
+        run = replay_run(events)
+    except FlashFsmError:
+        return []
+    bills = {a.stream: a for a in entry.ledger.attempts} if entry.ledger is not None else {}
+    out = []
+    for n, a in enumerate(run.attempts):
+        bill = bills.get(a.job_stream)
+        from flashfsm.views import attempt_outcome
+
+        out.append(
+            {
+                "n": n,
+                "gpu": a.started.gpu_class,
+                "stream": a.job_stream,
+                "outcome": attempt_outcome(a, run),
+                "billed": None if bill is None else bill.billed_s,
+                "cost": None if bill is None else bill.money(),
+            }
+        )
+    return out
+
+
+def stream_page(frame: Frame, index: StoreIndex, entry: Entry, wall: float, cancel: str) -> str:
+    """A stream's page: its facts and verdict, picture, attempts, events and explanations."""
+    events = index.read(entry.name)
+    kind = stream_kind(events)
+    evidence: tuple[int, ...] = ()
+    if kind == "job":
+        view = job_view(events, wall)
+        evidence = view.verdict.evidence if view.verdict is not None else ()
+    origin = events[0].at if events else 0.0
+    body = _render(
+        "stream",
+        name=entry.name,
+        live=_markup(live_html(index, entry, events, wall, cancel=cancel)),
+        picture=bool(events),
+        attempts=_attempts(entry, events),
+        events=[_markup(event_html(e, origin, evidence)) for e in events],
+        events_note=f"{len(events)} event(s), times from the first "
+        f"({_time(origin)} UTC); the verdict's evidence is marked",
+    )
+    label = run_label(replay_run(events)) if kind == "run" else entry.row["state"] or ""
+    return page(frame, f"{entry.name} {label}", "stream", body, stream=entry.name)
+
+
+def picture_svg(index: StoreIndex, entry: Entry) -> str:
+    """A stream's timeline picture, as `flashfsm timeline` draws it (its cost included)."""
+    events = index.read(entry.name)
+    led = entry.ledger if entry.row["kind"] != "sweeper" else None
+    pic = render.picture(events, index.read, cost=led)
+    return render.svg(pic)
+
+
+# --- costs and fleet ----------------------------------------------------------------------------
+
+
+def costs_page(frame: Frame, index: StoreIndex) -> str:
+    """The store's money: by cause, GPU and rule (as `flashfsm cost --by`), and waste by day."""
+    ledgers = index.ledgers()
+    groups = [(by, group(ledgers, by)) for by in ("cause", "gpu", "rule")]
+    total = (
+        None
+        if any(led.money() is None for led in ledgers)
+        else sum((led.money() or 0.0 for led in ledgers), 0.0)
+    )
+    waste = (
+        None
+        if any(led.waste_money is None for led in ledgers)
+        else sum((led.waste_money or 0.0 for led in ledgers), 0.0)
+    )
+    days: dict[str, float] = {}
+    for led in ledgers:
+        for a in led.attempts:
+            if a.waste_s and a.waste_money:
+                day = datetime.fromtimestamp(a.end, UTC).strftime("%Y-%m-%d")
+                days[day] = days.get(day, 0.0) + a.waste_money
+    top = max(days.values(), default=0.0)
+    waste_days = [(d, m, f"{100 * m / top:.1f}" if top else "0") for d, m in sorted(days.items())]
+    rates = [led.open_rate_per_hour for led in ledgers if led.open_attempts]
+    open_rate = None if not rates or any(r is None for r in rates) else sum(r or 0.0 for r in rates)
+    body = _render(
+        "costs",
+        ledgers=len(ledgers),
+        total=total,
+        waste=waste,
+        open_rate=open_rate,
+        groups=groups,
+        waste_days=waste_days,
+    )
+    return page(frame, "costs", "costs", body)
+
+
+def fleet_page(frame: Frame, index: StoreIndex, wall: float) -> str:
+    """The fleet: live replicas, open streams with their leases, and what nobody watches."""
+    fleet = index.fleet
+    leases = []
+    unwatched = []
+    for o in fleet.open_streams:
+        if o.failed is not None:
+            note = f"failed to start: {o.failed}"
+        elif o.parent is not None:
+            note = ""
+        elif not o.held:
+            note = (
+                "lease expired: no replica holds it"
+                if o.owner is not None
+                else "waiting for a replica"
+                if o.handoff
+                else "watched by the process that opened it"
+            )
+        else:
+            note = ""
+        row = {
+            "stream": o.stream,
+            "kind": o.kind,
+            "owner": o.owner,
+            "expires": ""
+            if o.expires_in is None
+            else render.duration_text(o.expires_in)
+            if o.expires_in >= 0
+            else f"expired {render.duration_text(-o.expires_in)} ago",
+            "open_for": max(0.0, wall - o.opened_at),
+            "token": o.token,
+            "note": note,
+        }
+        leases.append(row)
+        if o.handoff and o.parent is None and not o.held:
+            unwatched.append(row)
+    body = _render(
+        "fleet",
+        indexed=fleet.indexed,
+        store=frame.store,
+        replicas=fleet.replicas,
+        leases=leases,
+        unwatched=unwatched,
+    )
+    return page(frame, "fleet", "fleet", body)
+
+
+def cancel_form(frame: Frame, name: str, csrf: str) -> str:
+    """The confirmation asked before a run is cancelled."""
+    return page(frame, f"cancel {name}", "cancel", _render("cancel", name=name, csrf=csrf))
