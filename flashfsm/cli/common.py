@@ -456,13 +456,21 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d|w)?\s*$")
 _UNIT_S = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 
 
-def parse_duration(text: str) -> float:
-    """`90s`, `15m`, `12h`, `30d`, `2w` (a bare number: seconds) as seconds; exit 1, one line,
-    when it is not one."""
+def duration_seconds(text: str) -> float | None:
+    """`90s`, `15m`, `12h`, `30d`, `2w` (a bare number: seconds) as seconds; None when
+    `text` is not a positive duration."""
     match = _DURATION.match(text)
     if match is None or float(match.group(1)) <= 0:
-        raise fail(f"--since {text!r}: write a positive DURATION such as 90s, 15m, 12h, 30d, 2w")
+        return None
     return float(match.group(1)) * _UNIT_S[match.group(2) or "s"]
+
+
+def parse_duration(text: str, option: str = "--since") -> float:
+    """`duration_seconds` of an OPTION's value; exit 1, one line, when it is not one."""
+    seconds = duration_seconds(text)
+    if seconds is None:
+        raise fail(f"{option} {text!r}: write a positive DURATION such as 90s, 15m, 12h, 30d, 2w")
+    return seconds
 
 
 @dataclass(frozen=True)

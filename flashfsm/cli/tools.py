@@ -14,6 +14,7 @@ from flashfsm.adapters.simulator import serve
 from flashfsm.adapters.stores import open_store
 from flashfsm.adapters.urls import display_url, hide_url_secrets
 from flashfsm.cli.common import attempt_line, console, fail, print_timeline, styled
+from flashfsm.cli.ui import DEFAULT_PORT
 from flashfsm.events.errors import FlashFsmError
 from flashfsm.fsm.run import replay_run
 
@@ -189,7 +190,7 @@ def _print_run(opened: Any, result: Any) -> None:
 
 
 def _explore(commands: list[tuple[str, str]], url: str, picture: Path | None) -> None:
-    """The picture and the commands that explore the demo's streams."""
+    """The picture and the commands that explore the demo's streams, the web view last."""
     from flashfsm.demo import store_export
 
     if picture is not None:
@@ -203,3 +204,4 @@ def _explore(commands: list[tuple[str, str]], url: str, picture: Path | None) ->
         console.print("  # (a password is never printed: write yours in place of ***)")
     for command, why in commands:
         console.print(f"  # {why}\n  {command}", soft_wrap=True)
+    console.print(f"  # all of it in a browser: http://127.0.0.1:{DEFAULT_PORT}/\n  flashfsm ui")

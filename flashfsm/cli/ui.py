@@ -74,7 +74,7 @@ def ui_command(
             f"--host {host} serves other machines: give a token (--token or ${TOKEN_ENV}), "
             "or serve on 127.0.0.1"
         )
-    poll_s = parse_duration(poll)
+    poll_s = parse_duration(poll, "--poll")
     if not 0.05 <= poll_s <= 60:
         raise fail(f"--poll {poll}: between 0.05 s and 60 s")
     open_reader(url).close()  # a missing or unreadable store is one line, before serving

@@ -191,7 +191,7 @@ def state_cell(row: dict[str, Any]) -> str:
 
 def select(rows: list[dict[str, Any]], f: Filters, newest: float | None) -> list[dict[str, Any]]:
     """The rows `f` keeps, sorted as it asks (a bad `since` is a `ValueError`)."""
-    from flashfsm.cli.common import parse_duration
+    from flashfsm.cli.common import duration_seconds
 
     out = rows
     if f.kind:
@@ -206,10 +206,9 @@ def select(rows: list[dict[str, Any]], f: Filters, newest: float | None) -> list
         needle = f.q.lower()
         out = [r for r in out if needle in r["stream"].lower()]
     if f.since and newest is not None:
-        try:
-            window = parse_duration(f.since)
-        except (typer.BadParameter, ValueError) as exc:
-            raise ValueError(f"active within {f.since!r}: {exc}") from None
+        window = duration_seconds(f.since)
+        if window is None:
+            raise ValueError(f"active within {f.since!r}: write a duration such as 90s, 15m, 12h")
         out = [r for r in out if (r["last_at"] or 0.0) >= newest - window]
     return sorted(out, key=SORT_KEYS[f.sort], reverse=f.desc)
 

@@ -1,0 +1,340 @@
+"""`flashfsm ui` without a browser: what each page says, what the guards refuse, what it writes.
+
+The pages must tell the story the CLI tells (the same states as `ls`, the same money as
+`cost`), read the store without changing it, serve only streams the store lists, keep
+outside text inert, refuse a bind that other machines reach without a token, and make its
+one write (a cancel) only when started with `--allow-cancel`, naming who asked. The
+browser-driven checks (live updates, layout) are in tests/test_ui_browser.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+from typer.testing import CliRunner
+
+from flashfsm import JobHandle, open_store, poll_job
+from flashfsm.cli import app as cli
+from flashfsm.events.models import CancelRequested, Candidate, RunStarted, StatusObserved
+from flashfsm.ids import new_id
+from flashfsm.ui.app import UiConfig, create_app
+from flashfsm.ui.index import StoreIndex
+from flashfsm.ui.pages import stream_url
+
+runner = CliRunner()
+TOKEN = "t0ken-" + "x" * 26
+EVIL_STREAM = 'job-<script>alert("s")</script>-\x1b[31m\u202e'
+EVIL_ERROR = "<img src=x onerror=alert(1)> \x1b[2J CUDA </pre><b>owned</b>"
+
+
+@pytest.fixture(scope="module")
+def demo_store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A store the demo wrote: five finished runs and their jobs."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('ui')}/demo.db"
+    result = runner.invoke(cli, ["demo", "--store", url, "--tag", "abc123"])
+    assert result.exit_code == 0, result.output
+    return url
+
+
+class Answers:
+    """RunPod, scripted: one poll in progress, then FAILED with a hostile error text."""
+
+    def __init__(self) -> None:
+        self.fetches = 0
+
+    def job_status(self, endpoint_id: str, job_id: str) -> dict:
+        self.fetches += 1
+        if self.fetches < 2:
+            return {"status": "IN_PROGRESS"}
+        return {"status": "FAILED", "error": EVIL_ERROR}
+
+    def endpoint_health(self, endpoint_id: str) -> dict:
+        return {"workers": {"running": 1}}
+
+
+def open_run(url: str, name: str, at: float = 1_700_000_000.0) -> None:
+    """A run that started and has not concluded (nothing drives it)."""
+    store = open_store(url)
+    try:
+        started = RunStarted(
+            stream=name,
+            seq=0,
+            id=new_id(at),
+            at=at,
+            run_id=name,
+            candidates=(Candidate(gpu_class="L40S", price_per_hour=0.99),),
+        )
+        store.append(name, [started], 0)
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def mixed_store(tmp_path: Path) -> str:
+    """A hostile job stream (its name and error text hold HTML and escapes) and an open run."""
+    url = f"sqlite:///{tmp_path}/events.db"
+    now = [1_700_000_000.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    store = open_store(url)
+    try:
+        poll_job(
+            JobHandle("ep-1", "flash-evil", "job-1", submitted_at=now[0]),
+            client=Answers(),
+            clock=lambda: now[0],
+            sleep=sleep,
+            store=store,
+            stream=EVIL_STREAM,
+        )
+    finally:
+        store.close()
+    open_run(url, "run-open")
+    return url
+
+
+@pytest.fixture
+def client_for() -> Iterator:
+    clients: list[TestClient] = []
+
+    def make(url: str, **options) -> TestClient:
+        client = TestClient(
+            create_app(UiConfig(url, poll_s=0.05, **options)), base_url="http://127.0.0.1"
+        )
+        client.__enter__()
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.__exit__(None, None, None)
+
+
+def store_digest(url: str) -> str:
+    path = Path(url.removeprefix("sqlite://"))
+    return "".join(
+        hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(path.parent.glob(path.name + "*"))
+    )
+
+
+def cells(html: str) -> dict[str, str]:
+    """Each row's state cell of the runs page, by the row's stream."""
+    rows = re.findall(
+        r'<tr data-stream="([^"]*)">.*?<td class="state[^"]*">([^<]*)</td>', html, re.S
+    )
+    return dict(rows)
+
+
+# --- what the pages say --------------------------------------------------------------------
+
+
+def test_the_runs_page_lists_every_stream_with_the_state_ls_gives(demo_store, client_for):
+    page = client_for(demo_store).get("/")
+    assert page.status_code == 200
+    listed = json.loads(runner.invoke(cli, ["ls", "--json", "--store", demo_store]).output)
+    shown = cells(page.text)
+    assert shown == {row["stream"]: row["state"] for row in listed["streams"]}
+    assert len(shown) == 13
+
+
+def test_the_costs_page_totals_what_cost_bills(demo_store, client_for):
+    page = client_for(demo_store).get("/costs")
+    billed = json.loads(runner.invoke(cli, ["cost", "--json", "--store", demo_store]).output)
+    total = billed["total"]
+    assert f"billed ${total['money']:.2f}" in page.text, page.text
+    assert f"wasted\n${total['waste_money']:.2f}" in page.text or (
+        f"wasted ${total['waste_money']:.2f}" in page.text
+    )
+
+
+def test_filters_keep_only_the_matching_streams(demo_store, client_for):
+    client = client_for(demo_store)
+    stalled = cells(client.get("/", params={"state": "STALLED"}).text)
+    assert stalled and set(stalled.values()) == {"STALLED"}
+    runs = client.get("/rows.json", params={"kind": "run", "sort": "cost", "desc": "1"}).json()
+    costs = [r["cost"] for r in runs["streams"]]
+    assert [r["kind"] for r in runs["streams"]] == ["run"] * 5
+    assert costs == sorted(costs, reverse=True)
+    named = cells(client.get("/", params={"q": "walk"}).text)
+    assert named and all("walk" in name for name in named)
+
+
+def test_a_bad_filter_is_said_on_the_page_not_a_crash(demo_store, client_for):
+    page = client_for(demo_store).get("/", params={"since": "soon"})
+    assert page.status_code == 200
+    assert "active within &#39;soon&#39;" in page.text
+
+
+def test_a_run_page_shows_its_picture_attempts_explain_and_why_not(demo_store, client_for):
+    client = client_for(demo_store)
+    page = client.get("/s/run-demo-abc123-stall-s3")
+    assert page.status_code == 200
+    for part in ("Attempts", "Explain", "Why not", "/picture/run-demo-abc123-stall-s3"):
+        assert part in page.text
+    assert "attempt 0 (job-demo-abc123-stall-s3-a0): STALLED (stalled)" in page.text
+    explained = runner.invoke(cli, ["explain", "run-demo-abc123-stall-s3", "--store", demo_store])
+    first = explained.output.splitlines()[1]
+    assert first.split(" by rule ")[0] in page.text
+    picture = client.get("/picture/run-demo-abc123-stall-s3")
+    assert picture.headers["content-type"].startswith("image/svg+xml")
+    assert picture.text.lstrip().startswith("<svg")
+
+
+def test_a_verdicts_evidence_is_marked_and_linked(demo_store, client_for):
+    page = client_for(demo_store).get("/s/job-demo-abc123-codeerror-s4-a0").text
+    linked = re.findall(r'href="#ev-(\d+)"', page)
+    assert linked
+    for seq in linked:
+        assert f'<tr id="ev-{seq}" class="evidence">' in page
+
+
+# --- guards ------------------------------------------------------------------------------------
+
+
+def test_pages_never_write_to_the_store(demo_store, client_for):
+    before = store_digest(demo_store)
+    client = client_for(demo_store)
+    for path in ("/", "/costs", "/fleet", "/s/run-demo-abc123-walk-s1", "/rows.json"):
+        assert client.get(path).status_code == 200
+    client.get("/picture/run-demo-abc123-walk-s1")
+    assert client.post("/cancel/run-demo-abc123-walk-s1").status_code == 403
+    assert store_digest(demo_store) == before
+
+
+def test_a_stream_the_store_does_not_list_is_not_found_and_never_read(demo_store, client_for):
+    client = client_for(demo_store)
+    for name in ("nope", "../../etc/passwd", "..%2F..%2Fetc%2Fpasswd", "x.jsonl"):
+        assert client.get(f"/s/{name}").status_code == 404
+        assert client.get(f"/picture/{name}").status_code == 404
+
+
+def test_outside_text_renders_inert(mixed_store, client_for):
+    client = client_for(mixed_store)
+    assert client.get("/rows.json").headers["content-type"] == "application/json"
+    for path in ("/", stream_url(EVIL_STREAM)):
+        text = client.get(path).text
+        assert "<script>alert" not in text
+        assert "<img src=x" not in text
+        assert "<b>owned</b>" not in text
+        assert "\x1b" not in text and "\u202e" not in text
+    page = client.get(stream_url(EVIL_STREAM)).text
+    assert "&lt;script&gt;alert(&#34;s&#34;)&lt;/script&gt;-\\x1b[31m\\u202e" in page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert "script-src 'self'" in client.get("/").headers["content-security-policy"]
+
+
+def test_a_page_answers_only_a_loopback_host_name(demo_store, client_for):
+    client = client_for(demo_store)
+    assert client.get("/", headers={"host": "evil.example"}).status_code == 400
+    assert client.get("/", headers={"host": "127.0.0.1:8765"}).status_code == 200
+
+
+def test_a_bind_beyond_loopback_without_a_token_refuses_to_start(demo_store):
+    with pytest.raises(ValueError, match="give a token"):
+        create_app(UiConfig(demo_store, host="0.0.0.0"))
+    result = runner.invoke(cli, ["ui", "--store", demo_store, "--host", "0.0.0.0"])
+    assert result.exit_code == 1
+    assert "serves other machines: give a token" in result.output
+
+
+def test_a_missing_store_is_one_line_and_is_not_created(tmp_path: Path):
+    missing = tmp_path / "none.db"
+    result = runner.invoke(cli, ["ui", "--store", f"sqlite:///{missing}", "--port", "0"])
+    assert result.exit_code == 1
+    assert len(result.output.strip().splitlines()) == 1
+    assert not missing.exists()
+
+
+def test_with_a_token_every_request_carries_it(demo_store, client_for):
+    client = client_for(demo_store, host="0.0.0.0", token=TOKEN)
+    denied = client.get("/")
+    assert denied.status_code == 401 and TOKEN not in denied.text
+    assert client.get("/", headers={"authorization": f"Bearer {TOKEN}"}).status_code == 200
+    assert client.get("/", headers={"authorization": "Bearer wrong"}).status_code == 401
+    opened = client.get("/costs", params={"token": TOKEN}, follow_redirects=False)
+    assert opened.status_code == 303 and opened.headers["location"] == "/costs"
+    assert TOKEN not in opened.headers["location"]
+    page = client.get("/costs")  # the cookie the redirect set
+    assert page.status_code == 200 and TOKEN not in page.text
+
+
+def test_a_short_token_is_refused(demo_store):
+    result = runner.invoke(cli, ["ui", "--store", demo_store, "--token", "short"])
+    assert result.exit_code == 1 and "too short" in result.output
+    assert "short" not in result.output.replace("too short", "")
+
+
+# --- cancel --------------------------------------------------------------------------------------
+
+
+def cancels(url: str, stream: str) -> list[CancelRequested]:
+    store = open_store(url, read_only=True)
+    try:
+        return [e for e in store.read(stream) if isinstance(e, CancelRequested)]
+    finally:
+        store.close()
+
+
+def test_cancel_is_refused_without_the_flag(mixed_store, client_for):
+    client = client_for(mixed_store)
+    page = client.get("/s/run-open").text
+    assert "/cancel/run-open" not in page and "--allow-cancel" in page
+    assert client.get("/cancel/run-open").status_code == 403
+    assert client.post("/cancel/run-open", data={"by": "ann", "csrf": "x"}).status_code == 403
+    assert cancels(mixed_store, "run-open") == []
+
+
+def test_cancel_with_the_flag_asks_then_records_who_asked(mixed_store, client_for):
+    client = client_for(mixed_store, allow_cancel=True)
+    assert 'href="/cancel/run-open"' in client.get("/s/run-open").text
+    form = client.get("/cancel/run-open").text
+    csrf = re.search(r'name="csrf" value="([^"]+)"', form).group(1)
+    stale = client.post("/cancel/run-open", data={"by": "ann", "csrf": "forged"})
+    assert stale.status_code == 403 and cancels(mixed_store, "run-open") == []
+    done = client.post(
+        "/cancel/run-open",
+        data={"by": "ann", "reason": "wrong data set", "csrf": csrf},
+        follow_redirects=False,
+    )
+    assert done.status_code == 303 and done.headers["location"] == "/s/run-open"
+    [cancel] = cancels(mixed_store, "run-open")
+    assert cancel.by.startswith("ann (flashfsm ui, from ")
+    assert cancel.reason == "wrong data set"
+    assert cancel.at >= 1_700_000_000.0
+
+
+def test_cancel_is_only_for_runs(mixed_store, client_for):
+    client = client_for(mixed_store, allow_cancel=True)
+    assert client.get(stream_url(EVIL_STREAM, "cancel")).status_code == 409
+
+
+# --- the index -----------------------------------------------------------------------------------
+
+
+def test_a_refresh_reads_only_what_was_appended(mixed_store):
+    index = StoreIndex(mixed_store)
+    try:
+        assert {c.stream for c in index.refresh()} == {EVIL_STREAM, "run-open"}
+        assert index.refresh() == []
+        store = open_store(mixed_store)
+        try:
+            at = 1_700_000_100.0
+            status = StatusObserved(
+                stream="run-open", seq=1, id=new_id(at), at=at, status="IN_QUEUE"
+            )
+            store.append("run-open", [status], 1)
+        finally:
+            store.close()
+        [change] = index.refresh()
+        assert change.stream == "run-open" and [e.seq for e in change.events] == [1]
+        assert change.row["events"] == 2
+    finally:
+        index.close()
