@@ -2,7 +2,8 @@
 
 Every command of `flashfsm.cli.COMMANDS` that reads a source or a store (all but `demo`,
 `simulator` and `diagram`; `sweep` for the cases about its store, with a fake key and a
-RunPod that is a closed port on 127.0.0.1) is run on a missing store, an empty source, a
+RunPod that is a closed port on 127.0.0.1; `ui` for the cases about its store, as it serves a
+good one until interrupted) is run on a missing store, an empty source, a
 corrupt source and a source of the wrong kind. Each must exit with a documented code (a
 `SystemExit`, never another exception), print exactly one line (stdout and stderr), no
 traceback, and create or change nothing: the temporary directory's tree, with each entry's
@@ -402,6 +403,8 @@ def command_line(command: str, case: Case, target: str, place: Place) -> list[st
         }.get(command)
     if command == "sweep":
         return ["sweep", "--store", target] if case.store_error else None
+    if command == "ui":  # (a good store would be served until interrupted)
+        return ["ui", "--store", target, "--port", "0"] if case.store_error else None
     if command == "ls":
         return None if case.stream != JOB and not case.store_error else ["ls", "--store", target]
     if command == "import":
@@ -464,8 +467,10 @@ def test_every_reader_meets_every_case_family() -> None:
     every = {"missing store", "empty source", "corrupt source", "wrong kind"}
     for command in READERS:
         families = {case.family for case in CASES if applies(command, case)}
-        # sweep writes its store: it meets the cases where the store itself is bad
-        assert families == (every - {"empty source"} if command == "sweep" else every), command
+        # sweep writes its store and ui serves a good one until interrupted: they meet the
+        # cases where the store itself is bad
+        only_store = command in ("sweep", "ui")
+        assert families == (every - {"empty source"} if only_store else every), command
 
 
 def test_watch_follow_on_a_missing_store_is_still_an_error(tmp_path: Path) -> None:

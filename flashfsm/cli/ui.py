@@ -11,6 +11,7 @@ import typer
 from flashfsm.adapters.urls import display_url
 from flashfsm.cli.common import (
     StoreOption,
+    UsageErrors,
     fail,
     open_reader,
     parse_duration,
@@ -77,7 +78,12 @@ def ui_command(
     poll_s = parse_duration(poll, "--poll")
     if not 0.05 <= poll_s <= 60:
         raise fail(f"--poll {poll}: between 0.05 s and 60 s")
-    open_reader(url).close()  # a missing or unreadable store is one line, before serving
+    opened = open_reader(url)  # a missing or unreadable store is one line, before serving
+    try:
+        with UsageErrors():
+            opened.streams()
+    finally:
+        opened.close()
     config = UiConfig(url, host=host, token=token, allow_cancel=allow_cancel, poll_s=poll_s)
     app = create_app(config)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
