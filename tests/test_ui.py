@@ -21,11 +21,18 @@ from typer.testing import CliRunner
 
 from flashfsm import JobHandle, open_store, poll_job
 from flashfsm.cli import app as cli
-from flashfsm.events.models import CancelRequested, Candidate, RunStarted, StatusObserved
+from flashfsm.events.models import (
+    CancelRequested,
+    Candidate,
+    RunStarted,
+    StatusObserved,
+    WatchStarted,
+)
+from flashfsm.events.store import HANDOFF
 from flashfsm.ids import new_id
 from flashfsm.ui.app import UiConfig, create_app
 from flashfsm.ui.index import StoreIndex
-from flashfsm.ui.pages import stream_url
+from flashfsm.ui.pages import Frame, fleet_page, stream_url
 
 runner = CliRunner()
 TOKEN = "t0ken-" + "x" * 26
@@ -338,3 +345,53 @@ def test_a_refresh_reads_only_what_was_appended(mixed_store):
         assert change.row["events"] == 2
     finally:
         index.close()
+
+
+# --- the fleet -------------------------------------------------------------------------------------
+
+
+def test_the_fleet_page_shows_replicas_leases_what_nobody_watches_and_watch_gaps(tmp_path: Path):
+    url = f"sqlite:///{tmp_path}/fleet.db"
+    store = open_store(url)
+    at = 1_700_000_000.0
+    try:
+        for name in ("run-held", "run-orphan"):
+            started = RunStarted(
+                stream=name,
+                seq=0,
+                id=new_id(at),
+                at=at,
+                run_id=name,
+                candidates=(Candidate(gpu_class="L40S", price_per_hour=0.99),),
+            )
+            store.append(name, [started], 0, lease=HANDOFF)
+        store.join("replica-a", 60.0, ("job", "run"))
+        [lease] = store.claim("replica-a", 60.0, 1, ("run",))
+        assert lease.stream == "run-held"
+        resumed = WatchStarted(
+            stream="job-resumed",
+            seq=1,
+            id=new_id(at + 95),
+            at=at + 95,
+            watcher="replica-b",
+            reattach=True,
+        )
+        first = StatusObserved(
+            stream="job-resumed", seq=0, id=new_id(at + 5), at=at + 5, status="IN_PROGRESS"
+        )
+        store.append("job-resumed", [first, resumed], 0)
+    finally:
+        store.close()
+    index = StoreIndex(url)
+    try:
+        index.refresh()
+        page = fleet_page(Frame(url, True), index, at + 200).replace("\n", " ")
+    finally:
+        index.close()
+    assert "<td>replica-a</td>" in page
+    held = re.search(r'href="/s/run-held">run-held</a></td><td>run</td> <td>replica-a</td>', page)
+    assert held, page
+    assert "run-orphan</a>: waiting for a replica, nothing appended for 3 min 20 s" in page
+    assert "run-held</a>:" not in page  # held: watched
+    assert re.search(r"job-resumed</a></td> <td[^>]*>[^<]+</td><td[^>]*>1 min 30 s</td>", page)
+    assert "<td>replica-b</td>" in page

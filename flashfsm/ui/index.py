@@ -22,6 +22,7 @@ change anything in the store.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -79,6 +80,16 @@ def _gpu(events: Sequence[Event]) -> str | None:
         if isinstance(e, AttemptStarted | JobSubmitted) and e.gpu_class:
             gpu = e.gpu_class
     return gpu
+
+
+def unwatched_gaps(events: Sequence[Event]) -> list[tuple[float, float, str]]:
+    """Where a watch resumed a stream (a reattach: a crash, a takeover, a restart): when,
+    how long nobody appended to it before (from the event before), and who resumed it."""
+    gaps = []
+    for before, e in itertools.pairwise(events):
+        if isinstance(e, WatchStarted) and e.reattach:
+            gaps.append((e.at, max(0.0, e.at - before.at), e.watcher))
+    return gaps
 
 
 def _watcher(events: Sequence[Event]) -> str | None:
@@ -212,7 +223,7 @@ class StoreIndex:
         else:
             events = entry.events + new
         row = stream_row(name, events)
-        row.update(gpu=_gpu(events), owner=_watcher(events))
+        row.update(gpu=_gpu(events), owner=_watcher(events), gaps=unwatched_gaps(events))
         jobs: tuple[str, ...] = ()
         if row["kind"] == "run":
             try:

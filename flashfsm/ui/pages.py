@@ -535,42 +535,58 @@ def costs_page(frame: Frame, index: StoreIndex) -> str:
     return page(frame, "costs", "costs", body)
 
 
+#: The most reattach gaps the fleet page lists (the newest).
+GAPS_SHOWN = 50
+
+
 def fleet_page(frame: Frame, index: StoreIndex, wall: float) -> str:
-    """The fleet: live replicas, open streams with their leases, and what nobody watches."""
+    """The fleet: live replicas, open streams with their leases, the open streams nobody
+    watches now, and the gaps in watching the logs record (each reattach's)."""
     fleet = index.fleet
     leases = []
     unwatched = []
     for o in fleet.open_streams:
+        entry = index.entry(o.stream)
+        last = entry.row["last_at"] if entry is not None else None
+        quiet = None if last is None else max(0.0, wall - last)
         if o.failed is not None:
             note = f"failed to start: {o.failed}"
-        elif o.parent is not None:
+        elif o.parent is not None or o.held:
             note = ""
-        elif not o.held:
-            note = (
-                "lease expired: no replica holds it"
-                if o.owner is not None
-                else "waiting for a replica"
-                if o.handoff
-                else "watched by the process that opened it"
-            )
+        elif o.owner is not None:
+            note = "lease expired: no replica holds it"
+        elif o.handoff:
+            note = "waiting for a replica"
         else:
-            note = ""
+            note = ""  # its opener watches it (a poll_job, a supervise_run of its own)
+        expires = ""
+        if o.expires_in is not None:
+            expires = (
+                render.duration_text(o.expires_in)
+                if o.expires_in >= 0
+                else f"expired {render.duration_text(-o.expires_in)} ago"
+            )
         row = {
             "stream": o.stream,
             "kind": o.kind,
-            "owner": o.owner,
-            "expires": ""
-            if o.expires_in is None
-            else render.duration_text(o.expires_in)
-            if o.expires_in >= 0
-            else f"expired {render.duration_text(-o.expires_in)} ago",
+            "owner": o.owner if o.parent is None else f"(of {o.parent})",
+            "expires": expires,
             "open_for": max(0.0, wall - o.opened_at),
+            "quiet": quiet,
             "token": o.token,
             "note": note,
         }
         leases.append(row)
-        if o.handoff and o.parent is None and not o.held:
+        if note:
             unwatched.append(row)
+    gaps = sorted(
+        (
+            {"stream": r["stream"], "at": at, "gap": gap, "by": by}
+            for r in index.rows()
+            for at, gap, by in r.get("gaps", ())
+        ),
+        key=lambda g: -g["at"],
+    )
     body = _render(
         "fleet",
         indexed=fleet.indexed,
@@ -578,6 +594,8 @@ def fleet_page(frame: Frame, index: StoreIndex, wall: float) -> str:
         replicas=fleet.replicas,
         leases=leases,
         unwatched=unwatched,
+        gaps=gaps[:GAPS_SHOWN],
+        gap_count=len(gaps),
     )
     return page(frame, "fleet", "fleet", body)
 
