@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -196,10 +196,15 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Logs:
 
 
 @pytest.fixture(autouse=True)
-def console_width(monkeypatch: pytest.MonkeyPatch) -> None:
+def console_width() -> Iterator[None]:
     """The consoles measure the width each command runs at ($COLUMNS, else unbounded)."""
-    monkeypatch.setattr(cli_common.console, "_width", None)
-    monkeypatch.setattr(cli_common.err_console, "_width", None)
+    consoles = (cli_common.console, cli_common.err_console)
+    saved = [c.set_width for c in consoles]
+    for c in consoles:
+        c.width = None
+    yield
+    for c, width in zip(consoles, saved, strict=True):
+        c.width = width
 
 
 # --- the tree a command must not touch ----------------------------------------------------

@@ -710,20 +710,92 @@ class _DeadlineBackend(httpcore.NetworkBackend):
         self._inner.sleep(seconds)
 
 
-def _bounded_transport(verify: ssl.SSLContext | bool, clock: _CallClock) -> httpx.HTTPTransport:
-    """httpx's default sync transport, its network backend wrapped by `_DeadlineBackend`.
+#: httpcore's errors as httpx raises them, most specific first (an httpx transport of one's
+#: own maps them, as httpx's own transport does).
+_HTTPCORE_ERRORS: tuple[tuple[type[Exception], type[httpx.TransportError]], ...] = (
+    (httpcore.ConnectTimeout, httpx.ConnectTimeout),
+    (httpcore.ReadTimeout, httpx.ReadTimeout),
+    (httpcore.WriteTimeout, httpx.WriteTimeout),
+    (httpcore.PoolTimeout, httpx.PoolTimeout),
+    (httpcore.TimeoutException, httpx.TimeoutException),
+    (httpcore.ConnectError, httpx.ConnectError),
+    (httpcore.ReadError, httpx.ReadError),
+    (httpcore.WriteError, httpx.WriteError),
+    (httpcore.NetworkError, httpx.NetworkError),
+    (httpcore.ProxyError, httpx.ProxyError),
+    (httpcore.UnsupportedProtocol, httpx.UnsupportedProtocol),
+    (httpcore.RemoteProtocolError, httpx.RemoteProtocolError),
+    (httpcore.LocalProtocolError, httpx.LocalProtocolError),
+    (httpcore.ProtocolError, httpx.ProtocolError),
+)
 
-    httpx offers no public hook for the backend: the pool's `_network_backend` is set in
-    place (a test proves the deadline holds against a server trickling its headers, so a
-    change in httpx shows up there, not in production).
+
+@contextlib.contextmanager
+def _as_httpx_errors() -> Generator[None, None, None]:
+    try:
+        yield
+    except Exception as exc:
+        for core, mapped in _HTTPCORE_ERRORS:
+            if isinstance(exc, core):
+                raise mapped(str(exc)) from exc
+        raise
+
+
+class _CoreBody(httpx.SyncByteStream):
+    """An httpcore response body as httpx reads it (its errors mapped to httpx's)."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+
+    def __iter__(self) -> Generator[bytes, None, None]:
+        with _as_httpx_errors():
+            yield from self._stream
+
+    def close(self) -> None:
+        close = getattr(self._stream, "close", None)
+        if close is not None:
+            close()
+
+
+class _BoundedTransport(httpx.BaseTransport):
+    """An httpx transport over httpcore's connection pool with `_DeadlineBackend` as its
+    network backend: every connect, read and write is cut at the running call's deadline.
+
+    Built on public extension points only (`httpx.BaseTransport`, `httpcore.ConnectionPool`'s
+    `network_backend`); a test proves the deadline holds against a server trickling its
+    headers.
     """
-    transport = httpx.HTTPTransport(verify=verify)
-    pool = getattr(transport, "_pool", None)
-    inner = getattr(pool, "_network_backend", None)
-    if inner is None:
-        raise RuntimeError("httpx's transport has no network backend to bound")
-    pool._network_backend = _DeadlineBackend(inner, clock)  # type: ignore[union-attr]
-    return transport
+
+    def __init__(self, verify: ssl.SSLContext | bool, clock: _CallClock):
+        context = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(verify)
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=context, network_backend=_DeadlineBackend(httpcore.SyncBackend(), clock)
+        )
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        """Send `request` through the pool (see the class notes)."""
+        url = request.url
+        core = httpcore.Request(
+            method=request.method,
+            url=httpcore.URL(
+                scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path
+            ),
+            headers=request.headers.raw,
+            content=request.stream,  # type: ignore[arg-type]
+            extensions=request.extensions,
+        )
+        with _as_httpx_errors():
+            answer = self._pool.handle_request(core)
+        return httpx.Response(
+            status_code=answer.status,
+            headers=answer.headers,
+            stream=_CoreBody(answer.stream),
+            extensions=answer.extensions,
+        )
+
+    def close(self) -> None:
+        """Close the pool's connections."""
+        self._pool.close()
 
 
 def _too_big(limit: int) -> int:
@@ -926,7 +998,7 @@ class RunpodClient(_Base):
         self._sleep = sleep
         self._owns_http = http_client is None
         if http_client is None and transport is None and not _proxied():
-            transport = _bounded_transport(_verify(verify), self._clock)
+            transport = _BoundedTransport(_verify(verify), self._clock)
         self._http = http_client or httpx.Client(
             timeout=timeout, transport=transport, verify=_verify(verify)
         )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import sys
 import warnings
@@ -67,18 +68,34 @@ class PlainConsole(Console):
     """A console at the terminal's width, or `$COLUMNS`; piped without `$COLUMNS` (into a
     file, `grep`), lines are as long as they are. A width set on it wins."""
 
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        #: the width set on it (at creation, or later through `width` or `size`), or None
+        self.set_width: int | None = options.get("width")
+
     @property
     def size(self) -> ConsoleDimensions:
         """The console's width and height (see the class notes)."""
         dims = Console.size.fget(self)  # type: ignore[attr-defined]
-        columns = self._environ.get("COLUMNS", "")
-        if self._width is None and not columns.isdigit() and not self.is_terminal:
+        columns = os.environ.get("COLUMNS", "")
+        if self.set_width is None and not columns.isdigit() and not self.is_terminal:
             return ConsoleDimensions(PIPED_WIDTH, dims.height)
         return dims
 
     @size.setter
     def size(self, new_size: tuple[int, int]) -> None:
         Console.size.fset(self, new_size)  # type: ignore[attr-defined]
+        self.set_width = new_size[0]
+
+    @property
+    def width(self) -> int:
+        """The console's width (see the class notes)."""
+        return self.size.width
+
+    @width.setter
+    def width(self, width: int | None) -> None:
+        Console.width.fset(self, width)  # type: ignore[attr-defined]
+        self.set_width = width
 
     def render_str(self, text: str, **options: Any) -> Text:
         """A string as rich text, its unprintable characters escaped (`shown_text`)."""

@@ -71,6 +71,8 @@ from flashfsm.adapters.simulator.world import (
 DEFAULT_KEY = "sim-runpod-key-0"
 SECRET_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization", "x-api-key"})
 UNAUTHORIZED_MESSAGE = "Unauthorized: a valid API key is required"
+#: Every status code HTTP names (a fault may carry another: it then has no phrase).
+_STATUS_CODES = frozenset(s.value for s in HTTPStatus)
 Reply = tuple[int, dict[str, str], bytes]
 STREAM_ROUTES = frozenset({"worker_logs"})  # answered as a chunked stream (see `_stream`)
 QUERY_ROUTES = frozenset({"worker_logs"})  # handlers that read the query string
@@ -752,7 +754,7 @@ class Simulator:
     @staticmethod
     def _error(plane: str, status: int, message: str) -> Reply:
         if plane == "rest2":
-            title = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else ""
+            title = HTTPStatus(status).phrase if status in _STATUS_CODES else ""
             problem = {"type": "about:blank", "title": title, "status": status, "detail": message}
             return _json_reply(status, problem, content_type="application/problem+json")
         if plane == "graphql":
@@ -774,7 +776,7 @@ class Simulator:
             )
             reply: Reply = (status, {"Content-Type": "application/json"}, data)
         else:
-            phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else ""
+            phrase = HTTPStatus(status).phrase if status in _STATUS_CODES else ""
             reply = self._error(match.plane, status, f"simulated fault: {status} {phrase}".strip())
         if fault.retry_after is not None:
             reply[1]["Retry-After"] = str(fault.retry_after)
