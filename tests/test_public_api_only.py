@@ -39,6 +39,13 @@ NOT_YET_PUBLIC = frozenset(
 )
 
 
+#: The standard library's private names flashfsm keeps on purpose, with why (not a third-party
+#: library: it changes only with Python, which CI pins): `os.environ._data`, the dict behind
+#: `os.environ` on POSIX, read for the secrets on every event built — three lookups through
+#: `os.environ.get` cost 2.3 µs, through the dict 0.12 µs (measured here, `python -m timeit`).
+STDLIB_KEPT = frozenset({"flashfsm/redact.py: _data"})
+
+
 def _private(name: str) -> bool:
     if name in DOCUMENTED:
         return False
@@ -75,17 +82,39 @@ def own_private_names(trees: dict[Path, ast.Module]) -> set[str]:
     return {n for n in names if _private(n)}
 
 
-def private_uses(path: Path, tree: ast.Module, own: set[str]) -> list[str]:
-    """Each private name of another library `tree` touches, as `file:line: name`."""
-    found = []
+def _foreign_modules(tree: ast.Module) -> set[str]:
+    """The names `tree` binds to modules of other libraries (`import os`, `import httpx as h`)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if not alias.name.startswith("flashfsm"):
+                    names.add(alias.asname or alias.name.split(".")[0])
+    return names
 
-    def flag(node: ast.AST, name: str) -> None:
-        if _private(name) and name not in own:
+
+def _root(node: ast.expr) -> str | None:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def private_uses(path: Path, tree: ast.Module, own: set[str]) -> list[str]:
+    """Each private name of another library `tree` touches, as `file:line: name`: any private
+    name reached from another library's module (`os.environ._data`, `getattr(os.environ,
+    "_data")`) whatever flashfsm names itself, and any other private name flashfsm does not
+    define."""
+    found = []
+    foreign = _foreign_modules(tree)
+
+    def flag(node: ast.AST, name: str, base: ast.expr | None = None) -> None:
+        off_foreign = base is not None and _root(base) in foreign
+        if _private(name) and (off_foreign or name not in own):
             found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {name}")
 
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute):
-            flag(node, node.attr)
+            flag(node, node.attr, node.value)
         elif isinstance(node, ast.ImportFrom) and node.module:
             if not node.module.startswith("flashfsm"):
                 for part in node.module.split("."):
@@ -105,7 +134,7 @@ def private_uses(path: Path, tree: ast.Module, own: set[str]) -> list[str]:
             and isinstance(node.args[1], ast.Constant)
             and isinstance(node.args[1].value, str)
         ):
-            flag(node, node.args[1].value)
+            flag(node, node.args[1].value, node.args[0])
     return found
 
 
@@ -114,17 +143,20 @@ def test_no_private_attribute_of_another_library_is_touched():
     own = own_private_names(trees)
     found = [use for path, tree in trees.items() for use in private_uses(path, tree, own)]
     where = {f"{use.split(':')[0]}: {use.rsplit(': ', 1)[1]}" for use in found}
-    assert where == NOT_YET_PUBLIC, "private names of other libraries:\n" + "\n".join(found)
+    assert where == NOT_YET_PUBLIC | STDLIB_KEPT, "private names of other libraries:\n" + "\n".join(
+        found
+    )
 
 
 def test_the_scan_finds_a_private_attribute_of_another_library():
     tree = ast.parse(
-        "import httpx\n"
+        "import httpx\nimport os\n"
         "t = httpx.HTTPTransport()\n"
         "t._pool._network_backend = None\n"
         "getattr(t, '_pool')\n"
+        "getattr(os.environ, '_mine')\n"
         "from httpx._transports import default\n"
     )
     found = private_uses(PACKAGE / "example.py", tree, own={"_mine"})
     names = [line.rsplit(": ", 1)[1] for line in found]
-    assert sorted(set(names)) == ["_network_backend", "_pool", "_transports"]
+    assert sorted(set(names)) == ["_mine", "_network_backend", "_pool", "_transports"]
