@@ -309,6 +309,7 @@ class Supervisor:
         log: Callable[[str], Any] | None = None,
         rng: random.Random | None = None,
         watcher: str | None = None,
+        lag_observer: Callable[[float], Any] | None = None,
     ):
         self.store = resolve_store(store)
         self.client = client
@@ -333,6 +334,8 @@ class Supervisor:
         self.max_in_flight = max_in_flight
         self._in_flight: asyncio.Semaphore | None = None
         self.lag: list[float] = []  # how late each status fetch was, seconds (bounded)
+        # Told how late each status fetch was, every one (the metrics' poll-lag histogram).
+        self.lag_observer = lag_observer
 
     def _gate(self) -> asyncio.Semaphore:
         if self._in_flight is None:
@@ -408,8 +411,12 @@ class Supervisor:
                     if not bucket.try_take():
                         await bucket.acquire()
                     at = clock()
-                    if request.due is not None and len(self.lag) < 1_000_000:
-                        self.lag.append(max(0.0, at - request.due))
+                    if request.due is not None:
+                        late = max(0.0, at - request.due)
+                        if len(self.lag) < 1_000_000:
+                            self.lag.append(late)
+                        if self.lag_observer is not None:
+                            self.lag_observer(late)
                     args = (handle.endpoint_id, handle.job_id)
                     reply = await _acall(self._gate(), self.client.job_status, args, at)
                 elif kind is Append:  # straight to the group commit

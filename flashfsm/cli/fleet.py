@@ -13,7 +13,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -43,6 +43,11 @@ from flashfsm.fleet import (
     run_intake,
 )
 
+if TYPE_CHECKING:
+    from flashfsm.metrics import LagHistogram, MetricsServer
+
+#: The highest TCP port (`--metrics-port`).
+MAX_PORT = 65535
 #: The most a `runs add` file may hold (a handle or a run description is a few hundred bytes).
 MAX_ADD_BYTES = MAX_INTAKE_BYTES
 
@@ -112,6 +117,16 @@ def supervise_command(
     until_idle: Annotated[
         bool, typer.Option("--until-idle", help="Stop once no handed-off stream is open.")
     ] = False,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            metavar="PORT",
+            help="Serve Prometheus metrics of this replica and its store on PORT (/metrics).",
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str, typer.Option(metavar="HOST", help="The address --metrics-port listens on.")
+    ] = "127.0.0.1",
 ) -> None:
     """Run one fleet replica: watch the store's open jobs and runs (SIGTERM drains).
 
@@ -129,6 +144,8 @@ def supervise_command(
             raise fail(f"{name} must be positive and at most {most:g} seconds, not {value!r}")
     if max_streams is not None and max_streams < 1:
         raise fail(f"--max-streams must be at least 1, not {max_streams}")
+    if metrics_port is not None and not 1 <= metrics_port <= MAX_PORT:
+        raise fail(f"--metrics-port must be a port from 1 to {MAX_PORT}, not {metrics_port}")
     factory = _factory(run_adapters) if run_adapters else None
     url = store_url(store)
     opened = open_store_or_fail(url)
@@ -141,6 +158,13 @@ def supervise_command(
         except (ImportError, ValueError) as exc:
             no_runs = message(exc)  # (jobs are still watched; the replica says which runs wait)
 
+    lag: LagHistogram | None = None
+    if metrics_port is not None:
+        from flashfsm.metrics import LagHistogram
+
+        lag = LagHistogram()
+    served: list[MetricsServer] = []
+
     async def main() -> FleetStats:
         async with AsyncRunpodClient.from_env() as client:
             fleet = Fleet(
@@ -152,10 +176,15 @@ def supervise_command(
                 max_streams=max_streams,
                 run_adapters=factory,
                 no_runs_reason=no_runs,
+                lag_observer=None if lag is None else lag.observe,
             )
             fleet.install_signal_handlers()
+            if metrics_port is not None:  # (before joining: a port in use claims nothing)
+                served.append(_serve(url, fleet, lag, metrics_host, metrics_port))
             await fleet.join()  # (OwnerInUse: one line, exit 1, nothing claimed)
             say(f"replica {fleet.owner} on {display_url(url)}: lease {lease_s:g} s")
+            if served:
+                say(f"metrics on {served[0].url}")
             # (the last heartbeat's census: no handed-off stream open, nothing held, but
             # the streams this replica holds unwatched: each failed on every claim)
             census = lambda: fleet.stats.census  # noqa: E731
@@ -179,11 +208,27 @@ def supervise_command(
     except (ValueError, FlashFsmError) as exc:
         raise fail(message(exc)) from None
     finally:
+        for server in served:
+            server.close()
         opened.close()
     say(
         f"drained: {stats.claimed} claimed, {stats.finished} finished, {stats.lost} lost, "
         f"{stats.failed} failed"
     )
+
+
+def _serve(url: str, fleet: Fleet, lag: LagHistogram | None, host: str, port: int) -> MetricsServer:
+    """Serve the metrics of `fleet` (this replica) and of the store at `url` on host:port;
+    an address that cannot be bound is a `ValueError` naming it."""
+    from flashfsm.metrics import metrics_registry, serve_metrics
+
+    registry = metrics_registry(url, fleet=fleet, lag=lag)
+    try:
+        return serve_metrics(registry, host, port)
+    except OSError as exc:
+        raise ValueError(
+            f"--metrics-port: cannot listen on {host}:{port} ({exc.strerror or exc})"
+        ) from None
 
 
 def runs_command(
