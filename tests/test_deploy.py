@@ -352,6 +352,80 @@ def test_a_deleted_endpoint_is_never_handed_back(make_sim):
     assert [e["id"] for e in sim.endpoints()] == [second.endpoint_id]
 
 
+def test_a_live_endpoint_is_never_handed_back_either(make_sim):
+    """Deployed twice under one name, both alive: two endpoints, the first untouched."""
+    sim = make_sim(api_keys=KEYS[:1])
+    pool = KeyPool(KEYS[:1])
+    first = deploy_endpoint(request(), accounts=pool)
+    second = deploy_endpoint(request(), accounts=pool)
+    assert second.endpoint_id != first.endpoint_id
+    assert sorted(e["id"] for e in sim.endpoints()) == sorted(
+        [first.endpoint_id, second.endpoint_id]
+    )
+    assert len(saves(sim)) == 2
+
+
+def test_the_sdk_tracks_nothing_after_a_deploy_and_nothing_was_deleted(make_sim, caplog):
+    """The manager is emptied through its public API: ids cleared, endpoints untracked,
+    no delete sent, the cache kept, and the SDK's "cannot undeploy" warning not passed on."""
+    sim = make_sim(api_keys=KEYS[:1])
+    caplog.set_level(logging.DEBUG)
+    deployed = deploy_endpoint(request(weight_cache="wc"), accounts=KeyPool(KEYS[:1]))
+
+    sdk = flash_deploy.load_sdk()
+    tracked = sdk.ResourceManager().list_all_resources()
+    assert not any(isinstance(r, sdk.ServerlessResource) for r in tracked.values())
+    assert all(r.id is None for r in tracked.values())
+    assert len(tracked) <= VOLUME_DCS  # at most one id-less entry per cache volume name
+    deletes = [
+        r
+        for r in sim.requests
+        if r.method == "DELETE" or any(op.startswith("delete") for op in r.operations)
+    ]
+    assert deletes == []
+    assert [e["id"] for e in sim.endpoints()] == [deployed.endpoint_id]
+    assert len(sim.volumes()) == VOLUME_DCS
+    assert not [
+        r
+        for r in caplog.records
+        if r.name.startswith("runpod_flash") and r.levelno >= logging.WARNING
+    ]
+
+
+def test_the_endpoint_is_built_with_what_flashfsm_chose(make_sim):
+    """Every field flashfsm chooses reaches saveEndpoint as chosen (none left to the SDK)."""
+    sim = make_sim(api_keys=KEYS[:1])
+    deploy_endpoint(
+        request(
+            gpu_class="H200",
+            idle_timeout_s=77,
+            workers=(1, 3),
+            execution_timeout_ms=123_000,
+            min_cuda_version="12.4",
+            disk_gb=150,
+        ),
+        accounts=KeyPool(KEYS[:1]),
+    )
+    deploy_endpoint(request("flash-u-s0", image=None), accounts=KeyPool(KEYS[:1]))
+    baked, runtime = saves(sim)
+    assert baked["name"] == "live-flash-t-a100-s0"
+    assert (baked["gpuIds"], baked["gpuCount"]) == ("HOPPER_141", 1)
+    assert (baked["workersMin"], baked["workersMax"]) == (1, 3)
+    assert (baked["idleTimeout"], baked["executionTimeoutMs"]) == (77, 123_000)
+    assert (baked["scalerType"], baked["scalerValue"]) == ("QUEUE_DELAY", 4)
+    assert baked["flashBootType"] == "FLASHBOOT" and baked["minCudaVersion"] == "12.4"
+    assert baked["template"]["imageName"] == "team/worker:1"
+    assert baked["template"]["containerDiskInGb"] == 150
+    assert len(baked["locations"].split(",")) == ALL_DCS
+    env = {kv["key"]: kv["value"] for kv in baked["template"]["env"]}
+    assert env == {"RUNPOD_API_KEY": KEYS[0]}  # the SDK's own injection, the account's key
+    # no image: the Flash runtime image, and the SDK's CUDA floor and a 64 GB disk
+    assert runtime["name"] == "live-flash-u-s0"
+    assert runtime["template"]["imageName"].startswith("runpod/flash")
+    assert runtime["minCudaVersion"] == "12.8" and runtime["idleTimeout"] == 5
+    assert runtime["template"]["containerDiskInGb"] == 64
+
+
 def test_the_sdk_state_stays_out_of_the_callers_directory_and_env(make_sim, monkeypatch, tmp_path):
     make_sim(api_keys=KEYS[:2])
     monkeypatch.chdir(tmp_path)

@@ -118,6 +118,8 @@ def test_runpod_flash_would_set_its_own_default_without_the_knob():
     sdk = flash_deploy.load_sdk()
     default = inspect.signature(sdk.Endpoint.__init__).parameters["idle_timeout"].default
     assert default != DEFAULT_IDLE_TIMEOUT_S
+    # nor would the resource class a deploy builds (`endpoint_config`) without it
+    assert sdk.LiveServerless.model_fields["idleTimeout"].default != DEFAULT_IDLE_TIMEOUT_S
 
 
 @pytest.mark.parametrize(("value", "seconds"), GOOD_VALUES)

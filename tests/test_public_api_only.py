@@ -21,22 +21,13 @@ PACKAGE = ROOT / "flashfsm"
 #: Names that look private but are documented public API: a named tuple's methods (`_replace`,
 #: …, underscored only to keep clear of field names) and `os._exit`.
 DOCUMENTED = frozenset({"_replace", "_asdict", "_fields", "_make", "_field_defaults", "_exit"})
-#: What is left to replace, each a private name of runpod-flash the deploy adapter touches
-#: (the adapter builds its endpoint through `Endpoint._build_resource_config`, and empties
-#: the `ResourceManager` singleton's registries between deploys): the scan must find exactly
-#: these, so none is added and one replaced is struck off here.
-NOT_YET_PUBLIC = frozenset(
-    {
-        "flashfsm/adapters/flash_deploy.py: _build_resource_config",
-        "flashfsm/adapters/flash_deploy.py: _instances",
-        "flashfsm/adapters/flash_deploy.py: _resources",
-        "flashfsm/adapters/flash_deploy.py: _resource_configs",
-        "flashfsm/adapters/flash_deploy.py: _deployment_locks",
-        "flashfsm/adapters/flash_deploy.py: _global_lock",
-        "flashfsm/adapters/flash_deploy.py: _lock_initialized",
-        "flashfsm/adapters/flash_deploy.py: _resources_initialized",
-    }
-)
+#: What is left to replace, as `path: name`, each a private name of a third-party library the
+#: package still touches, with why in a comment: the scan must find exactly these, so none is
+#: added and one replaced is struck off here. Empty: the deploy adapter builds its endpoint
+#: from runpod-flash's public `LiveServerless` (not `Endpoint._build_resource_config`) and
+#: makes the `ResourceManager` track nothing through `list_all_resources`, the resources' `id`
+#: and `undeploy_resource(force_remove=True)` (not by emptying its private registries).
+NOT_YET_PUBLIC: frozenset[str] = frozenset()
 
 
 #: The standard library's private names flashfsm keeps on purpose, with why (not a third-party

@@ -14,19 +14,22 @@ third refusal it fails over once to each other account of the pool, then raises
 `DeployError`. Any other error raises at once.
 
 The idle timeout. RunPod keeps a worker up, and bills it, for the endpoint's idle timeout
-after each job; runpod-flash's `Endpoint` would set 60 s. A deploy always sets it
-explicitly (`DeployRequest.idle_timeout_s`, default `DEFAULT_IDLE_TIMEOUT_S`, checked by
-`check_idle_timeout` before anything reaches the SDK), and the `DeployedEndpoint` (and
-the `EndpointDeployed` v2 it records) says what was set.
+after each job; runpod-flash's `Endpoint` (and its `LiveServerless`) would set 60 s. A
+deploy always sets it explicitly (`DeployRequest.idle_timeout_s`, default
+`DEFAULT_IDLE_TIMEOUT_S`, checked by `check_idle_timeout` before anything reaches the
+SDK), and the `DeployedEndpoint` (and the `EndpointDeployed` v2 it records) says what
+was set.
 
 runpod-flash is process-global in three ways, and each is contained here:
 
-- It keeps its resources in `./.flash/resources.pkl` and in class-level registries of a
-  `ResourceManager` singleton, and reuses anything found there without checking (a stale
-  entry hands back a deleted endpoint, or a volume id of another account). Each try runs
-  in a fresh temporary working directory with emptied registries, and both are restored
-  afterwards, so every try starts from nothing and leaves nothing behind. The working
-  directory is process-wide: avoid relative-path I/O in other threads during a deploy.
+- It keeps its resources in `./.flash/resources.pkl` and in a `ResourceManager`
+  singleton, and reuses anything tracked there under the same name without checking (a
+  stale entry hands back a deleted endpoint, or a volume id of another account). Each try
+  runs in a fresh temporary working directory, removed afterwards, and the manager is
+  made to track nothing before and after it through its public API (`_forget_resources`:
+  ids cleared, endpoints untracked, nothing deleted), so every try starts from nothing
+  and leaves nothing behind. The working directory is process-wide: avoid relative-path
+  I/O in other threads during a deploy.
 - It reads `RUNPOD_API_KEY` from the environment on each call (a comma-separated pool
   would be sent as one bogus key) and `runpod.api_key` was captured at its import. Both
   are set to the active account's key for the try and restored afterwards.
@@ -35,8 +38,11 @@ runpod-flash is process-global in three ways, and each is contained here:
   temporary working directory, and the logging changes are undone.
 
 `SDK_LOCK` is held across each try's critical section, so two threads never interleave
-inside the SDK. Swapping runpod-flash for its successor (the RunPod Python SDK 2.0)
-means rewriting `_load_sdk` and `_deploy_once`; the rest is SDK-free.
+inside the SDK. Only runpod-flash's public API is used: the endpoint is its public
+`LiveServerless` resource class built by `endpoint_config` (not `Endpoint`'s private
+builder), deployed by `ResourceManager.get_or_deploy_resource`. Swapping runpod-flash
+for its successor (the RunPod Python SDK 2.0) means rewriting `_load_sdk`,
+`endpoint_config`, `_deploy_once` and `_forget_resources`; the rest is SDK-free.
 """
 
 from __future__ import annotations
@@ -470,30 +476,13 @@ def _sweep_quietly(sweep: Sweep | None, protected: set[str]) -> int:
 def _deploy_once(request: DeployRequest, key: str, account: int) -> DeployedEndpoint:
     """One deploy on one account: the SDK critical section."""
     with sdk_session(key) as sdk:
-        kwargs: dict[str, Any] = {
-            "name": request.name,
-            "gpu": _gpu(sdk, request.gpu_class),
-            "gpu_count": 1,
-            "workers": request.workers,
-            "execution_timeout_ms": request.execution_timeout_ms,
-            "idle_timeout": request.idle_timeout_s,  # never the SDK's 60 s default
-        }
-        if request.min_cuda_version:
-            kwargs["min_cuda_version"] = request.min_cuda_version
-        if request.image:
-            kwargs["image"] = request.image
-        else:
-            kwargs["dependencies"] = list(request.dependencies)
-            kwargs["system_dependencies"] = list(request.system_dependencies)
-        cache = _weight_cache_kwargs(sdk, request)
-        kwargs.update(cache)
-        config = sdk.Endpoint(**kwargs)._build_resource_config()
+        volumes, datacenters = _weight_cache(sdk, request)
+        config = endpoint_config(sdk, request, volumes=volumes, datacenters=datacenters)
         disk = apply_disk_gb(config, request.disk_gb)
         resource = _run_coroutine(sdk.ResourceManager().get_or_deploy_resource(config))
         endpoint_id = getattr(resource, "id", None)
         if not isinstance(endpoint_id, str) or not endpoint_id:
             raise DeployError(f"deploy {request.name}: runpod-flash returned no endpoint id")
-        volumes = tuple(v.name for v in cache.get("volume", ()))
         answered = getattr(resource, "idleTimeout", None)
         if isinstance(answered, int) and answered != request.idle_timeout_s:
             logger.warning(
@@ -506,11 +495,54 @@ def _deploy_once(request: DeployRequest, key: str, account: int) -> DeployedEndp
             endpoint_id=endpoint_id,
             name=request.name,
             account=account,
-            volumes=volumes,
+            volumes=tuple(v.name for v in volumes),
             disk_gb=disk,
             registered_name=str(getattr(resource, "name", "") or f"live-{request.name}"),
             idle_timeout_s=request.idle_timeout_s,
         )
+
+
+def endpoint_config(
+    sdk: SimpleNamespace,
+    request: DeployRequest,
+    *,
+    volumes: Sequence[Any] = (),
+    datacenters: Sequence[Any] = (),
+) -> Any:
+    """The runpod-flash resource config that deploys `request`: a `LiveServerless`.
+
+    Built from the SDK's public resource class with the fields runpod-flash's `Endpoint`
+    would fill for the same arguments (its own builder is private), and nothing left to
+    the SDK's defaults that flashfsm chooses: the idle timeout (never the SDK's 60 s),
+    the workers, the GPU (one card), the execution timeout, the image (none: the Flash
+    runtime image), FlashBoot and the queue-delay scaler, the CUDA floor when asked, and
+    the weight cache's `volumes` with their `datacenters` (default: every datacenter of
+    `DataCenter.all()`). `dependencies` are not part of an endpoint: they travel in the
+    job input. Call it inside `sdk_session`: the class reads `FLASH_IS_LIVE_PROVISIONING`
+    (set there) to register the name as `live-<name>`. Pure and offline.
+    """
+    fields: dict[str, Any] = {
+        "name": request.name,
+        "gpus": [_gpu(sdk, request.gpu_class)],
+        "gpuCount": 1,
+        "workersMin": request.workers[0],
+        "workersMax": request.workers[1],
+        "idleTimeout": request.idle_timeout_s,  # never the SDK's 60 s default
+        "executionTimeoutMs": request.execution_timeout_ms,
+        "flashboot": True,
+        "scalerType": sdk.ServerlessScalerType.QUEUE_DELAY,
+        "scalerValue": 4,
+        "datacenter": list(datacenters) or list(sdk.DataCenter.all()),
+    }
+    if len(volumes) == 1:
+        fields["networkVolume"] = volumes[0]
+    elif volumes:
+        fields["networkVolumes"] = list(volumes)
+    if request.image:
+        fields["imageName"] = request.image
+    if request.min_cuda_version:
+        fields["minCudaVersion"] = request.min_cuda_version
+    return sdk.LiveServerless(**fields)
 
 
 def _gpu(sdk: Any, gpu_class: str) -> Any:
@@ -533,15 +565,15 @@ def weight_cache_datacenters(sdk: Any | None = None) -> list[Any]:
     return [dc for dc in sdk.DataCenter.all() if dc.value not in VOLUME_INCAPABLE_DATACENTERS]
 
 
-def _weight_cache_kwargs(sdk: Any, request: DeployRequest) -> dict[str, Any]:
-    """`volume` and `datacenter` kwargs for the cache, or {} (best effort, never raises).
+def _weight_cache(sdk: Any, request: DeployRequest) -> tuple[list[Any], list[Any]]:
+    """The cache's volumes and their datacenters, or two empty lists (never raises).
 
     The endpoint may run in every volume-capable datacenter and carries a volume in each,
     so wherever it lands its cache is warm. Volumes are built fresh for every try:
     runpod-flash stamps an account's volume id onto the object it deploys.
     """
     if not request.weight_cache:
-        return {}
+        return [], []
     try:
         datacenters = weight_cache_datacenters(sdk)
         volumes = [
@@ -552,9 +584,6 @@ def _weight_cache_kwargs(sdk: Any, request: DeployRequest) -> dict[str, Any]:
             )
             for dc in datacenters
         ]
-        if not volumes:
-            return {}
-        return {"volume": volumes, "datacenter": datacenters}
     except Exception as exc:  # the cache must never break a deploy
         logger.warning(
             "weight cache %r disabled for %s (%s); deploying without a volume",
@@ -562,7 +591,8 @@ def _weight_cache_kwargs(sdk: Any, request: DeployRequest) -> dict[str, Any]:
             request.name,
             redact(f"{type(exc).__name__}: {exc}"),
         )
-        return {}
+        return [], []
+    return (volumes, datacenters) if volumes else ([], [])
 
 
 def apply_disk_gb(config: Any, disk_gb: int | None) -> int | None:
@@ -603,7 +633,8 @@ def sdk_session(key: str) -> Iterator[SimpleNamespace]:
 
     Holds `SDK_LOCK`; inside, the working directory is a fresh temporary directory,
     `RUNPOD_API_KEY` and `runpod.api_key` are `key`, `FLASH_IS_LIVE_PROVISIONING` is
-    true and the resource registries are empty. Everything is restored on exit.
+    true and the `ResourceManager` tracks nothing (`_forget_resources`). Everything is
+    restored on exit, and the manager is left tracking nothing again.
     """
     with SDK_LOCK:
         saved_env = {name: os.environ.get(name) for name in _SDK_ENV}
@@ -618,11 +649,14 @@ def sdk_session(key: str) -> Iterator[SimpleNamespace]:
             sdk = _load_sdk()
             saved_api_key = sdk.runpod.api_key
             sdk.runpod.api_key = key
-            _forget_resources(sdk)
+            _forget_resources(sdk)  # (raises rather than deploy beside something tracked)
             yield sdk
         finally:
             if sdk is not None:
-                _forget_resources(sdk)
+                try:
+                    _forget_resources(sdk)
+                except Exception as exc:  # never hides the try's own outcome
+                    logger.warning("runpod-flash state not emptied: %s", redact(str(exc)))
                 sdk.runpod.api_key = saved_api_key
             for name, value in saved_env.items():
                 if value is None:
@@ -635,15 +669,58 @@ def sdk_session(key: str) -> Iterator[SimpleNamespace]:
 
 
 def _forget_resources(sdk: SimpleNamespace) -> None:
-    """Empty the ResourceManager singleton's registries, so nothing is reused."""
-    manager = sdk.ResourceManager
-    manager._instances.pop(manager, None)
-    manager._resources = {}
-    manager._resource_configs = {}
-    manager._deployment_locks = {}
-    manager._global_lock = None
-    manager._lock_initialized = False
-    manager._resources_initialized = False
+    """Make runpod-flash's `ResourceManager` track nothing, deleting nothing.
+
+    The manager is a process-wide singleton that hands back whatever it tracks under a
+    resource's name (`LiveServerless:live-<name>`, `NetworkVolume:<name>`); with
+    `FLASH_IS_LIVE_PROVISIONING=true` it does not even check that an endpoint still
+    exists. It has no public way to stop tracking a live resource: its one public
+    removal, `undeploy_resource`, deletes what it removes, and with `force_remove=True`
+    drops the entry even when the delete did not happen (the SDK's own
+    `flash undeploy --cleanup-stale`). So, through its public API only:
+
+    - every tracked resource (`list_all_resources`) loses its id first: there is then
+      nothing to delete, since runpod-flash deletes an endpoint by its id (with none it
+      answers that it cannot undeploy) and does not delete network volumes at all (its
+      undeploy raises `NotImplementedError`; a weight cache must survive);
+    - each is then `undeploy_resource(uid, force_remove=True)`: the delete does not
+      happen, and the entry is dropped.
+
+    A resource whose id could not be cleared is never undeployed, and is an error (a
+    later deploy under its name could be handed it). The SDK's expected "cannot
+    undeploy" warning is not passed on. Call with `SDK_LOCK` held, in the session's
+    temporary working directory (the manager rewrites `./.flash/resources.pkl`).
+    """
+    manager = sdk.ResourceManager()
+    tracked = manager.list_all_resources()
+    if not tracked:
+        return
+    for resource in tracked.values():
+        with contextlib.suppress(Exception):  # (a model that refuses: caught below)
+            resource.id = None
+    idless = [uid for uid, resource in tracked.items() if getattr(resource, "id", None) is None]
+
+    async def untrack() -> None:
+        for uid in idless:
+            await manager.undeploy_resource(uid, force_remove=True)
+
+    sdk_logger = logging.getLogger(sdk.ServerlessResource.__module__)
+    quiet = _BelowError()
+    sdk_logger.addFilter(quiet)
+    try:
+        _run_coroutine(untrack())
+    finally:
+        sdk_logger.removeFilter(quiet)
+    left = sorted(manager.list_all_resources())
+    if left:
+        raise DeployError(f"runpod-flash still tracks {', '.join(left)}; it could reuse them")
+
+
+class _BelowError(logging.Filter):
+    """Drops every record below ERROR (the SDK's expected "cannot undeploy" warning)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR
 
 
 #: What to install for deploys: the extra that brings runpod-flash (and runpod with it).
@@ -707,8 +784,13 @@ def _load_sdk() -> SimpleNamespace:
         import runpod
         from runpod_flash.core.resources.datacenter import DataCenter
         from runpod_flash.core.resources.gpu import GpuGroup, GpuType
+        from runpod_flash.core.resources.live_serverless import LiveServerless
         from runpod_flash.core.resources.network_volume import NetworkVolume
         from runpod_flash.core.resources.resource_manager import ResourceManager
+        from runpod_flash.core.resources.serverless import (
+            ServerlessResource,
+            ServerlessScalerType,
+        )
         from runpod_flash.endpoint import Endpoint
     except ImportError as exc:
         raise ImportError(_missing_sdk(exc), name=exc.name) from exc
@@ -730,6 +812,9 @@ def _load_sdk() -> SimpleNamespace:
         GpuType=GpuType,
         NetworkVolume=NetworkVolume,
         ResourceManager=ResourceManager,
-        Endpoint=Endpoint,
+        LiveServerless=LiveServerless,
+        ServerlessResource=ServerlessResource,
+        ServerlessScalerType=ServerlessScalerType,
+        Endpoint=Endpoint,  # not used to deploy: the front door whose defaults we override
     )
     return _sdk
