@@ -497,7 +497,38 @@ def picture(
     """The picture of a job log (one lane), a run log (a lane per attempt) or a sweeper's log
     (a lane per endpoint). Lanes of a job or run carry their ledger: `cost` when given (the
     CLI's, priced as `flashfsm cost` prices it), else the log's own, a job log priced at
-    `price_per_hour` (None: its money is unknown)."""
+    `price_per_hour` (None: its money is unknown). Every text in it from outside (a stream
+    name, a title, a verdict's detail, a mark's label) is `inert`: a picture of a hostile
+    stream still draws, and draws nothing it names."""
+    pic = _picture(events, load, title=title, price_per_hour=price_per_hour, cost=cost)
+    return replace(
+        pic,
+        title=inert(pic.title),
+        subtitle=inert(pic.subtitle),
+        lanes=tuple(_inert_lane(lane) for lane in pic.lanes),
+        marks=tuple(replace(m, label=inert(m.label)) for m in pic.marks),
+    )
+
+
+def _inert_lane(lane: Lane) -> Lane:
+    return replace(
+        lane,
+        title=inert(lane.title),
+        subtitle=inert(lane.subtitle),
+        stream=None if lane.stream is None else inert(lane.stream),
+        detail="\n".join(inert(line) for line in lane.detail.split("\n")),
+        marks=tuple(replace(m, label=inert(m.label)) for m in lane.marks),
+    )
+
+
+def _picture(
+    events: Sequence[Event],
+    load: Callable[[str], Sequence[Event]] | None,
+    *,
+    title: str | None,
+    price_per_hour: float | None,
+    cost: Ledger | None,
+) -> Picture:
     events = list(events)
     if not events:
         return Picture(title or "empty log", "", 0.0, ())

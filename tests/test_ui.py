@@ -347,7 +347,7 @@ def test_a_refresh_reads_only_what_was_appended(mixed_store):
         index.close()
 
 
-# --- the fleet -------------------------------------------------------------------------------------
+# --- the fleet ---------------------------------------------------------------------------------
 
 
 def test_the_fleet_page_shows_replicas_leases_what_nobody_watches_and_watch_gaps(tmp_path: Path):

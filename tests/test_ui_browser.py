@@ -8,9 +8,6 @@ submit as a user would, append events to the store while a page is open, and the
 store or the page back. The layout tests measure every page at 1280 and 800 px wide with a
 script added by the test (`tests.ui_browser.LAYOUT_JS`) and save a screenshot of each (under
 pytest's tmp dir, and in `$FLASHFSM_UI_SHOTS` when it is set).
-
-A test marked `xfail(strict=True)` pins a known defect of the view (its reason says which);
-when the view is fixed it passes, and strictness makes that fail until the mark is removed.
 """
 
 from __future__ import annotations
@@ -294,29 +291,19 @@ def test_a_run_opened_from_the_list_shows_its_attempts_events_and_a_picture_that
     assert page.locator("#events tr").count() == len(events)
     attempts = page.locator("h2:text-is('Attempts') + div table tbody tr")
     assert attempts.count() == 2
-    assert page.locator("h2:text-is('Explain') + pre").inner_text().startswith(f"run {name}:")
+    explained = page.locator("h2:text-is('Explain, as the log stands') + pre").inner_text()
+    assert explained.startswith(f"run {name}:")
     size = picture_loads(page)
     assert size["natural"] > 0, "the timeline picture did not load"
     assert tab.errors == [] and tab.dialogs == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="flashfsm/ui/pages.py picture_svg serves render.svg's text raw: a stream name with "
-    "a control character (ESC) makes the SVG ill-formed XML, so the <img> never loads",
-)
 def test_the_picture_of_a_hostile_named_run_and_job_loads(ui: UiServer, tab: Tab) -> None:
     for name in (EVIL_RUN, EVIL_JOB):
         tab.page.goto(ui.url(stream_path(name)))
         assert picture_loads(tab.page)["natural"] > 0, f"{name!r}: the picture did not load"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="flashfsm/ui/pages.py picture_svg prices a job with entry.ledger, which is None for "
-    "a job a run queued (live_html takes the attempt's share of the run's ledger), so the "
-    "job's picture says 'total price unknown' beside facts that give its cost",
-)
 def test_a_run_jobs_picture_gives_the_cost_its_page_gives(ui: UiServer, tab: Tab) -> None:
     job = f"job-demo-{TAG}-stall-s3-a0"
     tab.page.goto(ui.url(stream_path(job)))
@@ -423,13 +410,6 @@ def test_an_open_run_page_follows_its_open_bill_as_its_job_appends_without_a_rel
     assert_not_reloaded(page)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="flashfsm/ui/static/ui.js + app.py feed: a page's feed starts at the changes after "
-    "it connects, not after what the page was rendered from, so an event appended between the "
-    "render and the EventSource's connection never reaches the events table (nor the list's "
-    "row); e.g. the run page a cancel redirects to often lacks the CancelRequested",
-)
 def test_an_event_appended_while_the_page_feed_is_connecting_still_reaches_the_page(
     ui: UiServer, stores: Stores, tab: Tab
 ) -> None:
@@ -589,12 +569,6 @@ def test_a_hostile_picture_opened_by_itself_runs_nothing(ui: UiServer, tab: Tab)
     assert tab.dialogs == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="flashfsm/ui/templates/runs.html: a <select>'s option is the value as shown "
-    "(control characters escaped), which pages.select compares with the raw value, so "
-    "choosing a hostile owner (or rule, or state) lists nothing",
-)
 def test_choosing_a_hostile_owner_in_the_filter_lists_its_job(ui: UiServer, tab: Tab) -> None:
     page = tab.page
     page.goto(ui.url("/"))
@@ -705,21 +679,7 @@ def test_the_injection_check_finds_markup_parsed_from_data(ui: UiServer, tab: Ta
     assert any("Content Security Policy" in e for e in tab.errors)
 
 
-@pytest.mark.parametrize(
-    "width",
-    [
-        1280,
-        pytest.param(
-            800,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="flashfsm/ui/static/ui.css: `figure.picture img { max-width: 100% }` "
-                "shrinks the 1200 px timeline to the window, so its 13 px text is drawn "
-                "at ~8.5 px (its 10 px labels at ~6.5 px) instead of scrolling",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("width", [1280, 800])
 def test_the_timeline_picture_keeps_its_text_at_11px_or_more(
     ui: UiServer, stores: Stores, browser: Browser, width: int
 ) -> None:

@@ -200,6 +200,8 @@ def create_app(config: UiConfig, index: StoreIndex | None = None) -> Starlette:
 
     async def runs(request: Request) -> Response:
         query = dict(request.query_params)
+        if query.pop("part", None) == "rows":
+            return html(await asyncio.to_thread(pages.runs_rows, the_index(), query))
         return html(await asyncio.to_thread(pages.runs_page, frame, the_index(), query))
 
     async def stream(request: Request) -> Response:
@@ -207,6 +209,12 @@ def create_app(config: UiConfig, index: StoreIndex | None = None) -> Starlette:
         if entry is None:
             return not_found(request)
         wall = config.wall()
+        if request.query_params.get("part") == "events":
+            try:
+                after = int(request.query_params.get("after", "-1"))
+            except ValueError:
+                after = -1
+            return html(await asyncio.to_thread(pages.events_rows, the_index(), entry, after))
         if request.query_params.get("part") == "live":
             events = await asyncio.to_thread(the_index().read, entry.name)
             text = await asyncio.to_thread(
@@ -275,15 +283,18 @@ def create_app(config: UiConfig, index: StoreIndex | None = None) -> Starlette:
             reason=reason,
             clock=lambda: max(config.wall(), last),
         )
+        await asyncio.to_thread(the_index().refresh)  # the page it leads to shows the cancel
         return RedirectResponse(pages.stream_url(entry.name), 303)
 
     async def feed(request: Request) -> Response:
         wanted = request.query_params.get("stream")
         queue = feeds.open()
+        version = the_index().version  # (read after the queue opened: nothing falls between)
 
         async def events() -> AsyncIterator[str]:
             try:
                 yield "retry: 2000\n\n"
+                yield f"event: hello\ndata: {json.dumps({'version': version})}\n\n"
                 while True:
                     try:
                         changes = await asyncio.wait_for(queue.get(), KEEPALIVE_S)

@@ -109,6 +109,7 @@ class StoreIndex:
         self.wall = wall
         self._store = open_store(url, read_only=True)
         self._lock = threading.RLock()
+        self._refreshing = threading.Lock()  # one refresh at a time, whoever asks
         self._entries: dict[str, Entry] = {}
         self._reaps: dict[str, float] = {}
         self._run_of: dict[str, str] = {}  # a job stream: the run that queued it
@@ -170,6 +171,10 @@ class StoreIndex:
     def refresh(self) -> list[Change]:
         """Read what changed in the store since the last refresh (everything, the first time),
         update the rows and return the changes (also handed to every subscriber)."""
+        with self._refreshing:
+            return self._refresh()
+
+    def _refresh(self) -> list[Change]:
         self._refreshes += 1
         names = self._store.streams()
         with self._lock:

@@ -109,8 +109,16 @@ class Frame:
     read_only: bool
 
 
-def page(frame: Frame, title: str, name: str, body: str, stream: str | None = None) -> str:
-    """A whole page around `body` (already HTML)."""
+def page(
+    frame: Frame,
+    title: str,
+    name: str,
+    body: str,
+    stream: str | None = None,
+    version: int = 0,
+) -> str:
+    """A whole page around `body` (already HTML); `version`, the index's when the page was
+    rendered, lets the page's live feed tell what it missed before it connected."""
     from markupsafe import Markup
 
     return _render(
@@ -121,6 +129,7 @@ def page(frame: Frame, title: str, name: str, body: str, stream: str | None = No
         store=frame.store,
         read_only=frame.read_only,
         feed=feed_url(stream) if stream is not None else ("/feed" if name == "runs" else None),
+        version=version,
     )
 
 
@@ -196,12 +205,13 @@ def select(rows: list[dict[str, Any]], f: Filters, newest: float | None) -> list
     out = rows
     if f.kind:
         out = [r for r in out if r["kind"] == f.kind]
+    # a filter's value is the option's text: outside text as shown (`shown`), or typed raw
     if f.state:
-        out = [r for r in out if r["state"] == f.state]
+        out = [r for r in out if f.state in (r["state"], _shown(r["state"]))]
     if f.rule:
-        out = [r for r in out if _rule_of(r) == f.rule]
+        out = [r for r in out if f.rule in (_rule_of(r), _shown(_rule_of(r)))]
     if f.owner:
-        out = [r for r in out if _owner_of(r) == f.owner]
+        out = [r for r in out if f.owner in (_owner_of(r), _shown(_owner_of(r)))]
     if f.q:
         needle = f.q.lower()
         out = [r for r in out if needle in r["stream"].lower()]
@@ -235,8 +245,28 @@ def row_html(row: dict[str, Any]) -> str:
     return _render("row", r=row, state=state_cell(row))
 
 
+def runs_rows(index: StoreIndex, query: dict[str, str]) -> str:
+    """The rows the runs page shows for `query`, as its table body's HTML (a live page that
+    missed changes renders them again)."""
+    f = Filters.parse(query)
+    try:
+        chosen = select(index.rows(), f, index.newest)
+    except ValueError:
+        chosen = select(index.rows(), dataclasses.replace(f, since=""), index.newest)
+    number = min(f.page, max(1, math.ceil(len(chosen) / PAGE_ROWS)))
+    return "".join(row_html(r) for r in chosen[(number - 1) * PAGE_ROWS : number * PAGE_ROWS])
+
+
+def events_rows(index: StoreIndex, entry: Entry, after: int) -> str:
+    """A stream's events after seq `after`, as rows of its page's events table."""
+    events = index.read(entry.name)
+    origin = events[0].at if events else 0.0
+    return "".join(event_html(e, origin) for e in events if e.seq > after)
+
+
 def runs_page(frame: Frame, index: StoreIndex, query: dict[str, str]) -> str:
     """The runs and jobs list: filtered, sorted and paged on the server."""
+    version = index.version
     f = Filters.parse(query)
     rows = index.rows()
     error = None
@@ -275,7 +305,7 @@ def runs_page(frame: Frame, index: StoreIndex, query: dict[str, str]) -> str:
         page_no=number,
         error=error,
     )
-    return page(frame, "runs and jobs", "runs", body)
+    return page(frame, "runs and jobs", "runs", body, version=version)
 
 
 def _markup(html: str) -> Any:
@@ -353,10 +383,53 @@ def _strip(led: Ledger) -> list[dict[str, Any]]:
     return parts
 
 
+def _cost_line(led: Ledger) -> str:
+    """A ledger in one line: billed time and money, waste, and an open bill with its rate."""
+    money = led.money()
+    priced = (
+        f"billed {_duration(led.billed_s)} {_money(money)}, waste {_money(led.waste_money)}"
+        if money is not None
+        else f"billed {_duration(led.billed_s)} (price unknown)"
+    )
+    opened = led.open_attempts[0].open_since if led.open_attempts else None
+    if opened is None:
+        return priced
+    rate = led.open_rate_per_hour
+    per_hour = f" at {_money(rate)}/h" if rate is not None else ""
+    return f"{priced} · still billing since {utc_text(opened)}{per_hour}"
+
+
 def _ledger_text(led: Ledger) -> str:
     with _CAPTURE, console.capture() as captured:
         print_ledger(led, attempts=True)
     return captured.get()
+
+
+def stream_ledger(index: StoreIndex, entry: Entry, events: list[Event]) -> Ledger | None:
+    """The ledger a stream's page shows, priced as `flashfsm cost STREAM`, its `explain` and its
+    `timeline` price it (`cli.cost.source_ledger`: open bills up to the newest event of its
+    own logs); a job a run queued shows its attempt's share of the run's. None for a sweeper
+    (or a log that cannot be priced)."""
+    from flashfsm.cli.common import Source
+    from flashfsm.cli.cost import source_ledger
+
+    kind = entry.row["kind"]
+    if kind == "sweeper":
+        return None
+    owner = entry.run if kind == "job" and entry.run is not None else entry.name
+    if is_file_source(owner):  # its name would be read as a file: the index's own ledger
+        return entry.ledger
+    owner_events = events if owner == entry.name else index.read(owner)
+    src = Source(owner, owner_events, index.read, index.url)
+    with _CAPTURE, console.capture():  # (an unreadable log's one-line error goes nowhere)
+        try:
+            led = source_ledger(src, owner, index.url, None)
+        except (typer.Exit, SystemExit, FlashFsmError):
+            return entry.ledger
+    if owner == entry.name:
+        return led
+    mine = tuple(a for a in led.attempts if a.stream == entry.name)
+    return Ledger(entry.name, "job", mine, None, led.as_of)
 
 
 def live_html(
@@ -392,24 +465,9 @@ def live_html(
     }
     if row.get("ok") is not None:
         values["verdict"] = "success" if row["ok"] else str(row.get("failure"))
-    led = entry.ledger
-    if led is None and entry.run is not None:
-        parent = index.entry(entry.run)
-        if parent is not None and parent.ledger is not None:
-            mine = tuple(a for a in parent.ledger.attempts if a.stream == entry.name)
-            led = Ledger(entry.name, "job", mine, None, parent.ledger.as_of)
+    led = stream_ledger(index, entry, events)
     if led is not None and led.attempts:
-        rate = led.open_rate_per_hour
-        still = (
-            f" · still billing since {utc_text(led.open_attempts[0].open_since)}"
-            if (led.open_attempts and led.open_attempts[0].open_since is not None)
-            else ""
-        )
-        per_hour = f" at {_money(rate)}/h" if still and rate is not None else ""
-        values["cost"] = (
-            f"billed {_duration(led.billed_s)} {_money(led.money())}, "
-            f"waste {_money(led.waste_money)}{still}{per_hour}"
-        )
+        values["cost"] = _cost_line(led)
         values["strip"] = _strip(led)
         values["cost_text"] = _ledger_text(led)
     job_events: list[Event] = []
@@ -439,14 +497,14 @@ def live_html(
     return _render("live", **values)
 
 
-def _attempts(entry: Entry, events: list[Event]) -> list[dict[str, Any]]:
+def _attempts(entry: Entry, events: list[Event], led: Ledger | None) -> list[dict[str, Any]]:
     if entry.row["kind"] != "run":
         return []
     try:
         run = replay_run(events)
     except FlashFsmError:
         return []
-    bills = {a.stream: a for a in entry.ledger.attempts} if entry.ledger is not None else {}
+    bills = {a.stream: a for a in led.attempts} if led is not None else {}
     out = []
     for n, a in enumerate(run.attempts):
         bill = bills.get(a.job_stream)
@@ -467,6 +525,7 @@ def _attempts(entry: Entry, events: list[Event]) -> list[dict[str, Any]]:
 
 def stream_page(frame: Frame, index: StoreIndex, entry: Entry, wall: float, cancel: str) -> str:
     """A stream's page: its facts and verdict, picture, attempts, events and explanations."""
+    version = index.version
     events = index.read(entry.name)
     kind = stream_kind(events)
     evidence: tuple[int, ...] = ()
@@ -479,20 +538,20 @@ def stream_page(frame: Frame, index: StoreIndex, entry: Entry, wall: float, canc
         name=entry.name,
         live=_markup(live_html(index, entry, events, wall, cancel=cancel)),
         picture=bool(events),
-        attempts=_attempts(entry, events),
+        attempts=_attempts(entry, events, stream_ledger(index, entry, events)),
         events=[_markup(event_html(e, origin, evidence)) for e in events],
         events_note=f"{len(events)} event(s), times from the first "
         f"({_time(origin)} UTC); the verdict's evidence is marked",
     )
     label = run_label(replay_run(events)) if kind == "run" else entry.row["state"] or ""
-    return page(frame, f"{entry.name} {label}", "stream", body, stream=entry.name)
+    return page(frame, f"{entry.name} {label}", "stream", body, stream=entry.name, version=version)
 
 
 def picture_svg(index: StoreIndex, entry: Entry) -> str:
     """A stream's timeline picture, as `flashfsm timeline` draws it (its cost included)."""
     events = index.read(entry.name)
-    led = entry.ledger if entry.row["kind"] != "sweeper" else None
-    pic = render.picture(events, index.read, cost=led)
+    led = stream_ledger(index, entry, events)
+    pic = render.picture(events, index.read, cost=led if led is not None and led.attempts else None)
     return render.svg(pic)
 
 

@@ -1,4 +1,6 @@
 // flashfsm ui: live updates over server-sent events. No build step, no inline script.
+// The feed first says the index's version ("hello"): when it is not the one the page was
+// rendered at, the page fetches what it missed before following the changes as they come.
 "use strict";
 (function () {
   const body = document.body;
@@ -14,11 +16,38 @@
     t.innerHTML = html.trim();
     return tag ? t.content.querySelector(tag) : t.content;
   }
+  function rowsOf(html) {
+    return Array.from(fragment("<table><tbody>" + html + "</tbody></table>").querySelectorAll("tr"));
+  }
+  function part(params) {
+    const url = new URL(location.href);
+    for (const [k, v] of Object.entries(params)) url.searchParams.set(k, v);
+    return fetch(url.toString(), { credentials: "same-origin" }).then((r) => (r.ok ? r.text() : null));
+  }
+  function onHello(handler) {
+    source.addEventListener("hello", (msg) => {
+      const version = JSON.parse(msg.data).version;
+      if (String(version) !== body.dataset.version) handler();
+      body.dataset.version = String(version);
+    });
+  }
 
   if (body.dataset.page === "runs") {
+    const tbody = document.querySelector("table.streams tbody");
     const rows = new Map();
-    document.querySelectorAll("table.streams tbody tr").forEach((tr) => rows.set(tr.dataset.stream, tr));
+    const index = () => {
+      rows.clear();
+      tbody.querySelectorAll("tr").forEach((tr) => rows.set(tr.dataset.stream, tr));
+    };
+    index();
     const news = document.getElementById("news");
+    onHello(() =>
+      part({ part: "rows" }).then((html) => {
+        if (html === null) return;
+        tbody.replaceChildren(...rowsOf(html));
+        index();
+      })
+    );
     source.addEventListener("change", (msg) => {
       const change = JSON.parse(msg.data);
       const old = rows.get(change.key);
@@ -26,7 +55,7 @@
         if (news) news.hidden = false;
         return;
       }
-      const tr = fragment("<table><tbody>" + change.row + "</tbody></table>", "tr");
+      const [tr] = rowsOf(change.row);
       tr.classList.add("flash");
       old.replaceWith(tr);
       rows.set(change.key, tr);
@@ -36,32 +65,40 @@
 
   // a stream's page: append its new events, refresh what changes and the picture
   const events = document.getElementById("events");
-  const part = document.getElementById("live-part");
+  const livePart = document.getElementById("live-part");
   const picture = document.getElementById("picture");
+  function append(html) {
+    for (const tr of rowsOf(html)) {
+      if (events && tr.id && !document.getElementById(tr.id)) events.appendChild(tr);
+    }
+  }
+  function lastSeq() {
+    const rows = events ? events.querySelectorAll("tr[id^='ev-']") : [];
+    return rows.length ? Number(rows[rows.length - 1].id.slice(3)) : -1;
+  }
   let pending = null;
-  function refresh() {
+  function refresh(withPicture) {
     if (pending) return;
     pending = setTimeout(() => {
       pending = null;
-      fetch(location.pathname + "?part=live", { credentials: "same-origin" })
-        .then((r) => (r.ok ? r.text() : null))
-        .then((html) => {
-          if (html !== null && part) part.replaceChildren(fragment(html));
-        });
-      if (picture) {
+      part({ part: "live" }).then((html) => {
+        if (html !== null && livePart) livePart.replaceChildren(fragment(html));
+      });
+      if (picture && withPicture) {
         const url = new URL(picture.src);
         url.searchParams.set("v", String(Date.now()));
         picture.src = url.toString();
       }
-    }, 500);
+    }, 300);
   }
+  onHello(() => {
+    part({ part: "events", after: String(lastSeq()) }).then((html) => html && append(html));
+    refresh(true);
+  });
   source.addEventListener("change", (msg) => {
     const change = JSON.parse(msg.data);
-    for (const row of change.event_rows || []) {
-      const tr = fragment("<table><tbody>" + row + "</tbody></table>", "tr");
-      if (events && tr && !document.getElementById(tr.id)) events.appendChild(tr);
-    }
-    refresh();
+    append((change.event_rows || []).join(""));
+    refresh(true);
   });
-  setInterval(refresh, 5000); // armed rules' time left moves without events
+  setInterval(() => refresh(false), 5000); // armed rules' time left moves without events
 })();
