@@ -485,6 +485,9 @@ def simulator() -> Iterator[Simulator]:
         yield sim
 
 
+STREAMS = ("job-ok", "job-gone", "job-queued")
+
+
 def test_supervise_serves_its_replica_s_and_its_store_s_metrics_while_it_runs(
     tmp_path: Path, simulator: Simulator
 ):
@@ -496,6 +499,13 @@ def test_supervise_serves_its_replica_s_and_its_store_s_metrics_while_it_runs(
         hand_off_job(JobHandle(ok, "flash-ok", job), store, stream="job-ok")
         gone = simulator.add_endpoint("flash-gone", scenario="success")
         hand_off_job(JobHandle(gone, "flash-gone", "no-such-job"), store, stream="job-gone")
+        queued = simulator.add_endpoint("flash-queued", scenario="no_capacity")
+        hand_off_job(  # polled for 2 s of the replica's clock, however late it starts
+            JobHandle(queued, "flash-queued", simulator.submit(queued, {})),
+            store,
+            stream="job-queued",
+            policy=GracePolicy(queue_grace_s=2.0, probe_every_s=0.5),
+        )
     finally:
         store.close()
     port = free_port()
@@ -511,7 +521,7 @@ def test_supervise_serves_its_replica_s_and_its_store_s_metrics_while_it_runs(
     )
     try:
         deadline = time.monotonic() + 30
-        while not _concluded(url, ("job-ok", "job-gone")):
+        while not _concluded(url, STREAMS):
             assert replica.poll() is None, replica.communicate()[0]
             assert time.monotonic() < deadline, "no verdicts in 30 s"
             time.sleep(0.2)
@@ -528,10 +538,15 @@ def test_supervise_serves_its_replica_s_and_its_store_s_metrics_while_it_runs(
     assert by(samples, "flashfsm_job_verdicts_total", "rule", "failure") == Counter(
         (r["rule"], r["failure"] or "none") for r in rows
     )
-    assert len(rows) == 2 and not by(samples, "flashfsm_open_streams", "kind", "state")
+    assert len(rows) == 3 and not by(samples, "flashfsm_open_streams", "kind", "state")
+    assert {r["stream"]: r["rule"] for r in rows} == {
+        "job-ok": "completed",
+        "job-gone": "job_lost",
+        "job-queued": "queue_grace",
+    }
     store = open_store(url, read_only=True)
     try:
-        logs = {name: store.read(name) for name in ("job-ok", "job-gone")}
+        logs = {name: store.read(name) for name in STREAMS}
     finally:
         store.close()
     failed = Counter(
@@ -545,15 +560,15 @@ def test_supervise_serves_its_replica_s_and_its_store_s_metrics_while_it_runs(
     assert {k: v for k, v in errors.items() if k[0] == "StatusFetchFailed"} == failed
     assert value(samples, "flashfsm_replicas") == 1
     assert value(samples, "flashfsm_replica_info", owner="replica-m") == 1
-    assert value(samples, "flashfsm_replica_claims_total") == 2
-    assert value(samples, "flashfsm_replica_finished_total") == 2
+    assert value(samples, "flashfsm_replica_claims_total") == 3
+    assert value(samples, "flashfsm_replica_finished_total") == 3
     assert value(samples, "flashfsm_replica_streams_held") == 0
     fetches = sum(
         e.kind in ("StatusObserved", "StatusFetchFailed") for g in logs.values() for e in g
     )
-    assert 1 <= value(samples, "flashfsm_poll_lag_seconds_count") <= fetches
+    assert 3 <= value(samples, "flashfsm_poll_lag_seconds_count") <= fetches
     assert value(samples, "process_resident_memory_bytes") > 0
-    assert "drained: 2 claimed, 2 finished, 0 lost, 0 failed" in out
+    assert "drained: 3 claimed, 3 finished, 0 lost, 0 failed" in out
 
 
 def _concluded(url: str, streams: tuple[str, ...]) -> bool:
