@@ -358,11 +358,12 @@ def event_summary(event: Event) -> str:
     return text if len(text) <= SUMMARY_CAP else text[: SUMMARY_CAP - 1] + "…"
 
 
-def _heartbeat(events: Sequence[Event], now: float) -> str | None:
+def _heartbeat(events: Sequence[Event], now: float, *, done: bool) -> str | None:
     last = next((e for e in reversed(events) if isinstance(e, HeartbeatObserved)), None)
     if last is None:
         return None
-    return f"{summarize(last)} ({_duration(max(0.0, now - last.at))} before now)"
+    when = "the verdict" if done else "now"
+    return f"{summarize(last)} ({_duration(max(0.0, now - last.at))} before {when})"
 
 
 def _strip(led: Ledger) -> list[dict[str, Any]]:
@@ -429,7 +430,8 @@ def stream_ledger(index: StoreIndex, entry: Entry, events: list[Event]) -> Ledge
     if owner == entry.name:
         return led
     mine = tuple(a for a in led.attempts if a.stream == entry.name)
-    return Ledger(entry.name, "job", mine, None, led.as_of)
+    state = entry.row["state"] if entry.row.get("ok") is not None else None
+    return Ledger(entry.name, "job", mine, state, led.as_of)
 
 
 def live_html(
@@ -441,7 +443,6 @@ def live_html(
 
     row = entry.row
     kind = row["kind"]
-    now = view_now(events, wall)
     values: dict[str, Any] = {
         "kind": kind,
         "state": state_cell(row),
@@ -482,7 +483,9 @@ def live_html(
     if job_events:
         view = job_view(job_events, wall)
         values["timers"] = view.timers if view.verdict is None else ()
-        values["heartbeat"] = _heartbeat(job_events, now)
+        values["heartbeat"] = _heartbeat(
+            job_events, view_now(job_events, wall), done=view.verdict is not None
+        )
         if view.verdict is not None:
             values["evidence"] = view.verdict.evidence if kind == "job" else ()
         values["why_not"] = tuple(
@@ -558,10 +561,16 @@ def picture_svg(index: StoreIndex, entry: Entry) -> str:
 # --- costs and fleet ----------------------------------------------------------------------------
 
 
+#: The costs page's tables: (what `ledger.group` groups by, the table's title).
+GROUPS = (("cause", "cause"), ("gpu", "GPU"), ("rule", "verdict rule"))
+#: Waste over time is bucketed by hour when it spans less than this, else by day.
+HOURLY_UNDER_S = 2 * 86_400.0
+
+
 def costs_page(frame: Frame, index: StoreIndex) -> str:
     """The store's money: by cause, GPU and rule (as `flashfsm cost --by`), and waste by day."""
     ledgers = index.ledgers()
-    groups = [(by, group(ledgers, by)) for by in ("cause", "gpu", "rule")]
+    groups = [(title, group(ledgers, by)) for by, title in GROUPS]
     total = (
         None
         if any(led.money() is None for led in ledgers)
@@ -572,12 +581,14 @@ def costs_page(frame: Frame, index: StoreIndex) -> str:
         if any(led.waste_money is None for led in ledgers)
         else sum((led.waste_money or 0.0 for led in ledgers), 0.0)
     )
+    wasted = [a for led in ledgers for a in led.attempts if a.waste_s and a.waste_money]
+    ends = [a.end for a in wasted]
+    hourly = bool(ends) and max(ends) - min(ends) < HOURLY_UNDER_S
+    bucket = "%Y-%m-%d %H:00" if hourly else "%Y-%m-%d"
     days: dict[str, float] = {}
-    for led in ledgers:
-        for a in led.attempts:
-            if a.waste_s and a.waste_money:
-                day = datetime.fromtimestamp(a.end, UTC).strftime("%Y-%m-%d")
-                days[day] = days.get(day, 0.0) + a.waste_money
+    for a in wasted:
+        key = datetime.fromtimestamp(a.end, UTC).strftime(bucket)
+        days[key] = days.get(key, 0.0) + (a.waste_money or 0.0)
     top = max(days.values(), default=0.0)
     waste_days = [(d, m, f"{100 * m / top:.1f}" if top else "0") for d, m in sorted(days.items())]
     rates = [led.open_rate_per_hour for led in ledgers if led.open_attempts]
@@ -590,6 +601,7 @@ def costs_page(frame: Frame, index: StoreIndex) -> str:
         open_rate=open_rate,
         groups=groups,
         waste_days=waste_days,
+        bucket="hour" if hourly else "day",
     )
     return page(frame, "costs", "costs", body)
 
