@@ -98,6 +98,7 @@ from flashfsm.events.store import (
     FencedStore,
     Lease,
     LeaseStore,
+    capabilities,
     iter_events,
 )
 from flashfsm.events.text import redact_then_cap
@@ -416,13 +417,16 @@ def _record_hand_off(store: EventStore, intake: JobIntake, clock: Callable[[], f
 
 
 def _require_leases(store: EventStore) -> LeaseStore:
+    """The store's `LeaseStore` (that of the store a wrapper such as `FencedStore` wraps),
+    or `ValueError`."""
     inner = getattr(store, "inner", store)
-    if not isinstance(inner, LeaseStore):
+    leases = capabilities(inner).leases
+    if leases is None:
         raise ValueError(
             f"{inner!r} cannot host a fleet: it keeps no open-streams index or leases "
             "(use an SQLite or PostgreSQL store)"
         )
-    return inner
+    return leases
 
 
 def default_owner() -> str:

@@ -21,16 +21,17 @@ going through its group commit and the reads in worker threads.
 
 Snapshots. A fold may have a snapshot codec (`Fold.snapshots`; the job fold has
 `flashfsm.fsm.snapshot.JOB_SNAPSHOTS`). Then a `Replay` on a store that keeps snapshots
-(`load_snapshot`) starts from the latest one and folds only the events after its seq; a
-snapshot of another fold version, or one that fails its checksum or does not decode, is
-ignored with a warning and the stream replayed in full, so the state is always the one a
-full replay gives. A writer with `snapshot_every` set asks for a new snapshot
-(`SaveSnapshot`, a copy of its state) once that many events have passed since the last one;
-the driver writes it after the append that made it due (the sync driver in line, the
-supervisor in a worker thread), and a failed write is a warning, never the watch's error.
-A driver replaying many streams at once (a fleet replica's claims) first makes their reads
-in bulk (`preload`: the snapshots in one query, the events after each in another) and
-replays each stream on that view, exactly as it would alone.
+(`capabilities(store).snapshots`, `flashfsm.events.store`) starts from the latest one and
+folds only the events after its seq; a snapshot of another fold version, or one that fails
+its checksum or does not decode, is ignored with a warning and the stream replayed in
+full, so the state is always the one a full replay gives. A writer with `snapshot_every`
+set asks for a new snapshot (`SaveSnapshot`, a copy of its state) once that many events
+have passed since the last one; the driver writes it after the append that made it due
+(the sync driver in line, the supervisor in a worker thread), and a failed write is a
+warning, never the watch's error. A driver replaying many streams at once (a fleet
+replica's claims) first makes their reads in bulk (`preload`, on a store with `BulkReads`:
+the snapshots in one query, the events after each in another) and replays each stream on
+that view, exactly as it would alone.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from flashfsm.errors import JobOwnedElsewhere
 from flashfsm.events.errors import ConcurrencyError, FlashFsmError
 from flashfsm.events.light import light_reads, settle_fields
 from flashfsm.events.models import CancelRequested, Event, EventBase, WatchStarted
-from flashfsm.events.store import EventStore, iter_events
+from flashfsm.events.store import EventStore, capabilities, iter_events
 from flashfsm.fsm.job import JobState, evolve
 from flashfsm.fsm.run import RunState, evolve_run
 from flashfsm.fsm.snapshot import JOB_SNAPSHOTS, SnapshotCodec
@@ -216,7 +217,7 @@ def perform(store: EventStore, request: StoreRequest) -> Any:
 def snapshot_interval(store: Any) -> int | None:
     """How many events a watch on `store` lets pass between two snapshots: the store's
     `snapshot_every`, or None when it keeps no snapshots (or is not asked to write them)."""
-    if getattr(store, "save_snapshot", None) is None:
+    if capabilities(store).snapshots is None:
         return None
     every = getattr(store, "snapshot_every", None)
     return every if isinstance(every, int) and every > 0 else None
@@ -250,11 +251,11 @@ def replay_job(store: EventStore, stream: str) -> JobState:
 
 def _replay_stream(store: EventStore, request: Replay[S]) -> S:
     stream, fold = request.stream, request.fold
-    codec, load = fold.snapshots, getattr(store, "load_snapshot", None)
+    codec, snapshots = fold.snapshots, capabilities(store).snapshots
     request.loaded = -1
-    if codec is not None and load is not None:
+    if codec is not None and snapshots is not None:
         try:
-            kept = load(stream)
+            kept = snapshots.load_snapshot(stream)
             state = None if kept is None else codec.decode(kept[2], stream, kept[0], kept[1])
         except Exception as exc:  # another version, a bad checksum, a store hiccup
             logger.warning("stream %s: snapshot ignored, replaying in full (%s)", stream, exc)
@@ -300,8 +301,8 @@ class Preloaded:
     def load_snapshot(self, stream: str) -> tuple[int, int, bytes] | None:
         if stream in self.streams:
             return self.snapshots.get(stream)
-        load = getattr(self.inner, "load_snapshot", None)
-        return None if load is None else load(stream)  # type: ignore[no-any-return]
+        snapshots = capabilities(self.inner).snapshots
+        return None if snapshots is None else snapshots.load_snapshot(stream)
 
     def iter_read(self, stream: str, after: int | None = None) -> Iterator[Event]:
         tail = self.tails.get(stream)
@@ -315,15 +316,15 @@ class Preloaded:
 
 def preload(store: EventStore, streams: Sequence[str], fold: Fold[Any]) -> EventStore:
     """`store` with the reads of replaying `streams` by `fold` made in bulk, when the store
-    can (`load_snapshots`, `read_tails`) and the fold keeps snapshots; else `store`."""
-    load_many = getattr(store, "load_snapshots", None)
-    read_many = getattr(store, "read_tails", None)
-    if fold.snapshots is None or load_many is None or read_many is None or not streams:
+    can (`BulkReads`: `load_snapshots`, `read_tails`) and the fold keeps snapshots; else
+    `store`."""
+    bulk = capabilities(store).bulk_reads
+    if fold.snapshots is None or bulk is None or not streams:
         return store
-    kept = load_many(streams)
+    kept = bulk.load_snapshots(streams)
     afters = {stream: seq - 1 for stream, (seq, _version, _body) in kept.items()}
     with light_reads(fold.settle is not None):  # only `replay_stream` reads them: it settles
-        tails = read_many(afters) if afters else {}
+        tails = bulk.read_tails(afters) if afters else {}
     return Preloaded(  # type: ignore[return-value]
         store, kept, {s: (afters[s], events) for s, events in tails.items()}, streams
     )
@@ -343,8 +344,9 @@ def save_snapshots(store: EventStore, requests: Sequence[SaveSnapshot[Any]]) -> 
     """Perform many `SaveSnapshot`s: encode each state, keep them in the store in one
     transaction when it can (`save_snapshots`), and say how many were written. One that
     cannot be encoded, or a batch that cannot be written, is a warning, never an error."""
-    save = getattr(store, "save_snapshot", None)
-    if save is None or not requests:
+    caps = capabilities(store)
+    snapshots = caps.snapshots
+    if snapshots is None or not requests:
         return 0
     rows = []
     for request in requests:
@@ -354,11 +356,11 @@ def save_snapshots(store: EventStore, requests: Sequence[SaveSnapshot[Any]]) -> 
             _unsaved([(request.stream, request.seq)], exc)
         else:
             rows.append((request.stream, request.seq, request.codec.version, body))
-    save_many = getattr(store, "save_snapshots", None)
-    if save_many is None:  # (one at a time: one that fails leaves the others written)
-        batches, write = [[row] for row in rows], lambda batch: save(*batch[0])
+    together = caps.snapshot_batches
+    if together is None:  # (one at a time: one that fails leaves the others written)
+        batches, write = [[row] for row in rows], lambda batch: snapshots.save_snapshot(*batch[0])
     else:
-        batches, write = [rows], save_many
+        batches, write = [rows], together.save_snapshots
     written = 0
     for batch in batches:
         try:

@@ -323,6 +323,9 @@ def test_a_store_without_batches_gets_its_snapshots_one_by_one() -> None:
                 raise OSError(28, "No space left on device")
             self.kept[stream] = (seq, version, body)
 
+        def load_snapshot(self, stream: str) -> tuple[int, int, bytes] | None:
+            return self.kept.get(stream)  # (a `SnapshotStore` has both; no `save_snapshots`)
+
     _, log, _ = run_poll_job(next_script())
     state = replay(log)
     requests = [

@@ -18,7 +18,8 @@ and writes the whole batch with one `write` on an `O_APPEND` descriptor, then `f
 process crash but not a power cut). A new file's directory entry is fsynced too.
 
 Each line is sealed with the CRC-32 of its event's bytes (`codec.seal`: a last member
-`"_c":"<hex>"`); lines without one (written before checksums) still read, unchecked, and a
+`"_c":"<hex>"`; the line is the shared encoding layer's `Row.sealed()`,
+`flashfsm.events.rows`); lines without one (written before checksums) still read, unchecked, and a
 store opened `strict=True` (or a read inside `codec.require_checksums()`) refuses them.
 
 Readers take a shared `flock` on the stream's file, so they never see half a write in
@@ -75,7 +76,6 @@ from flashfsm.errors import StoreNotFound
 from flashfsm.events.codec import (
     CHUNK,
     decode_sealed_prefix,
-    encode_sealed,
     holds_seal,
     is_sealed,
     strict_mode,
@@ -90,7 +90,7 @@ from flashfsm.events.errors import (
 )
 from flashfsm.events.light import light_mode
 from flashfsm.events.models import Event
-from flashfsm.events.store import check_batch, first_misplaced
+from flashfsm.events.rows import check_batch, encode_rows, first_misplaced
 
 logger = logging.getLogger(__name__)
 
@@ -415,7 +415,7 @@ class JsonlStore:
             raise StoreError(f"{self!r} was opened read-only")
         if not events:
             return
-        data = b"".join(encode_sealed(event) + b"\n" for event in events)
+        data = b"".join([row.sealed() + b"\n" for row in encode_rows(stream, events)])
         name = stream_file_name(stream)
         path = self.directory / name
         with self._writer_lock():

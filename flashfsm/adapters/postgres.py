@@ -4,7 +4,9 @@ Theory of operation. The schema is SQLite's (`stream, seq, id, at, kind, body, c
 primary key `(stream, seq)`, unique `id`); `body` is TEXT holding the codec's exact JSON
 line, so a read decodes what was written byte for byte, and `body::jsonb` still works for
 ad-hoc queries. `checksum` is the CRC-32 of the body's UTF-8 bytes, verified on every read
-(a mismatch is a `CorruptLogError`); a table made before checksums gets the column when a
+(a mismatch is a `CorruptLogError`): the rows, the checks of a batch and of a read, and the
+index changes are the shared encoding layer's (`flashfsm.events.rows`), and this module moves
+them in and out of the tables. A table made before checksums gets the column when a
 writer opens it (`ADD COLUMN IF NOT EXISTS`), and its old rows (NULL) read unchecked unless
 the store is strict. A full disk (`DiskFull`) makes an append a `StoreFullError`.
 
@@ -75,7 +77,6 @@ import re
 import threading
 import time
 import weakref
-import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -86,7 +87,6 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from flashfsm.adapters.urls import hide_url_secrets
 from flashfsm.errors import StoreNotFound
-from flashfsm.events.codec import encode, strict_mode
 from flashfsm.events.errors import (
     ConcurrencyError,
     DuplicateEventError,
@@ -94,19 +94,15 @@ from flashfsm.events.errors import (
     StoreFullError,
 )
 from flashfsm.events.models import Event
+from flashfsm.events.rows import EncodedBatch, decode_rows, encode_batch
 from flashfsm.events.store import (
     FAILED_REASON_CAP,
-    HANDOFF,
     Census,
     Lease,
     OpenStream,
     Replica,
-    check_batch,
-    decode_rows,
-    index_change,
     kinds_text,
     parse_kinds,
-    stale_lease,
 )
 from flashfsm.fsm.snapshot import DEFAULT_SNAPSHOT_EVERY, checked_interval
 
@@ -357,10 +353,11 @@ class PostgresStore:
             raise StoreError(f"{self!r} was opened read-only")
         if not events:
             return
+        batch = encode_batch(stream, events, expected_seq, lease)
         with self._pool.connection() as conn:
             try:
                 with conn.transaction():
-                    self._append_in(conn, stream, events, expected_seq, lease)
+                    self._append_in(conn, batch)
             except psycopg.errors.UniqueViolation as exc:
                 raise self._unique_error(conn, exc, stream, events, expected_seq) from None
             except psycopg.errors.DiskFull:
@@ -381,13 +378,17 @@ class PostgresStore:
         if self.read_only:
             raise StoreError(f"{self!r} was opened read-only")
         fences = list(leases) if leases is not None else [None] * len(batches)
+        encoded = [
+            encode_batch(stream, events, expected_seq, lease)
+            for (stream, events, expected_seq), lease in zip(batches, fences, strict=True)
+        ]
         order = sorted(range(len(batches)), key=lambda n: batches[n][0])
         for tries in range(1, 4):  # a deadlock aborts the whole group: it is tried again
             outcomes: list[Exception | None] = [None] * len(batches)
             if not batches:
                 return outcomes
             try:
-                self._group_in(batches, fences, order, outcomes)
+                self._group_in(encoded, order, outcomes)
                 return outcomes
             except psycopg.errors.DeadlockDetected:
                 if tries == 3:
@@ -396,41 +397,39 @@ class PostgresStore:
 
     def _group_in(
         self,
-        batches: Sequence[tuple[str, Sequence[Event], int]],
-        fences: Sequence[Lease | None],
+        batches: Sequence[EncodedBatch],
         order: Sequence[int],
         outcomes: list[Exception | None],
     ) -> None:
         with self._pool.connection() as conn:
             try:
                 with conn.transaction():
-                    tokens = self._lock_fences(conn, fences)
-                    fast = self._group_all_in(conn, batches, fences, order, tokens)
+                    tokens = self._lock_fences(conn, batches)
+                    fast = self._group_all_in(conn, batches, order, tokens)
                     if fast is not None:
                         outcomes[:] = fast
                         return
                     for n in order:
-                        stream, events, expected_seq = batches[n]
-                        if not events:
+                        batch = batches[n]
+                        if not batch.rows:
                             continue
                         try:
                             with conn.transaction():  # a savepoint
-                                self._append_in(conn, stream, events, expected_seq, fences[n])
+                                self._append_in(conn, batch)
                         except psycopg.errors.UniqueViolation as exc:
                             outcomes[n] = self._unique_error(
-                                conn, exc, stream, events, expected_seq
+                                conn, exc, batch.stream, batch.events, batch.expected_seq
                             )
                         except (StoreError, ValueError) as exc:
                             outcomes[n] = exc
             except psycopg.errors.DiskFull:
-                streams = ", ".join(sorted({stream for stream, _, _ in batches}))
+                streams = ", ".join(sorted({batch.stream for batch in batches}))
                 raise StoreFullError(self.where, streams, "the server's disk is full") from None
 
     def _group_all_in(
         self,
         conn: psycopg.Connection,
-        batches: Sequence[tuple[str, Sequence[Event], int]],
-        fences: Sequence[Lease | None],
+        batches: Sequence[EncodedBatch],
         order: Sequence[int],
         tokens: Mapping[str, int],
     ) -> list[Exception | None] | None:
@@ -442,7 +441,7 @@ class PostgresStore:
         the index changes. If the insert clashes (a duplicate id), nothing of it stays and
         None sends the caller to the batch-by-batch path, whose savepoints tell which batch
         clashed; so does a stream whose index two batches of the group would change."""
-        streams = sorted({batches[n][0] for n in order if batches[n][1]})
+        streams = sorted({batches[n].stream for n in order if batches[n].rows})
         if not streams:
             return [None] * len(batches)
         conn.execute(
@@ -462,66 +461,54 @@ class PostgresStore:
             if last is not None
         }
         outcomes: list[Exception | None] = [None] * len(batches)
-        taken: list[tuple[str, Sequence[Event], Lease | None]] = []
+        taken: list[EncodedBatch] = []
         for n in order:
-            stream, events, expected_seq = batches[n]
-            if not events:
+            batch = batches[n]
+            if not batch.rows:
                 continue
-            lease = fences[n]
+            fence = batch.fence
             try:
-                check_batch(stream, events, expected_seq, next_seq.get(stream, 0))
-                if lease is not None and lease != HANDOFF:
-                    stale = stale_lease(stream, lease, tokens.get(lease.stream))
-                    if stale is not None:
-                        raise stale
+                batch.check(
+                    next_seq.get(batch.stream, 0), None if fence is None else tokens.get(fence)
+                )
             except (StoreError, ValueError) as exc:
                 outcomes[n] = exc
                 continue
-            next_seq[stream] = expected_seq + len(events)
-            taken.append((stream, events, lease))
-        changes = [(stream, index_change(stream, events, lease)) for stream, events, lease in taken]
-        changing = [stream for stream, change in changes if change is not None]
+            next_seq[batch.stream] = batch.next_seq
+            taken.append(batch)
+        changing = [b.stream for b in taken if b.closes or b.opens is not None]
         if len(changing) != len(set(changing)):  # (their order matters: one by one)
             return None
         if not taken:
             return outcomes
         try:
             with conn.transaction():  # a savepoint: a clash leaves nothing of the insert
-                self._insert(conn, [(stream, events) for stream, events, _lease in taken])
+                self._insert(conn, taken)
         except psycopg.errors.UniqueViolation:
             return None
-        self._index(conn, changes)
+        self._index(conn, taken)
         return outcomes
 
-    def _append_in(
-        self,
-        conn: psycopg.Connection,
-        stream: str,
-        events: Sequence[Event],
-        expected_seq: int,
-        lease: Lease | None,
-    ) -> None:
+    def _append_in(self, conn: psycopg.Connection, batch: EncodedBatch) -> None:
         """One batch inside an open transaction: lock, check, fence, insert, index."""
         conn.execute(
-            "SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", (self.table, stream)
+            "SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", (self.table, batch.stream)
         )
         (last,) = conn.execute(  # type: ignore[misc]
-            sql.SQL("SELECT max(seq) FROM {t} WHERE stream = %s").format(t=self._t), (stream,)
+            sql.SQL("SELECT max(seq) FROM {t} WHERE stream = %s").format(t=self._t),
+            (batch.stream,),
         ).fetchone()
-        check_batch(stream, events, expected_seq, 0 if last is None else last + 1)
-        if lease is not None and lease != HANDOFF:
-            self._check_fence(conn, stream, lease)
-        self._insert(conn, [(stream, events)])
-        self._index(conn, [(stream, index_change(stream, events, lease))])
+        batch.check_seq(0 if last is None else last + 1)
+        if batch.fence is not None:  # (its row is locked only once the seqs are right)
+            batch.check_fence(self._fence_token(conn, batch.fence))
+        self._insert(conn, [batch])
+        self._index(conn, [batch])
 
-    def _insert(
-        self, conn: psycopg.Connection, batches: Sequence[tuple[str, Sequence[Event]]]
-    ) -> None:
-        """Insert the events of `batches` (checked already) in one statement (arrays, not a
+    def _insert(self, conn: psycopg.Connection, batches: Sequence[EncodedBatch]) -> None:
+        """Insert the rows of `batches` (checked already) in one statement (arrays, not a
         round trip per row), which also queues one notification per stream (the server
         delivers them only at commit)."""
-        rows = [(stream, event) for stream, events in batches for event in events]
-        bodies = [encode(event) for _stream, event in rows]
+        rows = [row for batch in batches for row in batch.rows]
         conn.execute(
             sql.SQL(
                 "WITH appended AS ("
@@ -531,24 +518,24 @@ class PostgresStore:
                 " SELECT pg_notify(%s, s) FROM unnest(%s::text[]) AS s"
             ).format(t=self._t),
             (
-                [stream for stream, _event in rows],
-                [event.seq for _stream, event in rows],
-                [event.id for _stream, event in rows],
-                [event.at for _stream, event in rows],
-                [event.kind for _stream, event in rows],
-                [body.decode() for body in bodies],
-                [zlib.crc32(body) for body in bodies],
+                [row.stream for row in rows],
+                [row.seq for row in rows],
+                [row.id for row in rows],
+                [row.at for row in rows],
+                [row.kind for row in rows],
+                [row.body.decode() for row in rows],
+                [row.checksum for row in rows],
                 self.channel,
-                sorted({stream for stream, _events in batches}),
+                sorted({batch.stream for batch in batches}),
             ),
         )
 
     def _lock_fences(
-        self, conn: psycopg.Connection, fences: Sequence[Lease | None]
+        self, conn: psycopg.Connection, batches: Sequence[EncodedBatch]
     ) -> dict[str, int]:
         """Take a group's fence rows `FOR SHARE` in stream order, before any batch (the
         order renewals lock them in: no cycle of waits): their tokens, by stream."""
-        leased = sorted({f.stream for f in fences if f is not None and f != HANDOFF})
+        leased = sorted({b.fence for b in batches if b.fence is not None})
         if not leased:
             return {}
         rows = conn.execute(
@@ -559,20 +546,19 @@ class PostgresStore:
         ).fetchall()
         return {stream: int(token) for stream, token in rows}
 
-    def _check_fence(self, conn: psycopg.Connection, stream: str, lease: Lease) -> None:
+    def _fence_token(self, conn: psycopg.Connection, fence: str) -> int | None:
+        """The token of the lease row `fence`, read `FOR SHARE` (None: no row)."""
         row = conn.execute(
             sql.SQL("SELECT token FROM {o} WHERE stream = %s FOR SHARE").format(o=self._open),
-            (lease.stream,),
+            (fence,),
         ).fetchone()
-        stale = stale_lease(stream, lease, None if row is None else int(row[0]))
-        if stale is not None:
-            raise stale
+        return None if row is None else int(row[0])
 
-    def _index(self, conn: psycopg.Connection, changes: Sequence[tuple[str, Any]]) -> None:
+    def _index(self, conn: psycopg.Connection, batches: Sequence[EncodedBatch]) -> None:
         """Keep the open-streams index in step with appends (inside their transaction):
-        `(stream, index_change(…))` of each, one change per stream at most."""
-        closed = [stream for stream, change in changes if change is True]
-        opened = [change for _stream, change in changes if isinstance(change, tuple)]
+        one change per stream at most."""
+        closed = [batch.stream for batch in batches if batch.closes]
+        opened = [batch.opens for batch in batches if batch.opens is not None]
         if closed:
             conn.execute(
                 sql.SQL("DELETE FROM {o} WHERE stream = ANY(%s) OR parent = ANY(%s)").format(
@@ -869,9 +855,8 @@ class PostgresStore:
         seqs, texts, sums = zip(*rows, strict=True) if rows else ((), (), ())
         # (a checksum is of the body's UTF-8, the bytes the decoder reads too)
         bodies = [text.encode("utf-8", "surrogatepass") for text in texts]
-        strict = self.strict or strict_mode()
         where = f"postgres table {self.table}"
-        return decode_rows(where, stream, seqs, bodies, sums, strict=strict)
+        return decode_rows(where, stream, seqs, bodies, sums, strict=self.strict)
 
     def read_tails(self, afters: Mapping[str, int]) -> dict[str, list[Event]]:
         """Many streams' events after their seqs in one query: `{stream: read(stream,

@@ -7,7 +7,9 @@ Theory of operation. One table holds every stream:
 
 `body` is the codec's exact JSON line, so a read decodes the bytes it stored, and
 `checksum` its CRC-32 (`codec.checksum`), verified on every read: a row whose body or
-checksum was changed is a `CorruptLogError` naming the file, stream and seq. Schema
+checksum was changed is a `CorruptLogError` naming the file, stream and seq. The rows, the
+checks of a batch and of a read, and the index changes are the shared encoding layer's
+(`flashfsm.events.rows`): this module moves rows in and out of the file. Schema
 version 2 (`PRAGMA user_version`) added the column; opening a version-1 file to write adds
 it (`ALTER TABLE`), and its old rows, whose checksum is NULL, read unchecked (a store
 opened `strict=True`, or a read inside `codec.require_checksums()`, refuses them). A
@@ -85,35 +87,24 @@ from urllib.parse import quote
 from flashfsm.adapters._files import create_private_file, make_private_dirs
 from flashfsm.adapters.urls import path_url
 from flashfsm.errors import StoreNotFound
-from flashfsm.events.codec import (
-    CHUNK,
-    checksum,
-    encode,
-    gc_paused,
-    strict_mode,
-)
+from flashfsm.events.codec import CHUNK, gc_paused, strict_mode
 from flashfsm.events.errors import (
     ConcurrencyError,
     DuplicateEventError,
-    StaleLease,
     StoreError,
     StoreFullError,
 )
 from flashfsm.events.models import Event
+from flashfsm.events.rows import EncodedBatch, Row, decode_rows, encode_batch, encode_rows
 from flashfsm.events.store import (
     FAILED_REASON_CAP,
-    HANDOFF,
     Census,
     Lease,
     OpenStream,
     Replica,
-    check_batch,
-    decode_rows,
     follow_by_polling,
-    index_change,
     kinds_text,
     parse_kinds,
-    stale_lease,
 )
 from flashfsm.fsm.snapshot import DEFAULT_SNAPSHOT_EVERY, checked_interval
 
@@ -199,7 +190,8 @@ _INSERT = (
 )
 _SELECT = "SELECT seq, body, {} FROM events WHERE stream = ? AND seq > ? ORDER BY seq"
 
-Row = tuple[int, bytes, "int | None"]
+#: A row as a read selects it: seq, body, checksum (None: written before checksums).
+Stored = tuple[int, bytes, "int | None"]
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
@@ -207,30 +199,27 @@ def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
     return {str(row[1]) for row in conn.execute(f"PRAGMA table_info({table})")}
 
 
-def _row(stream: str, event: Event) -> tuple[str, int, str, float, str, bytes, int]:
-    body = encode(event)
-    return (stream, event.seq, event.id, event.at, event.kind, body, checksum(body))
+def _row(stream: str, event: Event) -> Row:
+    """One event's row, as an append inserts it (`_INSERT`)."""
+    return encode_rows(stream, [event])[0]
 
 
-def _stale(conn: sqlite3.Connection, stream: str, lease: Lease | None) -> StaleLease | None:
-    """The fencing check of an append under `lease` (inside its transaction)."""
-    if lease is None or lease == HANDOFF:
+def _token(conn: sqlite3.Connection, batch: EncodedBatch) -> int | None:
+    """The token of the lease row that fences `batch` (inside its transaction; None: no
+    fence, or no row)."""
+    fence = batch.fence
+    if fence is None:
         return None
-    row = conn.execute(
-        "SELECT token FROM open_streams WHERE stream = ?", (lease.stream,)
-    ).fetchone()
-    return stale_lease(stream, lease, None if row is None else int(row[0]))
+    row = conn.execute("SELECT token FROM open_streams WHERE stream = ?", (fence,)).fetchone()
+    return None if row is None else int(row[0])
 
 
-def _index(
-    conn: sqlite3.Connection, stream: str, events: Sequence[Event], lease: Lease | None
-) -> None:
+def _index(conn: sqlite3.Connection, batch: EncodedBatch) -> None:
     """Keep the open-streams index in step with an append (inside its transaction)."""
-    change = index_change(stream, events, lease)
-    if change is True:
-        conn.execute(_CLOSE, (stream, stream))
-    elif change:
-        stream, kind, parent, handoff, opened_at = change
+    if batch.closes:
+        conn.execute(_CLOSE, (batch.stream, batch.stream))
+    elif batch.opens is not None:
+        stream, kind, parent, handoff, opened_at = batch.opens
         conn.execute(_OPEN, (stream, kind, parent, int(handoff), opened_at))
 
 
@@ -472,8 +461,8 @@ class SqliteStore:
                 return result
         raise AssertionError("unreachable: the last try is a plain read-only connection")
 
-    def _read_only_rows(self, stream: str, after: int | None) -> list[Row]:
-        def rows(conn: sqlite3.Connection) -> list[Row]:
+    def _read_only_rows(self, stream: str, after: int | None) -> list[Stored]:
+        def rows(conn: sqlite3.Connection) -> list[Stored]:
             try:
                 with gc_paused():
                     return conn.execute(
@@ -506,22 +495,19 @@ class SqliteStore:
         self._refuse_write()
         if not events:
             return
-        rows = [_row(stream, e) for e in events]
+        batch = encode_batch(stream, events, expected_seq, lease)
         with self._connection() as conn:
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 (last,) = conn.execute(
                     "SELECT max(seq) FROM events WHERE stream = ?", (stream,)
                 ).fetchone()
-                check_batch(stream, events, expected_seq, 0 if last is None else last + 1)
-                stale = _stale(conn, stream, lease)
-                if stale is not None:
-                    raise stale
+                batch.check(0 if last is None else last + 1, _token(conn, batch))
                 try:
-                    conn.executemany(_INSERT, rows)
+                    conn.executemany(_INSERT, batch.rows)
                 except sqlite3.IntegrityError as exc:
                     raise self._integrity_error(conn, stream, events, expected_seq) from exc
-                _index(conn, stream, events, lease)
+                _index(conn, batch)
                 conn.execute("COMMIT")
             except BaseException as exc:
                 self._rollback(conn)
@@ -546,21 +532,25 @@ class SqliteStore:
         Each batch keeps `append`'s all-or-nothing contract through its own savepoint, so
         one stale batch fails alone; returns, per batch, None or the error it raised.
         `leases` (one per batch, or None) fences each batch as `append`'s `lease` does.
+        The batches are encoded before the transaction takes the write lock.
         """
         self._refuse_write()
         outcomes: list[StoreError | ValueError | None] = []
         if not batches:
             return outcomes
         fences = list(leases) if leases is not None else [None] * len(batches)
+        encoded = [
+            encode_batch(stream, events, expected_seq, lease)
+            for (stream, events, expected_seq), lease in zip(batches, fences, strict=True)
+        ]
         with self._connection() as conn:
             try:
                 conn.execute("BEGIN IMMEDIATE")
-                fast = self._append_all_in(conn, batches, fences)
+                fast = self._append_all_in(conn, encoded)
                 if fast is not None:
                     outcomes = fast
                 else:
-                    for (stream, events, expected_seq), lease in zip(batches, fences, strict=True):
-                        outcomes.append(self._append_in(conn, stream, events, expected_seq, lease))
+                    outcomes = [self._append_in(conn, batch) for batch in encoded]
                 conn.execute("COMMIT")
             except BaseException as exc:
                 self._rollback(conn)
@@ -571,10 +561,7 @@ class SqliteStore:
         return outcomes
 
     def _append_all_in(
-        self,
-        conn: sqlite3.Connection,
-        batches: Sequence[tuple[str, Sequence[Event], int]],
-        leases: Sequence[Lease | None],
+        self, conn: sqlite3.Connection, batches: Sequence[EncodedBatch]
     ) -> list[StoreError | ValueError | None] | None:
         """The group's fast path: one query for every stream's next seq, one insert.
 
@@ -583,7 +570,7 @@ class SqliteStore:
         duplicate id), nothing of it stays and None sends the caller to the batch-by-batch
         path, whose savepoints tell which batch clashed.
         """
-        streams = list(dict.fromkeys(stream for stream, _, _ in batches))
+        streams = list(dict.fromkeys(batch.stream for batch in batches))
         next_seq: dict[str, int] = {}
         for first in range(0, len(streams), 500):  # well under SQLite's bound-variable limit
             chunk = streams[first : first + 500]
@@ -601,23 +588,20 @@ class SqliteStore:
                 if last is not None
             )
         outcomes: list[StoreError | ValueError | None] = []
-        rows: list[tuple[str, int, str, float, str, bytes, int]] = []
-        taken: list[tuple[str, Sequence[Event], Lease | None]] = []
-        for (stream, events, expected_seq), lease in zip(batches, leases, strict=True):
-            if not events:
+        rows: list[Row] = []
+        taken: list[EncodedBatch] = []
+        for batch in batches:
+            if not batch.rows:
                 outcomes.append(None)
                 continue
             try:
-                check_batch(stream, events, expected_seq, next_seq.get(stream, 0))
-                stale = _stale(conn, stream, lease)
-                if stale is not None:
-                    raise stale
+                batch.check(next_seq.get(batch.stream, 0), _token(conn, batch))
             except (StoreError, ValueError) as error:
                 outcomes.append(error)
                 continue
-            rows.extend(_row(stream, e) for e in events)
-            next_seq[stream] = expected_seq + len(events)
-            taken.append((stream, events, lease))
+            rows.extend(batch.rows)
+            next_seq[batch.stream] = batch.next_seq
+            taken.append(batch)
             outcomes.append(None)
         conn.execute("SAVEPOINT group_insert")
         try:
@@ -626,39 +610,31 @@ class SqliteStore:
             conn.execute("ROLLBACK TO group_insert")
             conn.execute("RELEASE group_insert")
             return None
-        for stream, events, lease in taken:
-            _index(conn, stream, events, lease)
+        for batch in taken:
+            _index(conn, batch)
         conn.execute("RELEASE group_insert")
         return outcomes
 
     def _append_in(
-        self,
-        conn: sqlite3.Connection,
-        stream: str,
-        events: Sequence[Event],
-        expected_seq: int,
-        lease: Lease | None,
+        self, conn: sqlite3.Connection, batch: EncodedBatch
     ) -> StoreError | ValueError | None:
-        if not events:
+        if not batch.rows:
             return None
+        stream = batch.stream
         conn.execute("SAVEPOINT batch")
         try:
             (last,) = conn.execute(
                 "SELECT max(seq) FROM events WHERE stream = ?", (stream,)
             ).fetchone()
-            check_batch(stream, events, expected_seq, 0 if last is None else last + 1)
-            stale = _stale(conn, stream, lease)
-            if stale is not None:
-                raise stale
-            rows = [_row(stream, e) for e in events]
+            batch.check(0 if last is None else last + 1, _token(conn, batch))
             try:
-                conn.executemany(_INSERT, rows)
+                conn.executemany(_INSERT, batch.rows)
             except sqlite3.IntegrityError:
-                error = self._integrity_error(conn, stream, events, expected_seq)
+                error = self._integrity_error(conn, stream, batch.events, batch.expected_seq)
                 conn.execute("ROLLBACK TO batch")
                 conn.execute("RELEASE batch")
                 return error
-            _index(conn, stream, events, lease)
+            _index(conn, batch)
         except (StoreError, ValueError) as error:
             conn.execute("ROLLBACK TO batch")
             conn.execute("RELEASE batch")
@@ -679,7 +655,7 @@ class SqliteStore:
         (last,) = conn.execute("SELECT max(seq) FROM events WHERE stream = ?", (stream,)).fetchone()
         return ConcurrencyError(stream, expected_seq, 0 if last is None else last + 1)
 
-    def _rows(self, stream: str, after: int | None) -> list[Row]:
+    def _rows(self, stream: str, after: int | None) -> list[Stored]:
         if self.read_only:
             return self._read_only_rows(stream, after)
         with gc_paused(), self._connection() as conn:  # fresh row tuples hold no cycles
@@ -687,7 +663,7 @@ class SqliteStore:
                 _SELECT.format(self._checksum_column), (stream, -1 if after is None else after)
             ).fetchall()
 
-    def _decode_rows(self, stream: str, rows: list[Row], strict: bool) -> list[Event]:
+    def _decode_rows(self, stream: str, rows: list[Stored], strict: bool) -> list[Event]:
         seqs, bodies, sums = zip(*rows, strict=True) if rows else ((), (), ())
         return decode_rows(f"sqlite file {self.path}", stream, seqs, bodies, sums, strict=strict)
 

@@ -51,7 +51,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from flashfsm.adapters.urls import display_url, path_url, url_path
 from flashfsm.events.codec import require_checksums
-from flashfsm.events.store import EventStore
+from flashfsm.events.store import EventStore, check_store
 
 ENV_VAR = "FLASHFSM_STORE"
 
@@ -178,7 +178,8 @@ def _postgres(url: str, read_only: bool) -> EventStore:
     return PostgresStore(dsn, **kwargs)
 
 
-#: URL scheme -> factory taking the whole URL and whether to open it read-only.
+#: URL scheme -> factory taking the whole URL and whether to open it read-only (a backend of
+#: one's own may register its scheme here: `open_store` then checks what it returns).
 SCHEMES: dict[str, Callable[[str, bool], EventStore]] = {
     "memory": _memory,
     "sqlite": _sqlite,
@@ -191,7 +192,9 @@ SCHEMES: dict[str, Callable[[str, bool], EventStore]] = {
 def open_store(url: str, *, read_only: bool = False) -> EventStore:
     """The store a URL names (see the module docstring); an unknown scheme is a `ValueError`.
 
-    `read_only=True` creates and changes nothing: a missing store is `StoreNotFound`.
+    `read_only=True` creates and changes nothing: a missing store is `StoreNotFound`. The
+    store is checked against the declared contract once, here (`check_store`: a backend
+    registered in `SCHEMES` that breaks it is a `StoreContractError`, and it is closed).
     """
     scheme = urlsplit(url).scheme
     factory = SCHEMES.get(scheme)
@@ -203,7 +206,14 @@ def open_store(url: str, *, read_only: bool = False) -> EventStore:
                 f"a directory of JSONL files jsonl:///path (known: {known})"
             )
         raise ValueError(f"unknown store URL scheme {scheme!r} (known: {known})")
-    return factory(url, read_only)
+    store = factory(url, read_only)
+    try:
+        check_store(store)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            store.close()
+        raise
+    return store
 
 
 def default_store_url() -> str:

@@ -1,57 +1,148 @@
-"""The event-store protocol every backend implements.
+"""The event-store contract: what every backend implements, and what some offer more.
 
 A store holds streams of events. Each stream's seqs are 0, 1, 2 … with no gap; an append
 is atomic for its batch and names the seq its first event must take (`expected_seq`, which
 is the stream's current length), so two writers can never interleave in one stream: the
 slower one gets a `ConcurrencyError` and must re-read. Event ids are unique across the store.
+
+The contract is declared, not guessed. `EventStore` is what every store has; each optional
+capability is a protocol of its own (`LazyReads`, `GroupCommit`, `SnapshotStore`,
+`SnapshotBatches`, `BulkReads`, `LeaseStore`). `check_store(store)` checks a store against
+them once, when it is opened (`open_store` does): a store that has only part of a
+capability's methods is refused (`StoreContractError`), so an outside backend cannot lose
+one silently. `capabilities(store)` says what a store offers (resolved once per store
+object), and callers ask it — `capabilities(store).snapshots`, `.leases`, … — instead of
+looking for methods one by one. What a backend stores, and how it checks what it reads, is
+the encoding layer's (`flashfsm.events.rows`); the suite every backend must pass ships as
+`flashfsm.testing.StoreContract`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import contextlib
+import inspect
+import weakref
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
-from flashfsm.events.codec import decode_prefix, verify_bodies
-from flashfsm.events.errors import (
-    ConcurrencyError,
-    CorruptLogError,
-    DuplicateEventError,
-    StaleLease,
-)
-from flashfsm.events.light import light_mode
+from flashfsm.events.errors import ConcurrencyError, DuplicateEventError, StaleLease
 from flashfsm.events.models import Event
+from flashfsm.events.rows import (
+    CLOSED_BY,
+    HANDOFF,
+    OPENED_BY,
+    Lease,
+    check_batch,
+    decode_rows,
+    first_misplaced,
+    index_change,
+    stale_lease,
+)
+
+__all__ = [
+    "CAPABILITIES",
+    "CLOSED_BY",
+    "FAILED_REASON_CAP",
+    "HANDOFF",
+    "OPENED_BY",
+    "BulkReads",
+    "Capabilities",
+    "Capability",
+    "Census",
+    "EventStore",
+    "FencedStore",
+    "GroupCommit",
+    "LazyReads",
+    "Lease",
+    "LeaseStore",
+    "OpenStream",
+    "Replica",
+    "SnapshotBatches",
+    "SnapshotStore",
+    "StoreContractError",
+    "append_many",
+    "capabilities",
+    "check_batch",
+    "check_store",
+    "decode_rows",
+    "first_misplaced",
+    "follow_by_polling",
+    "index_change",
+    "iter_events",
+    "kinds_text",
+    "parse_kinds",
+    "stale_lease",
+    "undriven",
+]
 
 
 @runtime_checkable
 class EventStore(Protocol):
-    """What the shell, the supervisor and the CLI need from a store."""
+    """What every store offers: the shell, the supervisor and the CLI need only this.
+
+    Errors: an append raises `ConcurrencyError` (a stale `expected_seq`),
+    `DuplicateEventError` (an id the store holds, or one the batch repeats) or `ValueError`
+    (a batch whose events name another stream or whose seqs do not run from `expected_seq`
+    without a gap), and leaves nothing of the batch behind; a read of damaged bytes raises
+    `CorruptLogError` (never skips them); a full disk is `StoreFullError`.
+    """
 
     def append(self, stream: str, events: Sequence[Event], expected_seq: int) -> None:
         """Append `events` (seqs `expected_seq`, `expected_seq + 1`, …) atomically.
 
         Raises `ConcurrencyError` when the stream's next seq is not `expected_seq`, and
-        `DuplicateEventError` when an event id is already stored.
+        `DuplicateEventError` when an event id is already stored. An empty batch changes
+        nothing.
         """
         ...
 
     def read(self, stream: str, after: int | None = None) -> list[Event]:
-        """The stream's events in seq order, only those with seq > `after` when given."""
+        """The stream's events in seq order, only those with seq > `after` when given (a
+        stream never appended to reads empty)."""
         ...
 
     def streams(self) -> list[str]:
-        """Every stream name, sorted."""
+        """Every stream name with at least one event, sorted (by code point)."""
         ...
 
     def follow(
         self, stream: str, after: int | None = None, *, poll_s: float = 0.2
     ) -> Iterator[Event]:
-        """Yield the stream's events after `after`, then each new one as it is appended."""
+        """Yield the stream's events after `after`, then each new one as it is appended
+        (by this store object, another one, or another process), forever."""
         ...
 
     def close(self) -> None:
         """Release the store's resources."""
+        ...
+
+
+@runtime_checkable
+class LazyReads(Protocol):
+    """A store that decodes a read a chunk at a time (optional): a replay then holds only
+    the events its state keeps (`iter_events` uses it)."""
+
+    def iter_read(self, stream: str, after: int | None = None) -> Iterator[Event]:
+        """`read(stream, after)` as an iterator: the same events, decoded lazily."""
+        ...
+
+
+@runtime_checkable
+class GroupCommit(Protocol):
+    """A store that appends many streams' batches in one transaction (optional; the
+    supervisor's committer uses it through `append_many`)."""
+
+    def append_many(
+        self,
+        batches: Sequence[tuple[str, Sequence[Event], int]],
+        leases: Sequence[Lease | None] | None = None,
+    ) -> list[Exception | None]:
+        """Append `(stream, events, expected_seq)` batches in one transaction, each one
+        all-or-nothing on its own: per batch, None or the error `append` would have raised
+        (`ConcurrencyError`, `DuplicateEventError`, `StaleLease`, `ValueError`), as if the
+        batches were appended one by one in order. `leases` (a `LeaseStore`: one per batch,
+        or None) fences each batch as `LeaseStore.append`'s `lease` does."""
         ...
 
 
@@ -61,10 +152,9 @@ class SnapshotStore(Protocol):
 
     A snapshot is the folded state of a stream at a seq, as bytes, with the version of the
     fold's code that made it (`flashfsm.fsm.snapshot`). It is a cache beside the log, never
-    part of it: one per stream is kept, and a reader checks it before trusting it.
-
-    A store may also offer `save_snapshots(snapshots)`, many `(stream, seq, version,
-    body)` kept in one transaction: the snapshot writer then saves what falls due together.
+    part of it: one per stream is kept, and a reader checks it before trusting it. A store
+    may say how many events a watch lets pass between two snapshots (`snapshot_every`, an
+    int or None; None or absent: snapshots are read but never written).
     """
 
     def save_snapshot(self, stream: str, seq: int, version: int, body: bytes) -> None:
@@ -77,45 +167,49 @@ class SnapshotStore(Protocol):
         ...
 
 
+@runtime_checkable
+class SnapshotBatches(Protocol):
+    """A `SnapshotStore` that keeps many snapshots in one transaction (optional): the
+    snapshot writer then saves what falls due together."""
+
+    def save_snapshots(self, snapshots: Sequence[tuple[str, int, int, bytes]]) -> None:
+        """`save_snapshot` of many `(stream, seq, version, body)`, all or none."""
+        ...
+
+
+@runtime_checkable
+class BulkReads(Protocol):
+    """A `SnapshotStore` that reads many streams at once (optional): a fleet replica
+    reattaching a batch of streams makes two queries, not two per stream
+    (`flashfsm.writer.preload`), and the web view reads the open streams' new events in one."""
+
+    def read_tails(self, afters: Mapping[str, int]) -> dict[str, list[Event]]:
+        """`{stream: read(stream, after)}` for every `stream: after` given (a stream with
+        nothing after its seq maps to an empty list)."""
+        ...
+
+    def load_snapshots(self, streams: Sequence[str]) -> dict[str, tuple[int, int, bytes]]:
+        """`{stream: load_snapshot(stream)}` for the given streams that have one."""
+        ...
+
+
 # --- the open-streams index and leases ------------------------------------------------------
 #
 # A store that can host a fleet (`LeaseStore`: SQLite, PostgreSQL) keeps an index of its
-# open streams, updated in the same transaction as the appends that open and close them:
-# an event of a kind in `OPENED_BY` opens its stream, one in `CLOSED_BY` closes it. Each
-# open stream a writer handed to the fleet (`HANDOFF`) can be leased to one replica at a
-# time; every claim gives the lease a new fencing token, and an append made under a lease
-# whose token is no longer the stream's is refused (`StaleLease`) in its own transaction.
+# open streams, updated in the same transaction as the appends that open and close them
+# (`flashfsm.events.rows`: an event of a kind in `OPENED_BY` opens its stream, one in
+# `CLOSED_BY` closes it). Each open stream a writer handed to the fleet (`HANDOFF`) can be
+# leased to one replica at a time; every claim gives the lease a new fencing token, and an
+# append made under a lease whose token is no longer the stream's is refused (`StaleLease`)
+# in its own transaction.
 #
 # A stream whose watch fails as it starts on every claim is *marked* (`mark_failed`): its
 # row keeps the reason, and no replica claims it again until it is handed off anew, which
 # clears the mark (`unmark`). Each replica's heartbeat row says what it drives (`kinds`),
 # so a reader can tell a handed-off run that no live replica can drive.
 
-#: Event kinds that open a stream, and the kind of stream they open.
-OPENED_BY = {"JobSubmitted": "job", "RunStarted": "run"}
-#: Event kinds that close a stream (its verdict).
-CLOSED_BY = frozenset({"Concluded", "RunConcluded"})
 #: The longest reason a stream's failed mark keeps (`LeaseStore.mark_failed`).
 FAILED_REASON_CAP = 500
-
-
-@dataclass(frozen=True, slots=True)
-class Lease:
-    """A replica's hold on an open stream: the stream, its kind and the fencing token.
-
-    Appends to the stream, and to the streams it opens (a run's attempts), carry it. A
-    stream opened under a lease belongs to the leased one (its `parent`): it is never
-    leased on its own, and closing the parent closes it.
-    """
-
-    stream: str
-    token: int
-    kind: str = "job"
-
-
-#: Appending with this in place of a lease hands the stream the batch opens to the fleet
-#: (intake): it is listed as open with no owner, and the next replica to claim takes it.
-HANDOFF = Lease("", 0, "handoff")
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,39 +293,27 @@ class Census:
     next_expiry_s: float | None = None
 
 
-def index_change(
-    stream: str, events: Sequence[Event], lease: Lease | None
-) -> tuple[str, str, str | None, bool, float] | bool | None:
-    """What an append of `events` to `stream` under `lease` does to the open-streams index
-    (every store applies it in the append's own transaction): True closes the stream (and
-    the streams it opened), a row `(stream, kind, parent, handoff, opened_at)` opens it
-    (when it is not open yet), None changes nothing."""
-    opened: str | None = None
-    for event in events:
-        kind = event.kind
-        if kind in CLOSED_BY:
-            return True
-        if kind in OPENED_BY:
-            opened = OPENED_BY[kind]
-    if opened is None:
-        return None
-    handoff = lease == HANDOFF
-    parent = lease.stream if lease is not None and not handoff and lease.stream != stream else None
-    return (stream, opened, parent, handoff, events[0].at)
-
-
 @runtime_checkable
 class LeaseStore(Protocol):
     """What a store offers to host a fleet of supervisor replicas (SQLite, PostgreSQL).
 
-    Claims pass over streams marked failed (`mark_failed`). Times of leases and
-    heartbeats come from the database's clock, never a replica's.
+    The store keeps the open-streams index (one row per open stream: its kind, parent,
+    hand-off flag, `opened_at`, lease owner, expiry, fencing token and failed mark), changed
+    only by appends (`flashfsm.events.rows.EncodedBatch`: `opens` adds a row unless the
+    stream has one, `closes` removes it and its children's) and by the methods below, and
+    one heartbeat row per replica (owner, expiry, kinds). A stream is *claimable* when it
+    is handed off, has no parent and no failed mark; it is *free* when it has no owner or
+    its lease expired. Times of leases and heartbeats come from the store's clock, never a
+    replica's; `ttl_s` is counted from when the store runs the call.
     """
 
     def append(
         self, stream: str, events: Sequence[Event], expected_seq: int, *, lease: Lease | None = None
     ) -> None:
-        """`EventStore.append`, fenced: with a lease, `StaleLease` when its token is stale."""
+        """`EventStore.append`, fenced: under a `lease`, the token of the leased stream's
+        row is read in the append's transaction and a token other than the lease's (or no
+        row) refuses the batch with `StaleLease`; `HANDOFF` hands the stream the batch
+        opens to the fleet; a lease on another stream makes it the opened stream's parent."""
         ...
 
     def claim(
@@ -243,23 +325,28 @@ class LeaseStore(Protocol):
         *,
         expired_only: bool = False,
     ) -> list[Lease]:
-        """Lease to `owner` for `ttl_s` at most `limit` handed-off open streams of `kinds`
-        that nobody holds (or whose lease expired; `expired_only`: only those), oldest
-        first, each with a new fencing token."""
+        """Lease to `owner` for `ttl_s` at most `limit` claimable streams of `kinds` that
+        are free (`expired_only`: only those whose lease expired, not those never held),
+        oldest first (`opened_at`, then name), each with its token increased by one: the
+        leases (stream, new token, kind). A replica claiming at the same time never gets
+        the same stream."""
         ...
 
     def renew(self, owner: str, leases: Sequence[Lease], ttl_s: float) -> list[Lease]:
-        """Extend the leases `owner` still holds unexpired; returns those (the rest are lost)."""
+        """Extend for `ttl_s` the leases `owner` still holds unexpired under the same
+        token; returns those (the rest are lost)."""
         ...
 
     def release(self, owner: str, leases: Sequence[Lease]) -> None:
-        """Give the leases back (a replica draining or shedding load)."""
+        """Give the leases back (a replica draining or shedding load): each stream `owner`
+        holds under the lease's token is left with no owner."""
         ...
 
     def beat(self, owner: str, ttl_s: float, kinds: Sequence[str] | None = None) -> Census:
         """Record that `owner` is alive for `ttl_s`, and the kinds of stream it drives
-        (`kinds`: None records nothing said); the fleet as it stands (a marked stream is
-        not claimable)."""
+        (`kinds`: None records nothing said); the fleet as it stands: live replicas,
+        claimable streams (held or not), those `owner` holds unexpired, and the soonest
+        expiry of a lease another replica holds. A heartbeat expired for a day is dropped."""
         ...
 
     def join(self, owner: str, ttl_s: float, kinds: Sequence[str] | None = None) -> Census | None:
@@ -273,7 +360,7 @@ class LeaseStore(Protocol):
         ...
 
     def open_streams(self) -> list[OpenStream]:
-        """The open-streams index, oldest first."""
+        """The open-streams index, oldest first (`opened_at`, then name)."""
         ...
 
     def replicas(self) -> list[Replica]:
@@ -299,99 +386,202 @@ class LeaseStore(Protocol):
         ...
 
 
-def check_batch(stream: str, events: Sequence[Event], expected_seq: int, next_seq: int) -> None:
-    """Validate a batch against a stream whose next seq is `next_seq` (shared by backends)."""
-    if expected_seq != next_seq:
-        raise ConcurrencyError(stream, expected_seq, next_seq)
-    ids: set[str] = set()
-    for offset, event in enumerate(events):
-        if event.stream != stream:
-            raise ValueError(
-                f"event {event.id!r} belongs to stream {event.stream!r}, not {stream!r}"
+# --- capabilities, declared and resolved once -----------------------------------------------
+
+
+class StoreContractError(TypeError):
+    """A store that breaks the declared contract: a method of `EventStore` missing, or only
+    part of an optional capability's methods (see `check_store`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Capability:
+    """One optional capability: its name (`Capabilities`' attribute), its protocol, the
+    methods that make it, and the capability it builds on (`needs`)."""
+
+    name: str
+    protocol: type
+    methods: tuple[str, ...]
+    needs: str | None = None
+
+
+#: The methods every store has (`EventStore`).
+CORE_METHODS = ("append", "read", "streams", "follow", "close")
+#: Every optional capability, in the order `check_store` checks them.
+CAPABILITIES = (
+    Capability("lazy_reads", LazyReads, ("iter_read",)),
+    Capability("group_commit", GroupCommit, ("append_many",)),
+    Capability("snapshots", SnapshotStore, ("save_snapshot", "load_snapshot")),
+    Capability("snapshot_batches", SnapshotBatches, ("save_snapshots",), needs="snapshots"),
+    Capability("bulk_reads", BulkReads, ("read_tails", "load_snapshots"), needs="snapshots"),
+    Capability(
+        "leases",
+        LeaseStore,
+        (
+            "claim",
+            "renew",
+            "release",
+            "beat",
+            "join",
+            "leave",
+            "open_streams",
+            "replicas",
+            "mark_failed",
+            "unmark",
+            "drop_closed",
+        ),
+    ),
+)
+
+
+class Capabilities:
+    """What one store offers beyond `EventStore` (`capabilities(store)`): each attribute
+    is the store itself, typed as the capability's protocol, or None when it lacks it.
+
+        caps = capabilities(store)
+        if caps.snapshots is not None:
+            kept = caps.snapshots.load_snapshot(stream)
+
+    `names` is the set of capability names it offers (`CAPABILITIES`).
+    """
+
+    __slots__ = ("names", "store")
+
+    def __init__(self, store: EventStore, names: frozenset[str]):
+        self.store = store
+        self.names = names
+
+    def __repr__(self) -> str:
+        return f"Capabilities({self.store!r}: {', '.join(sorted(self.names)) or 'none'})"
+
+    def _offer(self, name: str) -> Any:
+        return self.store if name in self.names else None
+
+    @property
+    def lazy_reads(self) -> LazyReads | None:
+        """`iter_read`, a chunk at a time."""
+        return cast("LazyReads | None", self._offer("lazy_reads"))
+
+    @property
+    def group_commit(self) -> GroupCommit | None:
+        """`append_many` in one transaction."""
+        return cast("GroupCommit | None", self._offer("group_commit"))
+
+    @property
+    def snapshots(self) -> SnapshotStore | None:
+        """`save_snapshot`, `load_snapshot`."""
+        return cast("SnapshotStore | None", self._offer("snapshots"))
+
+    @property
+    def snapshot_batches(self) -> SnapshotBatches | None:
+        """`save_snapshots` in one transaction."""
+        return cast("SnapshotBatches | None", self._offer("snapshot_batches"))
+
+    @property
+    def bulk_reads(self) -> BulkReads | None:
+        """`read_tails`, `load_snapshots`: many streams in one query."""
+        return cast("BulkReads | None", self._offer("bulk_reads"))
+
+    @property
+    def leases(self) -> LeaseStore | None:
+        """The open-streams index and leases: the store can host a fleet."""
+        return cast("LeaseStore | None", self._offer("leases"))
+
+
+#: Capability names by store object, resolved once (a store is never kept alive by it).
+_RESOLVED: weakref.WeakKeyDictionary[Any, frozenset[str]] = weakref.WeakKeyDictionary()
+
+
+def _offered(store: object) -> tuple[frozenset[str], list[str]]:
+    """The capabilities `store` has every method of, and what it has only part of."""
+    names: set[str] = set()
+    partial: list[str] = []
+    for capability in CAPABILITIES:
+        have = [m for m in capability.methods if callable(getattr(store, m, None))]
+        if len(have) == len(capability.methods):
+            if capability.needs is None or capability.needs in names:
+                names.add(capability.name)
+            else:
+                partial.append(
+                    f"{capability.protocol.__name__} ({', '.join(have)}) without {capability.needs}"
+                )
+        elif have:
+            lacking = [m for m in capability.methods if m not in have]
+            partial.append(
+                f"part of {capability.protocol.__name__}: {', '.join(have)} without "
+                f"{', '.join(lacking)}"
             )
-        if event.seq != expected_seq + offset:
-            raise ValueError(
-                f"stream {stream!r}: batch seqs must run from {expected_seq} without a gap, "
-                f"found seq {event.seq} at position {offset}"
-            )
-        if event.id in ids:
-            raise DuplicateEventError(stream, event.id)
-        ids.add(event.id)
+    return frozenset(names), partial
+
+
+def _remember(store: object, names: frozenset[str]) -> None:
+    with contextlib.suppress(TypeError):  # (not weakly referable, or not hashable: resolved
+        _RESOLVED[store] = names  # on every call)
+
+
+def capabilities(store: EventStore) -> Capabilities:
+    """What `store` offers beyond `EventStore` (see `Capabilities`), resolved once per store
+    object: a capability counts when the store has every one of its methods (and the one
+    it builds on). A wrapper that forwards attributes to another store (`FencedStore`)
+    offers what the store it wraps offers."""
+    try:
+        names = _RESOLVED.get(store)
+    except TypeError:
+        names = None
+    if names is None:
+        names = _offered(store)[0]
+        _remember(store, names)
+    return Capabilities(store, names)
+
+
+def _takes(method: Callable[..., Any], name: str) -> bool:
+    """Whether `method` accepts an argument called `name` (or any keyword)."""
+    try:
+        parameters = inspect.signature(method).parameters
+    except (TypeError, ValueError):  # (no signature to read: given the benefit of the doubt)
+        return True
+    return name in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
+
+
+def check_store(store: object) -> Capabilities:
+    """Check `store` against the declared contract and return its capabilities (what
+    `open_store` does once for every store it opens; a backend's test does it too).
+
+    Raises `StoreContractError` naming every problem: a method of `EventStore` missing;
+    part of a capability's methods without the rest (say `claim` without `renew`), or one
+    without the capability it builds on (`read_tails` with no snapshots); a `LeaseStore`
+    whose `append` takes no `lease` (or whose `append_many` takes no `leases`).
+    """
+    problems: list[str] = []
+    missing = [m for m in CORE_METHODS if not callable(getattr(store, m, None))]
+    if missing:
+        problems.append(f"not an EventStore: no {', '.join(missing)}")
+    names, partial = _offered(store)
+    problems.extend(partial)
+    if "leases" in names:
+        append = getattr(store, "append", None)
+        if append is not None and not _takes(append, "lease"):
+            problems.append("a LeaseStore whose append takes no lease")
+        if "group_commit" in names and not _takes(store.append_many, "leases"):  # type: ignore[attr-defined]
+            problems.append("a LeaseStore whose append_many takes no leases")
+    if problems:
+        raise StoreContractError(f"{store!r} breaks the store contract: {'; '.join(problems)}")
+    _remember(store, names)
+    return Capabilities(cast(EventStore, store), names)
+
+
+# --- helpers every caller shares --------------------------------------------------------------
 
 
 def iter_events(store: EventStore, stream: str, after: int | None = None) -> Iterator[Event]:
     """`store.read(stream, after)` as an iterator, decoded a chunk at a time when the store
-    can (an `iter_read` method): a replay then holds only the events its state keeps, and
-    decodes into memory that is still in the CPU cache.
+    can (`LazyReads`): a replay then holds only the events its state keeps, and decodes
+    into memory that is still in the CPU cache.
     """
-    lazy = getattr(store, "iter_read", None)
-    return iter(store.read(stream, after)) if lazy is None else lazy(stream, after)
-
-
-_SEQ = attrgetter("seq")
-_STREAM = attrgetter("stream")
-
-
-def first_misplaced(events: Sequence[Event], seqs: Sequence[int], stream: str) -> int | None:
-    """The index of the first event whose seq is not `seqs[i]` or whose stream is not `stream`.
-
-    What a backend checks after decoding a read: the body of each row or line must be the
-    event its position says. Comparing whole lists first keeps the common, all-good case
-    off a Python-level loop.
-    """
-    n = len(events)
-    if list(map(_SEQ, events)) == list(seqs[:n]) and list(map(_STREAM, events)).count(stream) == n:
-        return None
-    for index, event in enumerate(events):
-        if event.seq != seqs[index] or event.stream != stream:
-            return index
-    return None  # pragma: no cover - the fast comparison said otherwise
-
-
-def stale_lease(stream: str, lease: Lease, current: int | None) -> StaleLease | None:
-    """The fencing check of an append to `stream` under `lease`, given the token its
-    lease row holds now (None: no row): the `StaleLease` to refuse it with, or None."""
-    if current == lease.token:
-        return None
-    return StaleLease(stream, lease.stream, lease.token, current)
-
-
-def decode_rows(
-    where: str,
-    stream: str,
-    seqs: Sequence[int],
-    bodies: Sequence[bytes],
-    checksums: Sequence[int | None],
-    *,
-    strict: bool,
-) -> list[Event]:
-    """The events of a table's rows of `stream` (each a seq, its body's bytes and the
-    checksum stored beside it), each checked against its checksum and its position.
-
-    Raises `CorruptLogError` (naming `where`) at the first row that is not what was
-    written: a checksum that does not match (or, `strict`, a row without one), a body that
-    does not decode, or one that says another stream or seq than its row. Rows whose
-    checksums all match are decoded on the light fast path inside `light_reads()`.
-    """
-    bad_sum = verify_bodies(bodies, checksums, strict=strict)
-    checked = bodies if bad_sum is None else bodies[:bad_sum]
-    light = light_mode() and not strict and None not in checksums
-    events, error = decode_prefix(checked, light=light)
-    bad = first_misplaced(events, seqs, stream)
-    if bad is not None:
-        event = events[bad]
-        problem = f"the body says stream {event.stream!r} seq {event.seq}, not the row's"
-        raise CorruptLogError(where, stream, problem, seq=seqs[bad])
-    if error is not None:
-        raise CorruptLogError(where, stream, str(error), seq=seqs[len(events)]) from error
-    if bad_sum is not None:
-        problem = (
-            "the row carries no checksum (strict mode requires one)"
-            if checksums[bad_sum] is None
-            else "checksum mismatch: the row's body is not what was written"
-        )
-        raise CorruptLogError(where, stream, problem, seq=seqs[bad_sum])
-    return events
+    lazy = capabilities(store).lazy_reads
+    return iter(store.read(stream, after)) if lazy is None else lazy.iter_read(stream, after)
 
 
 def follow_by_polling(
@@ -420,13 +610,13 @@ def follow_by_polling(
 def append_many(
     store: EventStore, batches: Sequence[tuple[str, Sequence[Event], int]]
 ) -> list[Exception | None]:
-    """Append many streams' batches, in one transaction when the store can (group commit).
+    """Append many streams' batches, in one transaction when the store can (`GroupCommit`).
 
     Returns, per batch, None or the error it raised; one failing batch never blocks another.
     """
-    grouped = getattr(store, "append_many", None)
+    grouped = capabilities(store).group_commit
     if grouped is not None:
-        return list(grouped(batches))
+        return list(grouped.append_many(batches))
     outcomes: list[Exception | None] = []
     for stream, events, expected_seq in batches:
         try:
@@ -441,9 +631,10 @@ class FencedStore:
     """A store seen through leases: every append carries the lease `lease_of(stream)` gives
     for its stream (None: unfenced), so the store fences it (`LeaseStore.append`).
 
-    Reads, snapshots and everything else go to the store as they are. A fleet replica gives
-    its supervisor one of these over its held leases; a run driven by a replica, one that
-    fences every stream with the run's lease; intake, one that hands off (`HANDOFF`).
+    Reads, snapshots and everything else go to the store as they are (its capabilities are
+    the store's, and it always offers `append_many`). A fleet replica gives its supervisor
+    one of these over its held leases; a run driven by a replica, one that fences every
+    stream with the run's lease; intake, one that hands off (`HANDOFF`).
     """
 
     def __init__(self, store: EventStore, lease_of: Callable[[str], Lease | None]):
@@ -463,9 +654,9 @@ class FencedStore:
         """A group commit, each batch under its stream's lease (one transaction when the
         store can, else batch by batch)."""
         leases = [self.lease_of(stream) for stream, _, _ in batches]
-        grouped = getattr(self.inner, "append_many", None)
+        grouped = capabilities(self.inner).group_commit
         if grouped is not None:
-            return list(grouped(batches, leases))
+            return list(grouped.append_many(batches, leases))
         outcomes: list[Exception | None] = []
         for (stream, events, expected_seq), lease in zip(batches, leases, strict=True):
             try:
