@@ -1,38 +1,46 @@
-"""A lean asyncio HTTP/1.1 transport for httpx: h11 over asyncio streams, keep-alive pooled.
+"""flashfsm's HTTP transports for httpx, and the bounded decoder of response bodies.
 
-Why. httpx's default async transport (httpcore over anyio) costs ~1 ms of CPU per request
-on this kind of machine, most of it pool bookkeeping: every request rescans the pool, and
-every reuse asks anyio for socket details and polls the socket. A supervisor watching
-10,000 jobs at a 10 s interval sends 1,000 requests a second from one event loop, so that
-bookkeeping, not the network, decides how many jobs one process can watch. This transport
-keeps what matters and drops the rest:
+The RunPod clients (`flashfsm.adapters.runpod`) hold the protocol: what to send, the call's
+deadline, retries, the body cap and the errors. This module only moves bytes, through
+httpx's public transport API (`httpx.BaseTransport`, `httpx.AsyncBaseTransport`): a
+transport takes an `httpx.Request` and answers an `httpx.Response` as soon as the response
+head is in, its body streamed (`iter_raw()` / `aiter_raw()`: raw bytes as they arrive,
+`Content-Encoding` kept). It never retries: a request that fails is the caller's to
+classify. Failures surface as httpx's own exceptions (`ConnectError`, `ConnectTimeout`,
+`ReadTimeout`, `ReadError`, `WriteError`, `RemoteProtocolError`, …), so callers classify
+them exactly as with httpx's default transports.
+
+`DeadlineTransport` (sync) is httpcore's connection pool with a network backend of its own:
+a request whose extensions carry `DEADLINE` (a `time.monotonic()` instant) has every socket
+connect, read and write of its exchange, body included, cut at that instant (besides
+httpx's per-operation timeouts), so a server trickling its head or body a byte at a time
+cannot stretch a call. A sync client has no other way to stop a read it is blocked in.
+
+`AsyncH11Transport` is a lean asyncio one. Why: httpx's default async transport (httpcore
+over anyio) costs ~1 ms of CPU per request on this kind of machine, most of it pool
+bookkeeping: every request rescans the pool, and every reuse asks anyio for socket details
+and polls the socket. A supervisor watching 10,000 jobs at a 10 s interval sends 1,000
+requests a second from one event loop, so that bookkeeping, not the network, decides how
+many jobs one process can watch. This transport keeps what matters and drops the rest:
 
 - HTTP/1.1 framing is h11's (the sans-IO parser httpcore itself uses), not ours;
 - one LIFO stack of idle keep-alive connections per origin, at most `max_idle_per_origin`;
-  a connection is reused only when h11 says its previous exchange is complete and the
-  server has not closed it, and is dropped after `keepalive_expiry` seconds idle;
-- every phase obeys httpx's per-request timeouts (`connect`, `write`, `read`; `pool` has
-  no meaning here: no request ever waits for a connection, a new one is opened instead);
-- failures surface as httpx's own exceptions (`ConnectError`, `ConnectTimeout`,
-  `ReadTimeout`, `ReadError`, `WriteError`, `RemoteProtocolError`), so callers classify
-  them exactly as they do with the default transport;
+  a connection is reused only when h11 says its previous exchange is complete (the body was
+  read to its end) and the server has not closed it, and is dropped after
+  `keepalive_expiry` seconds idle; a body left unread closes its connection;
+- every socket wait obeys httpx's per-request timeouts (`connect`, `write`, and `read` for
+  each read of the head and of the body, so a stream that goes quiet is noticed); `pool`
+  has no meaning here: no request ever waits for a connection, a new one is opened instead;
+  an asyncio caller bounds a whole exchange with `asyncio.timeout` (the RunPod client does);
 - HTTPS through the same `ssl.SSLContext` httpx would build.
 
-It never retries: a request that fails is the caller's to classify (the RunPod client's
-retry policy decides). Request bodies must be in memory (as the RunPod client's always
-are). Response bodies are read whole and decoded here (gzip, deflate, identity) by
-`BoundedDecoder`, which counts the bytes AFTER decoding and stops at `max_response_bytes`
-(`ResponseTooLarge`, an `httpx.DecodingError`) without ever inflating more than that: a few
-MiB of gzip can expand to gigabytes. The `httpx.Response` it returns carries the decoded body
-and no `Content-Encoding` header.
-
-Streams. `open_stream(request)` is the one exception: it returns as soon as the response
-head has arrived, with a body the caller reads chunk by chunk (`aiter_raw()`, raw bytes,
-`Content-Encoding` kept: the caller decodes, bounded, with `BoundedDecoder`) and stops
-whenever it likes (`aclose()` drops the connection unless the body was read to its end).
-Each socket read of the head and of the body waits at most the request's `read` timeout
-(`httpx.ReadTimeout`), so a stream that goes quiet is noticed. This is how the RunPod
-client reads a worker's log, an event stream that never ends on its own.
+Request bodies must be in memory (as the RunPod client's always are). With
+`max_response_bytes` set (the default, `MAX_RESPONSE_BYTES`) the transport decodes the body
+itself (gzip, deflate, identity) with `BoundedDecoder`, which counts the bytes AFTER decoding
+and stops at the cap (`ResponseTooLarge`, an `httpx.DecodingError`) without ever inflating
+more than that: a few MiB of gzip can expand to gigabytes; such a response carries no
+`Content-Encoding` header. With `max_response_bytes=None` the body is passed on raw, as
+httpx's own transports do: the RunPod client decodes and caps it in its protocol.
 """
 
 from __future__ import annotations
@@ -41,12 +49,14 @@ import asyncio
 import contextlib
 import socket
 import ssl
+import threading
 import time
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from typing import Any
 
 import h11
+import httpcore
 import httpx
 
 #: Read size per socket read.
@@ -59,6 +69,9 @@ READ_CHUNK = 64 * 1024
 MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 #: The encodings `BoundedDecoder` undoes (what the RunPod clients advertise).
 ACCEPT_ENCODING = "gzip, deflate"
+#: The request extension `DeadlineTransport` cuts every socket wait at: a `time.monotonic()`
+#: instant (httpx hands a request's extensions to its transport; others ignore this one).
+DEADLINE = "flashfsm.deadline"
 
 _Origin = tuple[bytes, bytes, int]
 
@@ -156,6 +169,206 @@ class BoundedDecoder:
         return data
 
 
+# --------------------------------------------------------------------------- sync
+
+
+class _Deadline(threading.local):
+    """The deadline of the request this thread is exchanging (None: none), per thread."""
+
+    at: float | None = None
+
+    def left(self, timeout: float | None) -> float | None:
+        """The smaller of `timeout` and the time left; raises once none is left."""
+        if self.at is None:
+            return timeout
+        left = self.at - time.monotonic()
+        if left <= 0:
+            raise httpcore.ReadTimeout("the call deadline passed")
+        return left if timeout is None else min(timeout, left)
+
+    def connect_wait(self, timeout: float | None) -> float | None:
+        """`left`, as a connect timeout."""
+        try:
+            return self.left(timeout)
+        except httpcore.ReadTimeout as exc:
+            raise httpcore.ConnectTimeout(str(exc)) from None
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    """A network stream whose every wait is cut at the running request's deadline."""
+
+    def __init__(self, inner: httpcore.NetworkStream, deadline: _Deadline):
+        self._inner = inner
+        self._deadline = deadline
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, self._deadline.left(timeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        try:
+            wait = self._deadline.left(timeout)
+        except httpcore.ReadTimeout as exc:
+            raise httpcore.WriteTimeout(str(exc)) from None
+        self._inner.write(buffer, wait)
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        wait = self._deadline.connect_wait(timeout)
+        return _DeadlineStream(
+            self._inner.start_tls(ssl_context, server_hostname, wait), self._deadline
+        )
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class _DeadlineBackend(httpcore.NetworkBackend):
+    """httpcore's network backend with every connect, read and write cut at the deadline."""
+
+    def __init__(self, inner: httpcore.NetworkBackend, deadline: _Deadline):
+        self._inner = inner
+        self._deadline = deadline
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> httpcore.NetworkStream:
+        wait = self._deadline.connect_wait(timeout)
+        stream = self._inner.connect_tcp(host, port, wait, local_address, socket_options)
+        return _DeadlineStream(stream, self._deadline)
+
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Any = None
+    ) -> httpcore.NetworkStream:
+        wait = self._deadline.connect_wait(timeout)
+        stream = self._inner.connect_unix_socket(path, wait, socket_options)
+        return _DeadlineStream(stream, self._deadline)
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+#: httpcore's errors as httpx raises them, most specific first (an httpx transport of one's
+#: own maps them, as httpx's own transport does).
+_HTTPCORE_ERRORS: tuple[tuple[type[Exception], type[httpx.TransportError]], ...] = (
+    (httpcore.ConnectTimeout, httpx.ConnectTimeout),
+    (httpcore.ReadTimeout, httpx.ReadTimeout),
+    (httpcore.WriteTimeout, httpx.WriteTimeout),
+    (httpcore.PoolTimeout, httpx.PoolTimeout),
+    (httpcore.TimeoutException, httpx.TimeoutException),
+    (httpcore.ConnectError, httpx.ConnectError),
+    (httpcore.ReadError, httpx.ReadError),
+    (httpcore.WriteError, httpx.WriteError),
+    (httpcore.NetworkError, httpx.NetworkError),
+    (httpcore.ProxyError, httpx.ProxyError),
+    (httpcore.UnsupportedProtocol, httpx.UnsupportedProtocol),
+    (httpcore.RemoteProtocolError, httpx.RemoteProtocolError),
+    (httpcore.LocalProtocolError, httpx.LocalProtocolError),
+    (httpcore.ProtocolError, httpx.ProtocolError),
+)
+
+
+@contextlib.contextmanager
+def _as_httpx_errors() -> Generator[None, None, None]:
+    try:
+        yield
+    except Exception as exc:
+        for core, mapped in _HTTPCORE_ERRORS:
+            if isinstance(exc, core):
+                raise mapped(str(exc)) from exc
+        raise
+
+
+class _CoreBody(httpx.SyncByteStream):
+    """An httpcore response body as httpx reads it: each read cut at the request's deadline,
+    httpcore's errors mapped to httpx's."""
+
+    def __init__(self, stream: Any, deadline: _Deadline, at: float | None):
+        self._stream = stream
+        self._deadline = deadline
+        self._at = at
+
+    def __iter__(self) -> Iterator[bytes]:
+        chunks = iter(self._stream)
+        with _as_httpx_errors():
+            while True:
+                self._deadline.at = self._at
+                try:
+                    chunk = next(chunks, None)
+                finally:
+                    self._deadline.at = None
+                if chunk is None:
+                    return
+                yield chunk
+
+    def close(self) -> None:
+        close = getattr(self._stream, "close", None)
+        if close is not None:
+            close()
+
+
+class DeadlineTransport(httpx.BaseTransport):
+    """An httpx transport over httpcore's connection pool whose network backend cuts every
+    connect, read and write of a request at its `DEADLINE` extension (see the module notes).
+
+    Built on public extension points only (`httpx.BaseTransport`, `httpcore.ConnectionPool`'s
+    `network_backend`); a test proves the deadline holds against a server trickling its
+    headers.
+    """
+
+    def __init__(self, verify: ssl.SSLContext | bool = True):
+        context = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(verify)
+        self._deadline = _Deadline()
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=context,
+            network_backend=_DeadlineBackend(httpcore.SyncBackend(), self._deadline),
+        )
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        """Send `request` and answer once its response head is in, the body streamed."""
+        url = request.url
+        core = httpcore.Request(
+            method=request.method,
+            url=httpcore.URL(
+                scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path
+            ),
+            headers=request.headers.raw,
+            content=request.stream,  # type: ignore[arg-type]
+            extensions=request.extensions,
+        )
+        at = request.extensions.get(DEADLINE)
+        self._deadline.at = at
+        try:
+            with _as_httpx_errors():
+                answer = self._pool.handle_request(core)
+        finally:
+            self._deadline.at = None
+        return httpx.Response(
+            status_code=answer.status,
+            headers=answer.headers,
+            stream=_CoreBody(answer.stream, self._deadline, at),
+            extensions=answer.extensions,
+        )
+
+    def close(self) -> None:
+        """Close the pool's connections."""
+        self._pool.close()
+
+
+# --------------------------------------------------------------------------- async
+
+
 class _Connection:
     """One keep-alive connection: an asyncio stream pair and its h11 state."""
 
@@ -181,7 +394,7 @@ class _Connection:
 
 
 class AsyncH11Transport(httpx.AsyncBaseTransport):
-    """An `httpx.AsyncBaseTransport` over h11 and asyncio streams (see the module doc)."""
+    """An `httpx.AsyncBaseTransport` over h11 and asyncio streams (see the module notes)."""
 
     def __init__(
         self,
@@ -189,7 +402,7 @@ class AsyncH11Transport(httpx.AsyncBaseTransport):
         verify: ssl.SSLContext | bool = True,
         max_idle_per_origin: int = 100,
         keepalive_expiry: float = 5.0,
-        max_response_bytes: int = MAX_RESPONSE_BYTES,
+        max_response_bytes: int | None = MAX_RESPONSE_BYTES,
     ):
         if isinstance(verify, ssl.SSLContext):
             self._ssl: ssl.SSLContext | None = verify
@@ -207,53 +420,26 @@ class AsyncH11Transport(httpx.AsyncBaseTransport):
             self._ssl = httpx.create_ssl_context(verify=self._verify)
         return self._ssl
 
-    async def _open(
-        self, request: httpx.Request
-    ) -> tuple[_Origin, _Connection, dict[str, Any], bytes]:
-        """A pooled or new connection for `request`'s origin: (origin, connection, the
-        request's timeouts, its body)."""
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Send `request` and answer once the response head is in, the body streamed.
+
+        The body is read as the caller iterates it, each socket read waiting at most the
+        request's `read` timeout (`httpx.ReadTimeout`); decoded and capped when the
+        transport has a `max_response_bytes`, raw otherwise. A body read to its end frees
+        the connection for reuse; `aclose()` before that closes it.
+        """
         if self._closed:
             raise RuntimeError("the transport is closed")
         url = request.url
         scheme = url.raw_scheme
         if scheme not in (b"http", b"https"):
             raise httpx.UnsupportedProtocol(f"unsupported URL scheme {scheme!r}", request=request)
-        port = url.port or (443 if scheme == b"https" else 80)
-        origin: _Origin = (scheme, url.raw_host, port)
+        origin: _Origin = (scheme, url.raw_host, url.port or (443 if scheme == b"https" else 80))
         timeouts = request.extensions.get("timeout", {})
         body = await request.aread()
         conn = self._checkout(origin)
         if conn is None:
             conn = await self._connect(origin, timeouts.get("connect"), request)
-        return origin, conn, timeouts, body
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        origin, conn, timeouts, body = await self._open(request)
-        try:
-            status, headers, content = await self._exchange(conn, request, body, timeouts)
-        except BaseException:
-            conn.close()
-            raise
-        self._checkin(origin, conn)
-        # Already decoded (and bounded) by `_receive`, which dropped Content-Encoding.
-        return httpx.Response(
-            status,
-            headers=headers,
-            stream=httpx.ByteStream(content),
-            request=request,
-            extensions={"http_version": b"HTTP/1.1"},
-        )
-
-    async def open_stream(self, request: httpx.Request) -> httpx.Response:
-        """Send `request` and return once the response head is in, the body left unread.
-
-        The response's `aiter_raw()` yields the body as it arrives, raw (its
-        `Content-Encoding` is kept, and nothing bounds its size: the caller decodes and
-        bounds it); each socket read, of the head and of the body, waits at most the
-        request's `read` timeout and raises `httpx.ReadTimeout` past it. `aclose()` closes
-        the connection, unless the body was read to its end (then it is pooled for reuse).
-        """
-        origin, conn, timeouts, body = await self._open(request)
         read_s = timeouts.get("read")
         try:
             await self._send(conn, request, body, timeouts.get("write"))
@@ -265,13 +451,25 @@ class AsyncH11Transport(httpx.AsyncBaseTransport):
                     raise httpx.RemoteProtocolError(
                         "the server closed the connection", request=request
                     )
+            headers: list[tuple[bytes, bytes]] = list(event.headers)
+            decoder = None
+            if self.max_response_bytes is not None:
+                encoding = b",".join(v for k, v in headers if k == b"content-encoding")
+                # The body is handed on decoded: drop what described the encoded one.
+                headers = [
+                    h for h in headers if h[0] not in (b"content-encoding", b"content-length")
+                ]
+                try:
+                    decoder = BoundedDecoder(encoding.decode("latin-1"), self.max_response_bytes)
+                except ResponseTooLarge as exc:
+                    raise ResponseTooLarge(str(exc), request=request) from None
         except BaseException:
             conn.close()
             raise
         return httpx.Response(
             event.status_code,
-            headers=list(event.headers),
-            stream=_StreamBody(self, origin, conn, request, read_s),
+            headers=headers,
+            stream=_StreamBody(self, origin, conn, request, read_s, decoder),
             request=request,
             extensions={"http_version": b"HTTP/1.1"},
         )
@@ -385,80 +583,6 @@ class AsyncH11Transport(httpx.AsyncBaseTransport):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return _Connection(reader, writer)
 
-    async def _exchange(
-        self,
-        conn: _Connection,
-        request: httpx.Request,
-        body: bytes,
-        timeouts: dict[str, float | None],
-    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-        await self._send(conn, request, body, timeouts.get("write"))
-        try:
-            async with asyncio.timeout(timeouts.get("read")):
-                return await self._receive(conn, request)
-        except TimeoutError:
-            raise httpx.ReadTimeout("timed out reading the response", request=request) from None
-
-    async def _receive(
-        self, conn: _Connection, request: httpx.Request
-    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-        status = 0
-        headers: list[tuple[bytes, bytes]] = []
-        parts: list[bytes] = []
-        decoder: BoundedDecoder | None = None
-        async for event in self._events(conn, request):
-            if isinstance(event, h11.Response):
-                status = event.status_code
-                encoding = b",".join(v for k, v in event.headers if k == b"content-encoding")
-                # The body is handed on decoded: drop what described the encoded one.
-                headers = [
-                    (k, v)
-                    for k, v in event.headers
-                    if k not in (b"content-encoding", b"content-length")
-                ]
-                try:
-                    decoder = BoundedDecoder(encoding.decode("latin-1"), self.max_response_bytes)
-                except ResponseTooLarge as exc:
-                    raise ResponseTooLarge(str(exc), request=request) from None
-            elif isinstance(event, h11.Data) and decoder is not None:
-                try:
-                    parts.append(decoder.feed(bytes(event.data)))
-                except ResponseTooLarge as exc:
-                    raise ResponseTooLarge(str(exc), request=request) from None
-            elif isinstance(event, h11.EndOfMessage) and decoder is not None:
-                try:
-                    parts.append(decoder.finish())
-                except ResponseTooLarge as exc:
-                    raise ResponseTooLarge(str(exc), request=request) from None
-                return status, headers, b"".join(parts)
-        raise httpx.RemoteProtocolError("the server closed the connection", request=request)
-
-    async def _events(self, conn: _Connection, request: httpx.Request) -> AsyncIterator[Any]:
-        state = conn.h11
-        while True:
-            try:
-                event = state.next_event()
-            except h11.RemoteProtocolError as exc:
-                raise httpx.RemoteProtocolError(str(exc), request=request) from None
-            if event is h11.NEED_DATA:
-                try:
-                    data = await conn.reader.read(READ_CHUNK)
-                except OSError as exc:
-                    raise httpx.ReadError(
-                        f"receive failed: {type(exc).__name__}", request=request
-                    ) from exc
-                if not data and state.their_state is h11.SEND_RESPONSE:
-                    raise httpx.RemoteProtocolError(
-                        "the server disconnected without sending a response", request=request
-                    )
-                state.receive_data(data)
-                continue
-            if event is h11.PAUSED or isinstance(event, h11.ConnectionClosed):
-                return
-            if isinstance(event, h11.InformationalResponse):
-                continue
-            yield event
-
     async def aclose(self) -> None:
         """Close every pooled connection; the transport takes no more requests."""
         self._closed = True
@@ -469,7 +593,8 @@ class AsyncH11Transport(httpx.AsyncBaseTransport):
 
 
 class _StreamBody(httpx.AsyncByteStream):
-    """The unread body of an `open_stream` response: raw chunks as they arrive."""
+    """A response's body as it arrives (decoded and capped when `decoder` is given); read to
+    its end, it gives its connection back to the pool."""
 
     def __init__(
         self,
@@ -478,40 +603,53 @@ class _StreamBody(httpx.AsyncByteStream):
         conn: _Connection,
         request: httpx.Request,
         read_s: float | None,
+        decoder: BoundedDecoder | None,
     ):
         self._transport = transport
         self._origin = origin
         self._conn: _Connection | None = conn
         self._request = request
         self._read_s = read_s
-        self._done = False
+        self._decoder = decoder
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         conn = self._conn
         if conn is None:
             raise httpx.StreamClosed()
+        decoder = self._decoder
         try:
             while True:
                 event = await self._transport._next_event(conn, self._request, self._read_s)
                 if isinstance(event, h11.Data):
-                    yield bytes(event.data)
+                    data = bytes(event.data)
+                    if decoder is not None:
+                        data = decoder.feed(data)
+                    if data:
+                        yield data
                 elif isinstance(event, h11.EndOfMessage):
-                    self._done = True
+                    rest = b"" if decoder is None else decoder.finish()
+                    self._conn = None
+                    self._transport._checkin(self._origin, conn)
+                    if rest:
+                        yield rest
                     return
                 elif event is None:
                     raise httpx.RemoteProtocolError(
                         "the server closed the connection mid-body", request=self._request
                     )
+        except ResponseTooLarge as exc:
+            self._drop(conn)
+            raise ResponseTooLarge(str(exc), request=self._request) from None
         except BaseException:
+            self._drop(conn)
+            raise
+
+    def _drop(self, conn: _Connection) -> None:
+        if self._conn is not None:
             self._conn = None
             conn.close()
-            raise
 
     async def aclose(self) -> None:
         conn, self._conn = self._conn, None
-        if conn is None:
-            return
-        if self._done:
-            self._transport._checkin(self._origin, conn)
-        else:
-            conn.close()
+        if conn is not None:
+            conn.close()  # its body was not read to the end

@@ -1,21 +1,31 @@
 """A RunPod REST client on httpx: the data plane (jobs) and REST v2 endpoint management.
 
 Theory of operation. Every call is one `Route` from the `ROUTES` table (method, host,
-path, whether it is idempotent, what a good answer must hold). One generator,
-`exchange`, holds the whole request/response protocol without doing any I/O: it yields
-a `Send` (a built request) and receives an `Answer` or the transport exception, decides
-with `parse_response` whether the answer is a value or an error, and with `retry_delay`
-whether to try again; it yields a `Pause` to ask for the back-off sleep. `RunpodClient`
-(httpx.Client) and `AsyncRunpodClient` (httpx.AsyncClient) each only drive that
-generator, so both speak exactly the same protocol.
+path, whether it is idempotent, what a good answer must hold and what the caller gets of
+it). One generator, `exchange`, holds the whole request/response protocol without doing
+any I/O: it builds the call's `httpx.Request` (URL, headers, timeouts) once and starts the
+call's deadline, yields a `Send` and receives an `Answer` or the exception the exchange
+raised, decides with `parse_response` whether the answer is a value or an error, with
+`transport_failure` what a failed exchange was (a network error, or the deadline), and with
+`retry_delay` whether to try again, and whether the pause fits before the deadline; it
+yields a `Pause` to ask for the back-off sleep. An answer's body is read by `Reading`,
+the protocol's too: decoded and capped, or read by `LogTail` for a streamed route, the
+deadline checked between chunks, and what a body cut short still answers.
 
-Rules the table and the two functions encode:
+`RunpodClient` and `AsyncRunpodClient` share one configuration (`_Client`: keys, hosts,
+headers, bounds, transport choice, `from_env`) and differ only in their driver of
+`exchange` (`_drive` and `_move`), which moves bytes and nothing else: it puts the request
+on an httpx transport, feeds the body's raw chunks to `Reading`, and sleeps the pauses. So
+both speak exactly the same protocol, and a change of it (a header, a bound, the retry
+policy, an error message) is made in one place.
+
+Rules the table and the functions encode:
 
 - 429 (honouring `Retry-After` seconds), 408, any 5xx, timeouts, resets and other network
   errors are retried with jittered exponential back-off, on idempotent routes only
-  (status, health, cancel, endpoint list/get/delete). `run` and `purge_queue` are never
-  retried: a lost answer may hide a job that was created, and a blind retry would start
-  a second one.
+  (status, health, cancel, endpoint list/get/delete, workers, worker logs). `run` and
+  `purge_queue` are never retried: a lost answer may hide a job that was created, and a
+  blind retry would start a second one.
 - 401 and 403 raise `RunpodAuthError` at once, on every route.
 - 404 on `status` raises `RunpodApiError(status_code=404)`: the job is gone (its TTL or
   the result retention passed); the core maps it to LOST. `delete_endpoint` answers
@@ -27,15 +37,27 @@ Messages name the route, the ids and the HTTP status; they never hold the API ke
 lives only in the Authorization header) and pass through `redact` besides.
 
 Bounds. Every call, its retries and back-off sleeps included, ends within the client's
-`deadline_s` (`CALL_DEADLINE_S` by default) whatever the server does: a retry whose pause
-would cross the deadline is not made, and each attempt gets only the time left. The sync
-client enforces it in its network layer (every socket connect, read and write waits at most
-the time left, so a server trickling headers or body a byte at a time cannot stretch a
-call); the async client runs each attempt under `asyncio.timeout`. A call that runs out of
-time raises `RunpodApiError` ("... call deadline ..."). Response bodies are capped at
+`deadline_s` (`CALL_DEADLINE_S` by default) whatever the server does: `exchange` sets the
+deadline once, makes no retry whose pause would cross it, and sends it with every attempt
+(`Send.end`, and the request's `flashfsm.adapters.http11.DEADLINE` extension). The sync
+client's own transport (`http11.DeadlineTransport`) cuts every socket connect, read and
+write at it, so a server trickling headers or body a byte at a time cannot stretch a call;
+the async driver runs each attempt under `asyncio.timeout_at` of it. A call that runs out
+of time raises `RunpodApiError` ("... call deadline ..."). Response bodies are capped at
 `max_response_bytes` (`MAX_RESPONSE_BYTES`, 32 MiB) counted after gzip/deflate decoding and
 decoded in bounded steps (`flashfsm.adapters.http11.BoundedDecoder`); a bigger body is a
 `RunpodApiError` too, and is not retried.
+
+Transports. Unless a client is given a `transport` or an `http_client`, or the environment
+names a proxy (`HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY`: httpx's own transports honour
+those, flashfsm's do not), it sends straight through a transport of its own, by httpx's
+public transport API: `http11.DeadlineTransport` (sync) or `http11.AsyncH11Transport`
+(async: a third of the CPU per request of httpx's default transport), with no client layer
+(URL merging, cookies, auth and redirect hooks this API never uses). Otherwise it sends with
+`httpx.Client.send` / `httpx.AsyncClient.send`: a caller's client's transports, auth and
+event hooks apply, its default headers and timeout do not (the request is `exchange`'s).
+With a transport, client or proxy of the caller's the sync client checks the deadline
+between body chunks and before each retry only.
 
 The platform's own records (REST v2, management host). `endpoint_workers(endpoint_id)` is
 `GET /v2/serverless/{id}/workers`, an ordinary route (idempotent, retried, `workers`
@@ -81,22 +103,22 @@ import os
 import random
 import re
 import ssl
-import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Generator, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, Self, TypeVar
 from urllib.parse import quote
 
-import httpcore
 import httpx
 
 from flashfsm.adapters.http11 import (
     ACCEPT_ENCODING,
+    DEADLINE,
     MAX_RESPONSE_BYTES,
     AsyncH11Transport,
     BoundedDecoder,
+    DeadlineTransport,
 )
 from flashfsm.errors import RunpodApiError
 from flashfsm.events.text import valid_utf8
@@ -135,9 +157,27 @@ class RunpodAuthError(RunpodApiError):
     """The key was refused (HTTP 401/403) or is missing; retrying will not help."""
 
 
+def _job_id(answer: dict[str, Any]) -> str:
+    job_id = answer["id"]
+    if not isinstance(job_id, str) or not job_id:
+        raise ValueError("id is not a string")
+    return job_id
+
+
+def _endpoints(answer: dict[str, Any]) -> list[dict[str, Any]]:
+    endpoints = answer["endpoints"]
+    if not isinstance(endpoints, list):
+        raise ValueError("endpoints is not a list")
+    return [e for e in endpoints if isinstance(e, dict)]
+
+
+def _deleted(answer: Any) -> bool:
+    return True
+
+
 @dataclass(frozen=True)
 class Route:
-    """One RunPod call: how to build it and what a good answer looks like."""
+    """One RunPod call: how to build it, what a good answer looks like, what it answers."""
 
     name: str
     method: str
@@ -149,12 +189,23 @@ class Route:
     scrub: bool = False  # mask secrets in every string of a good answer
     streamed: bool = False  # a good answer is an event stream, read by `LogTail`
     budget_s: float | None = None  # the call's own time budget, when below `deadline_s`
+    # What the caller gets of a good answer (raising ValueError: a malformed answer).
+    shape: Callable[[Any], Any] | None = None
+    gone_ok: bool = False  # a 404 answers False: what the call would remove is gone
 
 
 ROUTES: dict[str, Route] = {
     r.name: r
     for r in (
-        Route("run", "POST", "data", "/{endpoint_id}/run", idempotent=False, required=("id",)),
+        Route(
+            "run",
+            "POST",
+            "data",
+            "/{endpoint_id}/run",
+            idempotent=False,
+            required=("id",),
+            shape=_job_id,
+        ),
         Route(
             "status",
             "GET",
@@ -173,6 +224,7 @@ ROUTES: dict[str, Route] = {
             "/v2/serverless",
             idempotent=True,
             required=("endpoints",),
+            shape=_endpoints,
         ),
         Route(
             "get_endpoint",
@@ -190,6 +242,8 @@ ROUTES: dict[str, Route] = {
             "/v2/serverless/{endpoint_id}",
             idempotent=True,
             empty_ok=True,
+            shape=_deleted,
+            gone_ok=True,
         ),
         Route(
             "list_workers",
@@ -280,32 +334,45 @@ class TailRead:
 
 
 @dataclass(frozen=True)
-class Send:
-    """A request to put on the wire (`tail` set: a 2xx body is read by `LogTail`)."""
+class Wire:
+    """What every call of one client shares: the planes' base URLs, the headers each
+    request carries, httpx's per-operation timeouts, and the call's bounds."""
 
-    method: str
-    url: str
-    json: Any = None
+    bases: Mapping[str, str]
+    headers: Mapping[str, str] = field(repr=False)  # (the Authorization header)
+    timeout: httpx.Timeout
+    retry: RetryPolicy
+    deadline_s: float = CALL_DEADLINE_S
+    max_response_bytes: int = MAX_RESPONSE_BYTES
+
+    def budget(self, route: Route) -> float:
+        """The time one call of `route` may take: `deadline_s`, or the route's own less."""
+        own = route.budget_s
+        return self.deadline_s if own is None else min(self.deadline_s, own)
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """A request to put on the wire (the same one for every attempt of a call); `end`, the
+    call's deadline (a `time.monotonic()` instant) the attempt must not pass; `limit` and
+    `tail`, how its answer's body is read (see `Reading`)."""
+
+    request: httpx.Request
+    end: float
+    limit: int = MAX_RESPONSE_BYTES
     tail: TailRead | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Pause:
-    """Sleep this many seconds before the next try."""
+    """Sleep this many seconds before the next try (it fits before the deadline)."""
 
     seconds: float
 
 
-class _Expired:
-    """Sent back for a `Pause` that the call's deadline leaves no time for."""
-
-
-EXPIRED = _Expired()
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Answer:
-    """What came back: status, headers and the raw body (or, for a streamed read, what
+    """What came back: status, headers and the decoded body (or, for a streamed read, what
     `LogTail.result` made of it)."""
 
     status_code: int
@@ -411,6 +478,78 @@ class LogTail:
             self.kept.append(line.rstrip("\r\n"))
 
 
+class Reading:
+    """One answer's body, read as the protocol says; a driver feeds it the raw chunks.
+
+    `feed(raw)` takes one chunk and answers True when the driver should stop reading; at
+    the end of the body the driver calls `finish()`, then takes `answer()`. A 2xx answer to a
+    streamed `Send` (one with a `tail`) goes to a `LogTail` and stops at its bounds or at the
+    deadline; any other body is decoded within `Send.limit` bytes (`BoundedDecoder`:
+    `ResponseTooLarge` past it) and must end before the deadline (`httpx.ReadTimeout`).
+    When the read fails, `broken(exc)` says what it still answers: a streamed read keeps the
+    lines it has (a timeout before the deadline is a stream gone quiet: its backfill is in);
+    anything else is the exception, for `exchange` to classify.
+    """
+
+    __slots__ = ("_decoder", "_end", "_parts", "_tail", "headers", "status_code")
+
+    def __init__(self, send: Send, status_code: int, headers: Mapping[str, str]):
+        self.status_code = status_code
+        self.headers = headers
+        self._end = send.end
+        encoding = headers.get("content-encoding")
+        self._tail: LogTail | None = None
+        if send.tail is not None and 200 <= status_code < 300:
+            self._tail = LogTail(send.tail, encoding)
+        else:
+            self._decoder = BoundedDecoder(encoding, send.limit)
+            self._parts: list[bytes] = []
+
+    def feed(self, raw: bytes) -> bool:
+        """Take one raw chunk of the body; True when reading should stop."""
+        tail = self._tail
+        if tail is not None:
+            if tail.feed(raw):
+                return True
+            if time.monotonic() >= self._end:
+                tail.cut()  # the time budget
+                return True
+            return False
+        self._parts.append(self._decoder.feed(raw))
+        if time.monotonic() >= self._end:
+            raise httpx.ReadTimeout("the call deadline passed mid-body")
+        return False
+
+    def finish(self) -> None:
+        """The body ended."""
+        if self._tail is not None:
+            self._tail.end()
+        else:
+            self._parts.append(self._decoder.finish())
+
+    def broken(self, exc: BaseException) -> Answer | BaseException:
+        """What a read that raised `exc` answers: the lines of a streamed read, or `exc`."""
+        tail = self._tail
+        if tail is None:
+            return exc
+        if isinstance(exc, TimeoutError | httpx.TimeoutException):
+            if isinstance(exc, TimeoutError) or time.monotonic() >= self._end - _LATE_S:
+                tail.cut()  # the time budget, not a quiet stream
+            else:
+                tail.end()  # a quiet stream: its backfill is in
+        elif isinstance(exc, httpx.TransportError) and tail.seen:
+            tail.cut()  # dropped after some lines: they are kept
+        else:
+            return exc
+        return self.answer()
+
+    def answer(self) -> Answer:
+        """The `Answer` for `exchange`."""
+        if self._tail is not None:
+            return Answer(self.status_code, self.headers, b"", self._tail.result())
+        return Answer(self.status_code, self.headers, b"".join(self._parts))
+
+
 class _Failure(RunpodApiError):
     """A `RunpodApiError` that also carries what retrying needs to know."""
 
@@ -431,18 +570,31 @@ class _Failure(RunpodApiError):
 
 
 def build_request(
+    wire: Wire,
     route: Route,
-    bases: Mapping[str, str],
     params: Mapping[str, str],
     body: Any,
+    end: float,
     tail: TailRead | None = None,
-) -> Send:
-    """The `Send` for one call; path parameters are percent-encoded. A streamed route's
-    `Send` carries its `TailRead` (the default one unless `tail` is given)."""
+) -> httpx.Request:
+    """The request for one call: path parameters percent-encoded, the wire's headers, its
+    timeouts, and the call's deadline `end` as the `DEADLINE` extension. A streamed read
+    (`tail`) asks for an event stream, and its every socket read waits at most
+    `tail.quiet_s` (or the read timeout, when that is shorter)."""
     path = route.path.format(**{k: quote(str(v), safe="") for k, v in params.items()})
-    if route.streamed and tail is None:
-        tail = TailRead()
-    return Send(route.method, bases[route.plane].rstrip("/") + path, body, tail)
+    timeouts = wire.timeout.as_dict()
+    headers = wire.headers
+    if tail is not None:
+        headers = {**headers, "Accept": "text/event-stream"}
+        read = timeouts["read"]
+        timeouts["read"] = tail.quiet_s if read is None else min(read, tail.quiet_s)
+    return httpx.Request(
+        route.method,
+        wire.bases[route.plane] + path,
+        json=body,
+        headers=headers,
+        extensions={"timeout": timeouts, DEADLINE: end},
+    )
 
 
 def describe(route: Route, params: Mapping[str, str]) -> str:
@@ -452,13 +604,21 @@ def describe(route: Route, params: Mapping[str, str]) -> str:
 
 
 def parse_response(route: Route, params: Mapping[str, str], answer: Answer) -> Any:
-    """The value of a good answer, or raise `RunpodApiError` (a `_Failure`)."""
-    what = describe(route, params)
+    """What the caller gets of a good answer, or raise `RunpodApiError` (a `_Failure`)."""
     code = answer.status_code
     if 200 <= code < 300:
-        return _parse_success(route, what, answer)
+        what = describe(route, params)
+        value = _parse_success(route, what, answer)
+        if route.shape is None:
+            return value
+        try:
+            return route.shape(value)
+        except ValueError as exc:
+            raise _malformed(f"{what}: malformed answer: {exc}", route) from None
+    if code == 404 and route.gone_ok:
+        return False
     detail = _error_detail(answer.content)
-    message = f"{what}: HTTP {code}" + (f": {detail}" if detail else "")
+    message = f"{describe(route, params)}: HTTP {code}" + (f": {detail}" if detail else "")
     if code in AUTH_STATUSES:
         raise _Failure(_clean(message), status_code=code, route=route.name, auth=True)
     transient = code in RETRY_STATUSES or 500 <= code < 600
@@ -472,14 +632,21 @@ def parse_response(route: Route, params: Mapping[str, str], answer: Answer) -> A
     )
 
 
-def transport_failure(route: Route, params: Mapping[str, str], exc: BaseException) -> _Failure:
-    """The error for a request that got no HTTP answer (timeout, reset, refused, …)."""
-    transient = isinstance(
-        exc, (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
-    )
+def transport_failure(
+    route: Route, params: Mapping[str, str], exc: BaseException, end: float, budget: float
+) -> _Failure:
+    """The error for an attempt that got no usable answer: the call's deadline when a
+    timeout came at its `end` (the attempt had all the time left), else the exception
+    (timeouts, resets and other network errors are transient; a body over the cap is not)."""
+    what = describe(route, params)
+    timeout = isinstance(exc, httpx.TimeoutException | TimeoutError)
+    if timeout and time.monotonic() >= end - _LATE_S:
+        message = f"{what}: no complete answer within the {budget:g} s call deadline"
+        return _Failure(_clean(message), status_code=None, route=route.name)
+    transient = timeout or isinstance(exc, httpx.NetworkError | httpx.RemoteProtocolError)
     text = str(exc) or "no detail"
     return _Failure(
-        _clean(f"{describe(route, params)}: {type(exc).__name__}: {text[:_DETAIL_CAP]}"),
+        _clean(f"{what}: {type(exc).__name__}: {text[:_DETAIL_CAP]}"),
         status_code=None,
         route=route.name,
         transient=transient,
@@ -500,35 +667,39 @@ def retry_delay(
 
 
 def exchange(
+    wire: Wire,
     route: Route,
-    bases: Mapping[str, str],
     params: Mapping[str, str],
     body: Any,
-    policy: RetryPolicy,
     rng: random.Random,
     tail: TailRead | None = None,
 ) -> Generator[Send | Pause, Answer | BaseException | None, Any]:
-    """One call with its retries, as a generator the sync and async drivers run.
+    """One call with its retries, within its deadline, as a generator the drivers run.
 
-    Yields `Send` (send back the `Answer` or the transport exception) and `Pause` (send
-    back None after sleeping, or `EXPIRED` when the call's deadline leaves no time for
-    it); returns the parsed value or raises `RunpodApiError`. A `Send` with a `tail` asks
-    the driver to read a 2xx body with `LogTail` and put its result in `Answer.streamed`.
+    Yields `Send` (send back the `Answer`, which `Reading` makes, or the exception the
+    attempt raised) and `Pause` (send back None once slept); returns what the caller gets
+    or raises `RunpodApiError`. A streamed route's `Send` carries its `TailRead` (the
+    default one unless `tail` is given).
     """
-    request = build_request(route, bases, params, body, tail)
+    if route.streamed and tail is None:
+        tail = TailRead()
+    budget = wire.budget(route)
+    end = time.monotonic() + budget
+    request = build_request(wire, route, params, body, end, tail)
+    send = Send(request, end, wire.max_response_bytes, tail)
     attempt = 0
     while True:
         attempt += 1
-        got = yield request
+        got = yield send
         try:
             if isinstance(got, Answer):
                 return parse_response(route, params, got)
-            raise transport_failure(route, params, got or RuntimeError("no answer"))
+            raise transport_failure(route, params, got or RuntimeError("no answer"), end, budget)
         except _Failure as error:
-            delay = retry_delay(route, error, attempt, policy, rng)
-            if delay is not None and (yield Pause(delay)) is not EXPIRED:
-                continue
-            raise _public(error) from (got if isinstance(got, BaseException) else None)
+            delay = retry_delay(route, error, attempt, wire.retry, rng)
+            if delay is None or time.monotonic() + delay >= end:
+                raise _public(error) from (got if isinstance(got, BaseException) else None)
+        yield Pause(delay)
 
 
 def _parse_success(route: Route, what: str, answer: Answer) -> Any:
@@ -614,202 +785,6 @@ def _clean(message: str) -> str:
     return redact(message) or message
 
 
-# --------------------------------------------------------------------------- bounds
-
-
-class _CallClock(threading.local):
-    """The running call's deadline (a `time.monotonic()` instant), per thread."""
-
-    at: float | None = None
-    budget: float = CALL_DEADLINE_S
-
-    def left(self, timeout: float | None) -> float | None:
-        """The smaller of `timeout` and the time left; raises once none is left."""
-        if self.at is None:
-            return timeout
-        left = self.at - time.monotonic()
-        if left <= 0:
-            raise httpcore.ReadTimeout(self.message())
-        return left if timeout is None else min(timeout, left)
-
-    def message(self) -> str:
-        return f"no complete answer within the {self.budget:g} s call deadline"
-
-
-class _DeadlineStream(httpcore.NetworkStream):
-    """A network stream whose every wait is cut at the running call's deadline."""
-
-    def __init__(self, inner: httpcore.NetworkStream, clock: _CallClock):
-        self._inner = inner
-        self._clock = clock
-
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, self._clock.left(timeout))
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        try:
-            wait = self._clock.left(timeout)
-        except httpcore.ReadTimeout as exc:
-            raise httpcore.WriteTimeout(str(exc)) from None
-        self._inner.write(buffer, wait)
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def start_tls(
-        self,
-        ssl_context: ssl.SSLContext,
-        server_hostname: str | None = None,
-        timeout: float | None = None,
-    ) -> httpcore.NetworkStream:
-        try:
-            wait = self._clock.left(timeout)
-        except httpcore.ReadTimeout as exc:
-            raise httpcore.ConnectTimeout(str(exc)) from None
-        return _DeadlineStream(
-            self._inner.start_tls(ssl_context, server_hostname, wait), self._clock
-        )
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._inner.get_extra_info(info)
-
-
-class _DeadlineBackend(httpcore.NetworkBackend):
-    """httpcore's network backend with every connect, read and write cut at the deadline."""
-
-    def __init__(self, inner: httpcore.NetworkBackend, clock: _CallClock):
-        self._inner = inner
-        self._clock = clock
-
-    def _wait(self, timeout: float | None) -> float | None:
-        try:
-            return self._clock.left(timeout)
-        except httpcore.ReadTimeout as exc:
-            raise httpcore.ConnectTimeout(str(exc)) from None
-
-    def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Any = None,
-    ) -> httpcore.NetworkStream:
-        stream = self._inner.connect_tcp(
-            host, port, self._wait(timeout), local_address, socket_options
-        )
-        return _DeadlineStream(stream, self._clock)
-
-    def connect_unix_socket(
-        self, path: str, timeout: float | None = None, socket_options: Any = None
-    ) -> httpcore.NetworkStream:
-        stream = self._inner.connect_unix_socket(path, self._wait(timeout), socket_options)
-        return _DeadlineStream(stream, self._clock)
-
-    def sleep(self, seconds: float) -> None:
-        self._inner.sleep(seconds)
-
-
-#: httpcore's errors as httpx raises them, most specific first (an httpx transport of one's
-#: own maps them, as httpx's own transport does).
-_HTTPCORE_ERRORS: tuple[tuple[type[Exception], type[httpx.TransportError]], ...] = (
-    (httpcore.ConnectTimeout, httpx.ConnectTimeout),
-    (httpcore.ReadTimeout, httpx.ReadTimeout),
-    (httpcore.WriteTimeout, httpx.WriteTimeout),
-    (httpcore.PoolTimeout, httpx.PoolTimeout),
-    (httpcore.TimeoutException, httpx.TimeoutException),
-    (httpcore.ConnectError, httpx.ConnectError),
-    (httpcore.ReadError, httpx.ReadError),
-    (httpcore.WriteError, httpx.WriteError),
-    (httpcore.NetworkError, httpx.NetworkError),
-    (httpcore.ProxyError, httpx.ProxyError),
-    (httpcore.UnsupportedProtocol, httpx.UnsupportedProtocol),
-    (httpcore.RemoteProtocolError, httpx.RemoteProtocolError),
-    (httpcore.LocalProtocolError, httpx.LocalProtocolError),
-    (httpcore.ProtocolError, httpx.ProtocolError),
-)
-
-
-@contextlib.contextmanager
-def _as_httpx_errors() -> Generator[None, None, None]:
-    try:
-        yield
-    except Exception as exc:
-        for core, mapped in _HTTPCORE_ERRORS:
-            if isinstance(exc, core):
-                raise mapped(str(exc)) from exc
-        raise
-
-
-class _CoreBody(httpx.SyncByteStream):
-    """An httpcore response body as httpx reads it (its errors mapped to httpx's)."""
-
-    def __init__(self, stream: Any):
-        self._stream = stream
-
-    def __iter__(self) -> Generator[bytes, None, None]:
-        with _as_httpx_errors():
-            yield from self._stream
-
-    def close(self) -> None:
-        close = getattr(self._stream, "close", None)
-        if close is not None:
-            close()
-
-
-class _BoundedTransport(httpx.BaseTransport):
-    """An httpx transport over httpcore's connection pool with `_DeadlineBackend` as its
-    network backend: every connect, read and write is cut at the running call's deadline.
-
-    Built on public extension points only (`httpx.BaseTransport`, `httpcore.ConnectionPool`'s
-    `network_backend`); a test proves the deadline holds against a server trickling its
-    headers.
-    """
-
-    def __init__(self, verify: ssl.SSLContext | bool, clock: _CallClock):
-        context = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(verify)
-        self._pool = httpcore.ConnectionPool(
-            ssl_context=context, network_backend=_DeadlineBackend(httpcore.SyncBackend(), clock)
-        )
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        """Send `request` through the pool (see the class notes)."""
-        url = request.url
-        core = httpcore.Request(
-            method=request.method,
-            url=httpcore.URL(
-                scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path
-            ),
-            headers=request.headers.raw,
-            content=request.stream,  # type: ignore[arg-type]
-            extensions=request.extensions,
-        )
-        with _as_httpx_errors():
-            answer = self._pool.handle_request(core)
-        return httpx.Response(
-            status_code=answer.status,
-            headers=answer.headers,
-            stream=_CoreBody(answer.stream),
-            extensions=answer.extensions,
-        )
-
-    def close(self) -> None:
-        """Close the pool's connections."""
-        self._pool.close()
-
-
-def _too_big(limit: int) -> int:
-    if not (isinstance(limit, int) and limit > 0):
-        raise ValueError(f"max_response_bytes must be a positive int, got {limit!r}")
-    return limit
-
-
-def _positive(deadline_s: float) -> float:
-    if not (isinstance(deadline_s, (int, float)) and math.isfinite(deadline_s) and deadline_s > 0):
-        raise ValueError(f"deadline_s must be a positive number of seconds, got {deadline_s!r}")
-    return float(deadline_s)
-
-
 # --------------------------------------------------------------------------- clients
 
 
@@ -819,114 +794,6 @@ def first_key(raw: str | None) -> str | None:
         if part.strip():
             return part.strip()
     return None
-
-
-class _Base:
-    """Configuration shared by both clients."""
-
-    def __init__(
-        self,
-        api_key: str,
-        *,
-        endpoint_base_url: str | None,
-        api_base_url: str | None,
-        retry: RetryPolicy | None,
-        rng: random.Random | None,
-    ):
-        if not isinstance(api_key, str) or not api_key.strip():
-            raise RunpodAuthError("a RunPod API key is required (RUNPOD_API_KEY is empty)")
-        register_secrets(api_key.strip())
-        self._bases = {
-            "data": _check_url(endpoint_base_url or DEFAULT_ENDPOINT_BASE_URL),
-            "management": _check_url(api_base_url or DEFAULT_API_BASE_URL),
-        }
-        self._headers = {
-            "Authorization": f"Bearer {api_key.strip()}",
-            "Accept": "application/json",
-            "Accept-Encoding": ACCEPT_ENCODING,
-            "User-Agent": "flashfsm",
-        }
-        self._stream_headers = {**self._headers, "Accept": "text/event-stream"}
-        self.retry = retry or RetryPolicy()
-        self._rng = rng or random.Random()
-
-    @staticmethod
-    def _env_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
-        key = first_key(os.environ.get(ENV_API_KEY))
-        if key is None:
-            raise RunpodAuthError(f"{ENV_API_KEY} is not set")
-        kwargs.setdefault("endpoint_base_url", os.environ.get(ENV_ENDPOINT_BASE_URL) or None)
-        kwargs.setdefault("api_base_url", os.environ.get(ENV_API_BASE_URL) or None)
-        return {"api_key": key, **kwargs}
-
-    def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(endpoint_base_url={self._bases['data']!r}, "
-            f"api_base_url={self._bases['management']!r})"
-        )
-
-    def _call(self, name: str, body: Any = None, *, read: TailRead | None = None, **params: str):
-        return exchange(ROUTES[name], self._bases, params, body, self.retry, self._rng, read)
-
-    def _budget(self, name: str) -> float:
-        """The time one call of route `name` may take: `deadline_s`, or the route's less."""
-        own = ROUTES[name].budget_s
-        deadline: float = self.deadline_s  # type: ignore[attr-defined]
-        return deadline if own is None else min(deadline, own)
-
-    def _log_call(self, endpoint_id: str, worker_id: str, tail: int):
-        """The `worker_log` exchange for the last `tail` lines (1 to `LOG_TAIL_MAX`)."""
-        if isinstance(tail, bool) or not isinstance(tail, int) or not 1 <= tail <= LOG_TAIL_MAX:
-            raise ValueError(f"tail must be an int from 1 to {LOG_TAIL_MAX}, got {tail!r}")
-        return self._call(
-            "worker_logs",
-            read=TailRead(lines=tail),
-            endpoint_id=endpoint_id,
-            worker_id=worker_id,
-            tail=str(tail),
-        )
-
-    def _stream_timeout(self, read: TailRead) -> httpx.Timeout:
-        """A streamed read's timeouts: every socket read waits at most `read.quiet_s` (or
-        the client's own read timeout, when that is shorter)."""
-        base: httpx.Timeout = self._timeout  # type: ignore[attr-defined]
-        wait = read.quiet_s if base.read is None else min(base.read, read.quiet_s)
-        return httpx.Timeout(connect=base.connect, read=wait, write=base.write, pool=base.pool)
-
-    @staticmethod
-    def _run_body(
-        job_input: Any,
-        ttl_s: float | None,
-        execution_timeout_s: float | None,
-        webhook: str | None,
-    ) -> dict[str, Any]:
-        body: dict[str, Any] = {"input": job_input}
-        policy = job_policy(ttl_s, execution_timeout_s)
-        if policy:
-            body["policy"] = policy
-        if webhook:
-            body["webhook"] = webhook
-        return body
-
-    @staticmethod
-    def _job_id(answer: dict[str, Any]) -> str:
-        job_id = answer["id"]
-        if not isinstance(job_id, str) or not job_id:
-            raise RunpodApiError(
-                "RunPod run: malformed answer: id is not a string", status_code=None, route="run"
-            )
-        return job_id
-
-    @staticmethod
-    def _endpoints(answer: dict[str, Any]) -> list[dict[str, Any]]:
-        endpoints = answer["endpoints"]
-        if not isinstance(endpoints, list):
-            raise RunpodApiError(
-                "RunPod list_endpoints: malformed answer: endpoints is not a list",
-                status_code=None,
-                route="list_endpoints",
-            )
-        return [e for e in endpoints if isinstance(e, dict)]
 
 
 @functools.cache
@@ -954,18 +821,49 @@ def _check_url(url: str) -> str:
     return url.rstrip("/")
 
 
-class RunpodClient(_Base):
-    """The synchronous client (and `poll_job`'s default `client`).
+def _too_big(limit: int) -> int:
+    if not (isinstance(limit, int) and limit > 0):
+        raise ValueError(f"max_response_bytes must be a positive int, got {limit!r}")
+    return limit
 
-    `sleep` and `rng` are injectable for tests; `transport` or `http_client` replace the
-    network layer (a passed `http_client` is not closed by `close()`). TLS verification
-    uses one shared default context unless `verify` names another.
 
-    Each call ends within `deadline_s` seconds, retries included, and refuses a body over
-    `max_response_bytes` once decoded (see the module notes). The deadline cuts every
-    socket wait of the client's own transport; with a `transport`, `http_client` or proxy
-    of the caller's it is checked between body chunks and before each retry only.
+def _positive(deadline_s: float) -> float:
+    if not (isinstance(deadline_s, (int, float)) and math.isfinite(deadline_s) and deadline_s > 0):
+        raise ValueError(f"deadline_s must be a positive number of seconds, got {deadline_s!r}")
+    return float(deadline_s)
+
+
+def _run_body(
+    job_input: Any, ttl_s: float | None, execution_timeout_s: float | None, webhook: str | None
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"input": job_input}
+    policy = job_policy(ttl_s, execution_timeout_s)
+    if policy:
+        body["policy"] = policy
+    if webhook:
+        body["webhook"] = webhook
+    return body
+
+
+TransportT = TypeVar("TransportT", httpx.BaseTransport, httpx.AsyncBaseTransport)
+HttpT = TypeVar("HttpT", httpx.Client, httpx.AsyncClient)
+
+
+class _Client(Generic[TransportT, HttpT]):
+    """What both clients share: the key, the hosts, the `Wire` every call is built from,
+    the transport (their own unless one is given) and `from_env`. The subclasses are the
+    two drivers of `exchange`.
+
+    `sleep` (the back-off sleeps; `time.sleep` or `asyncio.sleep` unless given) and `rng`
+    are injectable for tests; `transport` or `http_client` replace the network layer (a
+    passed `http_client` is not closed by `close()`/`aclose()`). TLS verification uses one
+    shared default context unless `verify` names another. Each call ends within
+    `deadline_s` seconds, retries included, and refuses a body over `max_response_bytes`
+    once decoded (see the module notes).
     """
+
+    _http_class: type[HttpT]
+    _default_sleep: Callable[[float], Any]
 
     def __init__(
         self,
@@ -975,128 +873,149 @@ class RunpodClient(_Base):
         api_base_url: str | None = None,
         timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
         retry: RetryPolicy | None = None,
-        sleep: Callable[[float], Any] = time.sleep,
+        sleep: Callable[[float], Any] | None = None,
         rng: random.Random | None = None,
-        transport: httpx.BaseTransport | None = None,
-        http_client: httpx.Client | None = None,
+        transport: TransportT | None = None,
+        http_client: HttpT | None = None,
         verify: ssl.SSLContext | bool | None = None,
         deadline_s: float = CALL_DEADLINE_S,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
     ):
-        super().__init__(
-            api_key,
-            endpoint_base_url=endpoint_base_url,
-            api_base_url=api_base_url,
-            retry=retry,
-            rng=rng,
+        if not isinstance(api_key, str) or not api_key.strip():
+            raise RunpodAuthError("a RunPod API key is required (RUNPOD_API_KEY is empty)")
+        key = api_key.strip()
+        register_secrets(key)
+        self._wire = Wire(
+            bases={
+                "data": _check_url(endpoint_base_url or DEFAULT_ENDPOINT_BASE_URL),
+                "management": _check_url(api_base_url or DEFAULT_API_BASE_URL),
+            },
+            headers={
+                "Authorization": f"Bearer {key}",
+                "Accept": "application/json",
+                "Accept-Encoding": ACCEPT_ENCODING,
+                "User-Agent": "flashfsm",
+            },
+            timeout=httpx.Timeout(timeout),
+            retry=retry or RetryPolicy(),
+            deadline_s=_positive(deadline_s),
+            max_response_bytes=_too_big(max_response_bytes),
         )
-        self.deadline_s = _positive(deadline_s)
-        self.max_response_bytes = _too_big(max_response_bytes)
-        self._timeout = httpx.Timeout(timeout)
-        self._clock = _CallClock()
-        self._clock.budget = self.deadline_s
-        self._sleep = sleep
+        self._sleep = sleep or type(self)._default_sleep
+        self._rng = rng or random.Random()
         self._owns_http = http_client is None
+        own = None
         if http_client is None and transport is None and not _proxied():
-            transport = _BoundedTransport(_verify(verify), self._clock)
-        self._http = http_client or httpx.Client(
+            own = transport = self._own_transport(_verify(verify))
+        self._http: HttpT = http_client or self._http_class(
             timeout=timeout, transport=transport, verify=_verify(verify)
         )
+        # Straight through our own transport (public transport API, no client layer), or
+        # through the httpx client (a caller's transport, client or proxies).
+        self._send = self._sender(own) if own is not None else self._via_client
 
     @classmethod
-    def from_env(cls, **kwargs: Any) -> RunpodClient:
+    def from_env(cls, **kwargs: Any) -> Self:
         """A client keyed by the first key of `RUNPOD_API_KEY`, hosts from the SDKs' env vars."""
-        return cls(**cls._env_kwargs(kwargs))
+        key = first_key(os.environ.get(ENV_API_KEY))
+        if key is None:
+            raise RunpodAuthError(f"{ENV_API_KEY} is not set")
+        kwargs.setdefault("endpoint_base_url", os.environ.get(ENV_ENDPOINT_BASE_URL) or None)
+        kwargs.setdefault("api_base_url", os.environ.get(ENV_API_BASE_URL) or None)
+        return cls(key, **kwargs)
 
-    def _drive(
-        self, steps: Generator[Send | Pause, Any, Any], budget_s: float | None = None
-    ) -> Any:
-        budget = self.deadline_s if budget_s is None else budget_s
-        self._clock.budget = budget
-        end = time.monotonic() + budget
+    @property
+    def retry(self) -> RetryPolicy:
+        """How idempotent calls are retried."""
+        return self._wire.retry
+
+    @property
+    def deadline_s(self) -> float:
+        """The most one call may take, its retries and pauses included (seconds)."""
+        return self._wire.deadline_s
+
+    @property
+    def max_response_bytes(self) -> int:
+        """The largest response body accepted, once decoded (bytes)."""
+        return self._wire.max_response_bytes
+
+    def __repr__(self) -> str:
+        bases = self._wire.bases
+        return (
+            f"{type(self).__name__}(endpoint_base_url={bases['data']!r}, "
+            f"api_base_url={bases['management']!r})"
+        )
+
+    def _own_transport(self, verify: ssl.SSLContext | bool) -> TransportT:
+        raise NotImplementedError
+
+    def _sender(self, transport: TransportT) -> Callable[[httpx.Request], Any]:
+        raise NotImplementedError
+
+    def _via_client(self, request: httpx.Request) -> Any:
+        return self._http.send(request, stream=True)
+
+    def _call(self, name: str, body: Any = None, *, read: TailRead | None = None, **params: str):
+        return exchange(self._wire, ROUTES[name], params, body, self._rng, read)
+
+    def _log_call(self, endpoint_id: str, worker_id: str, tail: int):
+        """The `worker_log` exchange for the last `tail` lines (1 to `LOG_TAIL_MAX`)."""
+        if isinstance(tail, bool) or not isinstance(tail, int) or not 1 <= tail <= LOG_TAIL_MAX:
+            raise ValueError(f"tail must be an int from 1 to {LOG_TAIL_MAX}, got {tail!r}")
+        return self._call(
+            "worker_logs",
+            read=TailRead(lines=tail),
+            endpoint_id=endpoint_id,
+            worker_id=worker_id,
+            tail=str(tail),
+        )
+
+
+class RunpodClient(_Client[httpx.BaseTransport, httpx.Client]):
+    """The synchronous client (and `poll_job`'s default `client`); see `_Client` for its
+    arguments. Its own transport is `http11.DeadlineTransport`, which cuts every socket
+    wait at the call's deadline; with a `transport`, `http_client` or proxy of the caller's
+    the deadline is checked between body chunks and before each retry only."""
+
+    _http_class = httpx.Client
+    _default_sleep = staticmethod(time.sleep)
+
+    def _own_transport(self, verify: ssl.SSLContext | bool) -> httpx.BaseTransport:
+        return DeadlineTransport(verify)
+
+    def _sender(self, transport: httpx.BaseTransport) -> Callable[[httpx.Request], Any]:
+        return transport.handle_request
+
+    def _drive(self, steps: Generator[Send | Pause, Any, Any]) -> Any:
+        """Run one `exchange` to its end: sleep its pauses, move its sends."""
         step = next(steps)
         while True:
             try:
                 if isinstance(step, Pause):
-                    if time.monotonic() + step.seconds >= end:
-                        step = steps.send(EXPIRED)
-                        continue
                     self._sleep(step.seconds)
                     step = steps.send(None)
-                    continue
-                try:
-                    got: Any = self._attempt(step, end)
-                except httpx.HTTPError as exc:
-                    got = exc
-                step = steps.send(got)
+                else:
+                    step = steps.send(self._move(step))
             except StopIteration as done:
                 return done.value
 
-    def _attempt(self, step: Send, end: float) -> Answer:
-        """One request, its body read raw and decoded within the cap, before `end` (a
-        streamed 2xx body: read by `LogTail`, within its bounds)."""
-        clock = self._clock
-        clock.at = end
+    def _move(self, step: Send) -> Answer | BaseException:
+        """One attempt: the request out, the body's raw chunks into `Reading`."""
+        reading = None
         try:
-            if step.tail is None:
-                request = self._http.build_request(
-                    step.method, step.url, json=step.json, headers=self._headers
-                )
-            else:
-                request = self._http.build_request(
-                    step.method,
-                    step.url,
-                    json=step.json,
-                    headers=self._stream_headers,
-                    timeout=self._stream_timeout(step.tail),
-                )
-            response = self._http.send(request, stream=True)
+            response = self._send(step.request)
             try:
-                if step.tail is not None and response.is_success:
-                    return self._read_tail(response, step.tail, end)
-                decoder = BoundedDecoder(
-                    response.headers.get("content-encoding"), self.max_response_bytes
-                )
-                parts = []
+                reading = Reading(step, response.status_code, response.headers)
                 for raw in response.iter_raw():
-                    parts.append(decoder.feed(raw))
-                    if time.monotonic() >= end:
-                        raise httpx.ReadTimeout(clock.message(), request=request)
-                parts.append(decoder.finish())
+                    if reading.feed(raw):
+                        break
+                else:
+                    reading.finish()
             finally:
                 response.close()
-            return Answer(response.status_code, response.headers, b"".join(parts))
-        except httpx.TimeoutException as exc:
-            if time.monotonic() < end - 0.05:
-                raise  # one of httpx's own timeouts, well before the deadline
-            raise httpx.ReadTimeout(clock.message(), request=exc.request) from None
-        finally:
-            clock.at = None
-
-    @staticmethod
-    def _read_tail(response: httpx.Response, read: TailRead, end: float) -> Answer:
-        """Read a streamed body with `LogTail` until it says stop, the stream ends or goes
-        quiet (a read timeout before `end`), or `end` comes."""
-        tail = LogTail(read, response.headers.get("content-encoding"))
-        try:
-            for raw in response.iter_raw():
-                if tail.feed(raw):
-                    break
-                if time.monotonic() >= end:
-                    tail.cut()
-                    break
-            else:
-                tail.end()
-        except httpx.TimeoutException:
-            if time.monotonic() >= end - _LATE_S:
-                tail.cut()  # the time budget, not a quiet stream
-            else:
-                tail.end()
-        except httpx.TransportError:
-            if not tail.seen:
-                raise
-            tail.cut()
-        return Answer(response.status_code, response.headers, b"", tail.result())
+        except httpx.HTTPError as exc:
+            return exc if reading is None else reading.broken(exc)
+        return reading.answer()
 
     def run(
         self,
@@ -1108,8 +1027,8 @@ class RunpodClient(_Base):
         webhook: str | None = None,
     ) -> str:
         """Queue a job and return its id. Never retried (see the module notes)."""
-        body = self._run_body(input, ttl_s, execution_timeout_s, webhook)
-        return self._job_id(self._drive(self._call("run", body, endpoint_id=endpoint_id)))
+        body = _run_body(input, ttl_s, execution_timeout_s, webhook)
+        return self._drive(self._call("run", body, endpoint_id=endpoint_id))
 
     def job_status(self, endpoint_id: str, job_id: str) -> dict[str, Any]:
         """The job's status answer; HTTP 404 (job gone) raises with `status_code=404`."""
@@ -1129,7 +1048,7 @@ class RunpodClient(_Base):
 
     def list_endpoints(self) -> list[dict[str, Any]]:
         """Every serverless endpoint of the account (REST v2)."""
-        return self._endpoints(self._drive(self._call("list_endpoints")))
+        return self._drive(self._call("list_endpoints"))
 
     def get_endpoint(self, endpoint_id: str) -> dict[str, Any]:
         """One endpoint (REST v2)."""
@@ -1137,13 +1056,7 @@ class RunpodClient(_Base):
 
     def delete_endpoint(self, endpoint_id: str) -> bool:
         """Delete an endpoint: True when deleted now, False when it was already gone."""
-        try:
-            self._drive(self._call("delete_endpoint", endpoint_id=endpoint_id))
-        except RunpodApiError as exc:
-            if exc.status_code == 404:
-                return False
-            raise
-        return True
+        return self._drive(self._call("delete_endpoint", endpoint_id=endpoint_id))
 
     def endpoint_workers(self, endpoint_id: str) -> dict[str, Any]:
         """The endpoint's workers (REST v2 `GET /v2/serverless/{id}/workers`): the answer
@@ -1155,216 +1068,72 @@ class RunpodClient(_Base):
     ) -> dict[str, Any]:
         """The last `tail` lines of a worker's log: `{"lines": [str, ...], "truncated":
         bool}`, read within `LOG_MAX_BYTES` and `LOG_TIME_BUDGET_S` (see the module notes)."""
-        return self._drive(
-            self._log_call(endpoint_id, worker_id, tail), self._budget("worker_logs")
-        )
+        return self._drive(self._log_call(endpoint_id, worker_id, tail))
 
     def close(self) -> None:
         """Close the HTTP connection pool (unless it was passed in)."""
         if self._owns_http:
             self._http.close()
 
-    def __enter__(self) -> RunpodClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 
-class AsyncRunpodClient(_Base):
-    """The asyncio client: the same routes, rules and errors as `RunpodClient`.
-
-    `sleep` may be a coroutine function (the default, `asyncio.sleep`) or a plain one.
-    Unless `transport` or `http_client` is passed, or the environment names a proxy, the
-    requests go through `AsyncH11Transport` (h11 over asyncio streams), which costs about a
-    third of httpx's default transport in CPU per request. Each call ends within
-    `deadline_s` seconds, retries included (every attempt runs under `asyncio.timeout`),
-    and refuses a body over `max_response_bytes` once decoded.
+class AsyncRunpodClient(_Client[httpx.AsyncBaseTransport, httpx.AsyncClient]):
+    """The asyncio client: the same routes, rules and errors as `RunpodClient` (see
+    `_Client` for its arguments). `sleep` may be a coroutine function (the default,
+    `asyncio.sleep`) or a plain one. Its own transport is `http11.AsyncH11Transport`; every
+    attempt runs under `asyncio.timeout_at` of the call's deadline, whatever the transport.
     """
 
-    def __init__(
-        self,
-        api_key: str,
-        *,
-        endpoint_base_url: str | None = None,
-        api_base_url: str | None = None,
-        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
-        retry: RetryPolicy | None = None,
-        sleep: Callable[[float], Awaitable[Any] | Any] = asyncio.sleep,
-        rng: random.Random | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-        http_client: httpx.AsyncClient | None = None,
-        verify: ssl.SSLContext | bool | None = None,
-        deadline_s: float = CALL_DEADLINE_S,
-        max_response_bytes: int = MAX_RESPONSE_BYTES,
-    ):
-        super().__init__(
-            api_key,
-            endpoint_base_url=endpoint_base_url,
-            api_base_url=api_base_url,
-            retry=retry,
-            rng=rng,
-        )
-        self.deadline_s = _positive(deadline_s)
-        self.max_response_bytes = _too_big(max_response_bytes)
-        self._timeout = httpx.Timeout(timeout)
-        self._sleep = sleep
-        self._owns_http = http_client is None
-        # With no transport, client or proxy given, requests go straight to the lean
-        # transport (see `http11`): a third of httpx's default CPU per request, and no
-        # client layer (URL merging, cookies, auth and redirect hooks) this API never uses.
-        self._lean: AsyncH11Transport | None = None
-        if http_client is None and transport is None and not _proxied():
-            transport = self._lean = AsyncH11Transport(
-                verify=_verify(verify), max_response_bytes=self.max_response_bytes
-            )
-        self._http = http_client or httpx.AsyncClient(
-            timeout=timeout, transport=transport, verify=_verify(verify)
-        )
-        self._extensions = {"timeout": httpx.Timeout(timeout).as_dict()}
+    _http_class = httpx.AsyncClient
+    _default_sleep = staticmethod(asyncio.sleep)
 
-    async def _send(self, step: Send) -> Answer:
-        if self._lean is None:
-            request = self._http.build_request(
-                step.method, step.url, json=step.json, headers=self._headers
-            )
-            response = await self._http.send(request, stream=True)
-            try:
-                decoder = BoundedDecoder(
-                    response.headers.get("content-encoding"), self.max_response_bytes
-                )
-                parts = [decoder.feed(raw) async for raw in response.aiter_raw()]
-                parts.append(decoder.finish())
-            finally:
-                await response.aclose()
-            return Answer(response.status_code, response.headers, b"".join(parts))
-        request = httpx.Request(
-            step.method,
-            step.url,
-            json=step.json,
-            headers=self._headers,
-            extensions=self._extensions,
-        )
-        response = await self._lean.handle_async_request(request)  # decoded and bounded
-        return Answer(response.status_code, response.headers, await response.aread())
+    def _own_transport(self, verify: ssl.SSLContext | bool) -> httpx.AsyncBaseTransport:
+        return AsyncH11Transport(verify=verify, max_response_bytes=None)  # (`Reading` caps)
 
-    async def _attempt(self, step: Send, end: float, budget: float) -> Answer:
-        if step.tail is not None:
-            return await self._attempt_stream(step, end, budget)
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout_at(loop.time() + (end - time.monotonic())):
-                return await self._send(step)
-        except TimeoutError:
-            message = f"no complete answer within the {budget:g} s call deadline"
-            raise httpx.ReadTimeout(message) from None
+    def _sender(self, transport: httpx.AsyncBaseTransport) -> Callable[[httpx.Request], Any]:
+        return transport.handle_async_request
 
-    async def _open_stream(self, step: Send, read: TailRead) -> httpx.Response:
-        """Send a streamed read's request; the response's body is left unread."""
-        timeout = self._stream_timeout(read)
-        if self._lean is not None:
-            request = httpx.Request(
-                step.method,
-                step.url,
-                json=step.json,
-                headers=self._stream_headers,
-                extensions={"timeout": timeout.as_dict()},
-            )
-            return await self._lean.open_stream(request)
-        request = self._http.build_request(
-            step.method, step.url, json=step.json, headers=self._stream_headers, timeout=timeout
-        )
-        return await self._http.send(request, stream=True)
-
-    async def _attempt_stream(self, step: Send, end: float, budget: float) -> Answer:
-        """One streamed read: the head before `end`, then a 2xx body read by `LogTail`
-        (which stops on its own at `end`), another body read whole within the cap."""
-        assert step.tail is not None
-        loop = asyncio.get_running_loop()
-        at = loop.time() + (end - time.monotonic())
-        message = f"no complete answer within the {budget:g} s call deadline"
-        try:
-            async with asyncio.timeout_at(at):
-                response = await self._open_stream(step, step.tail)
-        except TimeoutError:
-            raise httpx.ReadTimeout(message) from None
-        try:
-            if response.is_success:
-                return await self._read_tail(response, step.tail, end)
-            async with asyncio.timeout_at(at):
-                decoder = BoundedDecoder(
-                    response.headers.get("content-encoding"), self.max_response_bytes
-                )
-                parts = [decoder.feed(raw) async for raw in response.aiter_raw()]
-                parts.append(decoder.finish())
-            return Answer(response.status_code, response.headers, b"".join(parts))
-        except TimeoutError:
-            raise httpx.ReadTimeout(message) from None
-        finally:
-            await response.aclose()
-
-    @staticmethod
-    async def _read_tail(response: httpx.Response, read: TailRead, end: float) -> Answer:
-        """`RunpodClient._read_tail`'s twin: each chunk awaited at most until `end`."""
-        tail = LogTail(read, response.headers.get("content-encoding"))
-        try:
-            async with contextlib.aclosing(response.aiter_raw()) as chunks:
-                while True:
-                    left = end - time.monotonic()
-                    if left <= 0:
-                        tail.cut()
-                        break
-                    try:
-                        async with asyncio.timeout(left):
-                            raw = await anext(chunks)
-                    except StopAsyncIteration:
-                        tail.end()
-                        break
-                    except TimeoutError:
-                        tail.cut()  # the time budget
-                        break
-                    if tail.feed(raw):
-                        break
-        except httpx.TimeoutException:
-            if time.monotonic() >= end - _LATE_S:
-                tail.cut()
-            else:
-                tail.end()  # a quiet stream: its backfill is in
-        except httpx.TransportError:
-            if not tail.seen:
-                raise
-            tail.cut()
-        return Answer(response.status_code, response.headers, b"", tail.result())
-
-    @classmethod
-    def from_env(cls, **kwargs: Any) -> AsyncRunpodClient:
-        """A client keyed by the first key of `RUNPOD_API_KEY`, hosts from the SDKs' env vars."""
-        return cls(**cls._env_kwargs(kwargs))
-
-    async def _drive(
-        self, steps: Generator[Send | Pause, Any, Any], budget_s: float | None = None
-    ) -> Any:
-        budget = self.deadline_s if budget_s is None else budget_s
-        end = time.monotonic() + budget
+    async def _drive(self, steps: Generator[Send | Pause, Any, Any]) -> Any:
+        """Run one `exchange` to its end: sleep its pauses, move its sends."""
         step = next(steps)
         while True:
             try:
                 if isinstance(step, Pause):
-                    if time.monotonic() + step.seconds >= end:
-                        step = steps.send(EXPIRED)
-                        continue
                     slept = self._sleep(step.seconds)
                     if inspect.isawaitable(slept):
                         await slept
                     step = steps.send(None)
-                    continue
-                try:
-                    got: Any = await self._attempt(step, end, budget)
-                except httpx.HTTPError as exc:
-                    got = exc
-                step = steps.send(got)
+                else:
+                    step = steps.send(await self._move(step))
             except StopIteration as done:
                 return done.value
+
+    async def _move(self, step: Send) -> Answer | BaseException:
+        """One attempt: the request out, the body's raw chunks into `Reading`, all of it
+        before the call's deadline."""
+        reading = None
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout_at(loop.time() + (step.end - time.monotonic())):
+                response: httpx.Response = await self._send(step.request)
+                try:
+                    reading = Reading(step, response.status_code, response.headers)
+                    async with contextlib.aclosing(response.aiter_raw()) as chunks:
+                        async for raw in chunks:
+                            if reading.feed(raw):
+                                break
+                        else:
+                            reading.finish()
+                finally:
+                    await response.aclose()
+        except (httpx.HTTPError, TimeoutError) as exc:
+            return exc if reading is None else reading.broken(exc)
+        return reading.answer()
 
     async def run(
         self,
@@ -1376,8 +1145,8 @@ class AsyncRunpodClient(_Base):
         webhook: str | None = None,
     ) -> str:
         """Queue a job and return its id. Never retried."""
-        body = self._run_body(input, ttl_s, execution_timeout_s, webhook)
-        return self._job_id(await self._drive(self._call("run", body, endpoint_id=endpoint_id)))
+        body = _run_body(input, ttl_s, execution_timeout_s, webhook)
+        return await self._drive(self._call("run", body, endpoint_id=endpoint_id))
 
     async def job_status(self, endpoint_id: str, job_id: str) -> dict[str, Any]:
         """The job's status answer; HTTP 404 (job gone) raises with `status_code=404`."""
@@ -1397,7 +1166,7 @@ class AsyncRunpodClient(_Base):
 
     async def list_endpoints(self) -> list[dict[str, Any]]:
         """Every serverless endpoint of the account (REST v2)."""
-        return self._endpoints(await self._drive(self._call("list_endpoints")))
+        return await self._drive(self._call("list_endpoints"))
 
     async def get_endpoint(self, endpoint_id: str) -> dict[str, Any]:
         """One endpoint (REST v2)."""
@@ -1405,13 +1174,7 @@ class AsyncRunpodClient(_Base):
 
     async def delete_endpoint(self, endpoint_id: str) -> bool:
         """Delete an endpoint: True when deleted now, False when it was already gone."""
-        try:
-            await self._drive(self._call("delete_endpoint", endpoint_id=endpoint_id))
-        except RunpodApiError as exc:
-            if exc.status_code == 404:
-                return False
-            raise
-        return True
+        return await self._drive(self._call("delete_endpoint", endpoint_id=endpoint_id))
 
     async def endpoint_workers(self, endpoint_id: str) -> dict[str, Any]:
         """The endpoint's workers (REST v2): the answer, every string masked for secrets."""
@@ -1422,16 +1185,14 @@ class AsyncRunpodClient(_Base):
     ) -> dict[str, Any]:
         """The last `tail` lines of a worker's log: `{"lines": [str, ...], "truncated":
         bool}`, read within `LOG_MAX_BYTES` and `LOG_TIME_BUDGET_S` (see the module notes)."""
-        return await self._drive(
-            self._log_call(endpoint_id, worker_id, tail), self._budget("worker_logs")
-        )
+        return await self._drive(self._log_call(endpoint_id, worker_id, tail))
 
     async def aclose(self) -> None:
         """Close the HTTP connection pool (unless it was passed in)."""
         if self._owns_http:
             await self._http.aclose()
 
-    async def __aenter__(self) -> AsyncRunpodClient:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
