@@ -395,3 +395,20 @@ def test_the_fleet_page_shows_replicas_leases_what_nobody_watches_and_watch_gaps
     assert "run-held</a>:" not in page  # held: watched
     assert re.search(r"job-resumed</a></td> <td[^>]*>[^<]+</td><td[^>]*>1 min 30 s</td>", page)
     assert "<td>replica-b</td>" in page
+
+
+def test_the_ui_serves_the_stores_metrics_equal_to_ls(demo_store, client_for):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    scrape = client_for(demo_store).get("/metrics")
+    assert scrape.status_code == 200
+    families = {f.name: f for f in text_string_to_metric_families(scrape.text)}
+    streams = {
+        (s.labels["kind"], s.labels["state"]): s.value for s in families["flashfsm_streams"].samples
+    }
+    listed = json.loads(runner.invoke(cli, ["ls", "--json", "--store", demo_store]).output)
+    expected: dict[tuple[str, str], float] = {}
+    for row in listed["streams"]:
+        key = (row["kind"], row["state"])
+        expected[key] = expected.get(key, 0) + 1
+    assert streams == expected

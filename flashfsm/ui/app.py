@@ -12,6 +12,9 @@ elsewhere cannot reach it through DNS rebinding); with a token, every request ca
 bearer header, or once as `?token=`, which sets a cookie); a cancel also carries the page's
 form nonce. Pages are served with a Content-Security-Policy that runs only the app's own
 script. A stream is served only when the index lists it (a name never becomes a path).
+
+Metrics. `/metrics` serves the store's Prometheus metrics (`flashfsm.metrics`: read from the
+store on a scrape, at most every few seconds) behind the same guards.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from flashfsm.adapters.urls import display_url
 from flashfsm.cli.common import shown
 from flashfsm.events.models import NAME_CAP
 from flashfsm.events.text import redact_then_cap
+from flashfsm.metrics import metrics_app, metrics_registry
 from flashfsm.runs import request_cancel
 from flashfsm.ui import pages
 from flashfsm.ui.index import Change, StoreIndex
@@ -325,6 +329,7 @@ def create_app(config: UiConfig, index: StoreIndex | None = None) -> Starlette:
         return Response(status_code=204)
 
     routes = [
+        Route("/metrics", _Asgi(metrics_app(metrics_registry(config.url)))),
         Route("/", runs),
         Route("/favicon.ico", no_icon),
         Route("/rows.json", rows_json),
@@ -364,6 +369,16 @@ def _message(change: Change, *, full: bool) -> str:
         origin = change.row["first_at"] or 0.0
         payload["event_rows"] = [pages.event_html(e, origin) for e in change.events]
     return f"event: change\ndata: {json.dumps(payload)}\n\n"
+
+
+class _Asgi:
+    """An ASGI app as a route's endpoint (Starlette treats a plain function as a handler)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.app(scope, receive, send)
 
 
 class TokenGuard:
