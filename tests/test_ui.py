@@ -65,8 +65,9 @@ class Answers:
         return {"workers": {"running": 1}}
 
 
-def open_run(url: str, name: str, at: float = 1_700_000_000.0) -> None:
-    """A run that started and has not concluded (nothing drives it)."""
+def open_run(url: str, name: str, at: float = 1_700_000_000.0, *, handoff: bool = False) -> None:
+    """A run that started and has not concluded (nothing drives it; with `handoff`, handed
+    to the fleet)."""
     store = open_store(url)
     try:
         started = RunStarted(
@@ -77,7 +78,7 @@ def open_run(url: str, name: str, at: float = 1_700_000_000.0) -> None:
             run_id=name,
             candidates=(Candidate(gpu_class="L40S", price_per_hour=0.99),),
         )
-        store.append(name, [started], 0)
+        store.append(name, [started], 0, **({"lease": HANDOFF} if handoff else {}))
     finally:
         store.close()
 
@@ -352,19 +353,11 @@ def test_a_refresh_reads_only_what_was_appended(mixed_store):
 
 def test_the_fleet_page_shows_replicas_leases_what_nobody_watches_and_watch_gaps(tmp_path: Path):
     url = f"sqlite:///{tmp_path}/fleet.db"
-    store = open_store(url)
     at = 1_700_000_000.0
+    for name in ("run-held", "run-orphan"):
+        open_run(url, name, at, handoff=True)
+    store = open_store(url)
     try:
-        for name in ("run-held", "run-orphan"):
-            started = RunStarted(
-                stream=name,
-                seq=0,
-                id=new_id(at),
-                at=at,
-                run_id=name,
-                candidates=(Candidate(gpu_class="L40S", price_per_hour=0.99),),
-            )
-            store.append(name, [started], 0, lease=HANDOFF)
         store.join("replica-a", 60.0, ("job", "run"))
         [lease] = store.claim("replica-a", 60.0, 1, ("run",))
         assert lease.stream == "run-held"

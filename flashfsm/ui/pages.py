@@ -28,7 +28,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from flashfsm import render
 from flashfsm.cli.common import console, is_file_source, shown
-from flashfsm.cli.cost import print_ledger, utc_text
+from flashfsm.cli.cost import print_ledger, total_json, utc_text
 from flashfsm.events.errors import FlashFsmError
 from flashfsm.events.models import Event, HeartbeatObserved
 from flashfsm.fsm import explain as ex
@@ -245,16 +245,37 @@ def row_html(row: dict[str, Any]) -> str:
     return _render("row", r=row, state=state_cell(row))
 
 
+@dataclasses.dataclass(frozen=True)
+class Listing:
+    """What the runs list shows for its filters: the chosen rows, the page of them shown, and
+    the error a bad filter gave (the list is then shown without that filter)."""
+
+    chosen: list[dict[str, Any]]
+    shown: list[dict[str, Any]]
+    page: int
+    pages: int
+    error: str | None
+
+
+def listing(rows: list[dict[str, Any]], f: Filters, newest: float | None) -> Listing:
+    """The rows `f` chooses, sorted, and the page of them `f` asks for."""
+    error = None
+    try:
+        chosen = select(rows, f, newest)
+    except ValueError as exc:
+        error = str(exc)
+        chosen = select(rows, dataclasses.replace(f, since=""), newest)
+    pages = max(1, math.ceil(len(chosen) / PAGE_ROWS))
+    number = min(f.page, pages)
+    shown = chosen[(number - 1) * PAGE_ROWS : number * PAGE_ROWS]
+    return Listing(chosen, shown, number, pages, error)
+
+
 def runs_rows(index: StoreIndex, query: dict[str, str]) -> str:
     """The rows the runs page shows for `query`, as its table body's HTML (a live page that
     missed changes renders them again)."""
-    f = Filters.parse(query)
-    try:
-        chosen = select(index.rows(), f, index.newest)
-    except ValueError:
-        chosen = select(index.rows(), dataclasses.replace(f, since=""), index.newest)
-    number = min(f.page, max(1, math.ceil(len(chosen) / PAGE_ROWS)))
-    return "".join(row_html(r) for r in chosen[(number - 1) * PAGE_ROWS : number * PAGE_ROWS])
+    shown = listing(index.rows(), Filters.parse(query), index.newest).shown
+    return "".join(row_html(r) for r in shown)
 
 
 def events_rows(index: StoreIndex, entry: Entry, after: int) -> str:
@@ -269,25 +290,12 @@ def runs_page(frame: Frame, index: StoreIndex, query: dict[str, str]) -> str:
     version = index.version
     f = Filters.parse(query)
     rows = index.rows()
-    error = None
-    try:
-        chosen = select(rows, f, index.newest)
-    except ValueError as exc:
-        error = str(exc)
-        chosen = select(rows, dataclasses.replace(f, since=""), index.newest)
-    pages = max(1, math.ceil(len(chosen) / PAGE_ROWS))
-    number = min(f.page, pages)
-    shown_rows = chosen[(number - 1) * PAGE_ROWS : number * PAGE_ROWS]
-    ledgers = index.ledgers()
-    total = (
-        None
-        if not ledgers or any(led.money() is None for led in ledgers)
-        else sum(led.money() or 0.0 for led in ledgers)
-    )
+    chosen = listing(rows, f, index.newest)
+    total = total_json(index.ledgers())["money"] if index.ledgers() else None
     body = _render(
         "runs",
         f=f,
-        rows=[_markup(row_html(r)) for r in shown_rows],
+        rows=[_markup(row_html(r)) for r in chosen.shown],
         kinds=("run", "job", "sweeper"),
         states=sorted({r["state"] for r in rows if r["state"]}),
         rules=sorted({_rule_of(r) for r in rows} - {""}),
@@ -297,13 +305,13 @@ def runs_page(frame: Frame, index: StoreIndex, query: dict[str, str]) -> str:
             "/?" + f.query(sort=key, desc=not f.desc if f.sort == key else key != "stream", page=1)
         ),
         page_url=lambda n: "/?" + f.query(page=n),
-        shown_count=len(chosen),
+        shown_count=len(chosen.chosen),
         total=len(rows),
         total_cost=total,
         damaged=len(index.damaged),
-        pages=pages,
-        page_no=number,
-        error=error,
+        pages=chosen.pages,
+        page_no=chosen.page,
+        error=chosen.error,
     )
     return page(frame, "runs and jobs", "runs", body, version=version)
 
@@ -571,16 +579,7 @@ def costs_page(frame: Frame, index: StoreIndex) -> str:
     """The store's money: by cause, GPU and rule (as `flashfsm cost --by`), and waste by day."""
     ledgers = index.ledgers()
     groups = [(title, group(ledgers, by)) for by, title in GROUPS]
-    total = (
-        None
-        if any(led.money() is None for led in ledgers)
-        else sum((led.money() or 0.0 for led in ledgers), 0.0)
-    )
-    waste = (
-        None
-        if any(led.waste_money is None for led in ledgers)
-        else sum((led.waste_money or 0.0 for led in ledgers), 0.0)
-    )
+    totals = total_json(ledgers)  # what `flashfsm cost --json` totals
     wasted = [a for led in ledgers for a in led.attempts if a.waste_s and a.waste_money]
     ends = [a.end for a in wasted]
     hourly = bool(ends) and max(ends) - min(ends) < HOURLY_UNDER_S
@@ -591,14 +590,12 @@ def costs_page(frame: Frame, index: StoreIndex) -> str:
         days[key] = days.get(key, 0.0) + (a.waste_money or 0.0)
     top = max(days.values(), default=0.0)
     waste_days = [(d, m, f"{100 * m / top:.1f}" if top else "0") for d, m in sorted(days.items())]
-    rates = [led.open_rate_per_hour for led in ledgers if led.open_attempts]
-    open_rate = None if not rates or any(r is None for r in rates) else sum(r or 0.0 for r in rates)
     body = _render(
         "costs",
         ledgers=len(ledgers),
-        total=total,
-        waste=waste,
-        open_rate=open_rate,
+        total=totals["money"],
+        waste=totals["waste_money"],
+        open_rate=totals["open_rate_per_hour"] if totals["open_attempts"] else None,
         groups=groups,
         waste_days=waste_days,
         bucket="hour" if hourly else "day",
