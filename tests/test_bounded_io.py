@@ -24,7 +24,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flashfsm import JobHandle, RunpodApiError, poll_job
-from flashfsm.adapters.http11 import AsyncH11Transport, BoundedDecoder, ResponseTooLarge
+from flashfsm.adapters.http11 import (
+    DEADLINE,
+    AsyncH11Transport,
+    BoundedDecoder,
+    DeadlineTransport,
+    ResponseTooLarge,
+)
 from flashfsm.adapters.runpod import AsyncRunpodClient, RetryPolicy, RunpodClient
 
 KEY = "rp_bounded_io_test_key_0123456789"
@@ -165,6 +171,18 @@ def test_a_trickling_server_cannot_stretch_a_call_past_its_deadline(no_proxy, fl
     assert took < DEADLINE_S + SLACK_S, took
     assert "call deadline" in str(caught.value)
     assert KEY not in str(caught.value)
+
+
+@pytest.mark.parametrize("make", [header_trickle, body_trickle], ids=["headers", "body"])
+def test_the_deadline_transport_cuts_a_request_at_its_deadline_extension(make):
+    with LorisServer(make()) as server, httpx.Client(transport=DeadlineTransport()) as client:
+        started = time.monotonic()
+        request = client.build_request(
+            "GET", server.url, extensions={DEADLINE: started + DEADLINE_S}, timeout=30.0
+        )
+        with pytest.raises(httpx.TimeoutException):
+            client.send(request).read()
+        assert time.monotonic() - started < DEADLINE_S + SLACK_S
 
 
 @pytest.mark.parametrize("flavor", sorted(CLIENTS))

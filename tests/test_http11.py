@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from flashfsm.adapters.http11 import AsyncH11Transport, ResponseTooLarge
-from flashfsm.adapters.runpod import AsyncRunpodClient, RetryPolicy
+from flashfsm.adapters.runpod import AsyncRunpodClient, RetryPolicy, RunpodClient
 from flashfsm.adapters.simulator import Simulator
 from flashfsm.errors import RunpodApiError
 
@@ -451,5 +451,54 @@ def test_the_async_client_times_out_on_a_silent_server() -> None:
             finally:
                 await client.aclose()
             assert time.monotonic() - started < 2
+
+    run(main())
+
+
+def test_a_raw_transport_streams_the_body_and_reuses_only_a_connection_read_to_its_end() -> None:
+    body = gzip.compress(b'{"status": "IN_QUEUE"}')
+    answer = _reply(body, extra=b"Content-Encoding: gzip\r\n")
+
+    async def main() -> None:
+        async with serving(keep_alive(lambda req: answer)) as server:
+            transport = AsyncH11Transport(max_response_bytes=None)
+            try:
+                response = await transport.handle_async_request(httpx.Request("GET", server.url))
+                assert response.headers["content-encoding"] == "gzip"  # raw: the caller decodes
+                assert b"".join([raw async for raw in response.aiter_raw()]) == body
+                await response.aclose()
+                again = await transport.handle_async_request(httpx.Request("GET", server.url))
+                await again.aclose()  # its body left unread: the connection is dropped
+                assert server.connections == 1
+                last = await transport.handle_async_request(httpx.Request("GET", server.url))
+                assert json.loads(await last.aread()) == {"status": "IN_QUEUE"}
+                assert server.connections == 2
+            finally:
+                await transport.aclose()
+
+    run(main())
+
+
+def test_the_sync_client_sends_straight_through_its_own_transport(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+
+    async def main() -> None:
+        answer = _reply(b'{"id": "j1", "status": "IN_PROGRESS"}')
+        async with serving(keep_alive(lambda req: answer)) as server:
+            client = RunpodClient("rp-key-sync-direct", endpoint_base_url=server.url + "/v2")
+            monkeypatch.setattr(
+                client._http, "send", lambda *a, **k: pytest.fail("went through httpx")
+            )
+            with client:
+                for _ in range(3):
+                    got = await asyncio.to_thread(client.job_status, "ep1", "j1")
+                    assert got["status"] == "IN_PROGRESS"
+            assert server.connections == 1
+            head = server.requests[0].split(b"\r\n\r\n")[0].lower()
+            assert head.startswith(b"get /v2/ep1/status/j1 http/1.1")
+            assert b"authorization: bearer rp-key-sync-direct" in head
 
     run(main())

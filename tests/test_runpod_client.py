@@ -5,19 +5,27 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import pytest
 
 from flashfsm import JobHandle, RunpodApiError, poll_job
+from flashfsm.adapters.http11 import DEADLINE
 from flashfsm.adapters.runpod import (
     MAX_TTL_S,
     ROUTES,
+    Answer,
     AsyncRunpodClient,
+    Pause,
     RetryPolicy,
     RunpodAuthError,
     RunpodClient,
+    Send,
+    Wire,
+    exchange,
     job_policy,
     policy_for_budget,
 )
@@ -525,3 +533,62 @@ def test_the_async_client_awaits_its_default_sleep(sim):
 
     assert asyncio.run(go())["status"] == "IN_QUEUE"
     assert len(sim.requests_for("status")) == 3
+
+
+# ----------------------------------------------------------------------- the protocol, no I/O
+
+
+def _wire(deadline_s: float = 30.0) -> Wire:
+    return Wire(
+        bases={"data": "https://api.invalid/v2", "management": "https://mgmt.invalid"},
+        headers={"Authorization": f"Bearer {PLANTED}"},
+        timeout=httpx.Timeout(5.0),
+        retry=RetryPolicy(attempts=3),
+        deadline_s=deadline_s,
+    )
+
+
+def test_exchange_builds_the_request_once_and_owns_retries_and_the_deadline():
+    params = {"endpoint_id": "ep", "job_id": "j/1"}
+    steps = exchange(_wire(), ROUTES["status"], params, None, random.Random(7))
+    send = next(steps)
+    assert isinstance(send, Send) and send.request.method == "GET"
+    assert send.request.url == "https://api.invalid/v2/ep/status/j%2F1"
+    assert send.request.extensions[DEADLINE] == send.end
+    assert 29.0 < send.end - time.monotonic() <= 30.0
+    assert send.request.extensions["timeout"]["read"] == 5.0
+    assert PLANTED not in repr(send) and PLANTED not in repr(_wire())
+    assert isinstance(steps.send(Answer(503, {}, b"busy")), Pause)
+    assert steps.send(None) is send  # the same request again
+    # A Retry-After the deadline leaves no time for is not waited: the call fails now.
+    with pytest.raises(RunpodApiError) as caught:
+        steps.send(Answer(429, {"retry-after": "45"}, b""))
+    assert caught.value.status_code == 429 and "HTTP 429" in str(caught.value)
+
+
+def test_exchange_names_a_timeout_at_the_end_the_call_deadline():
+    steps = exchange(_wire(0.05), ROUTES["health"], {"endpoint_id": "ep"}, None, random.Random())
+    next(steps)
+    time.sleep(0.06)
+    with pytest.raises(RunpodApiError, match=r"within the 0\.05 s call deadline") as caught:
+        steps.send(httpx.ReadTimeout("slow"))
+    assert caught.value.status_code is None and caught.value.route == "health"
+
+
+def test_exchange_shapes_what_the_caller_gets():
+    def one(route: str, answer: Answer, **params: str) -> Any:
+        steps = exchange(_wire(), ROUTES[route], params, None, random.Random())
+        next(steps)
+        try:
+            steps.send(answer)
+        except StopIteration as done:
+            return done.value
+        raise AssertionError("no value")
+
+    assert one("run", Answer(200, {}, b'{"id": "j1"}'), endpoint_id="ep") == "j1"
+    assert one("delete_endpoint", Answer(204, {}, b""), endpoint_id="ep") is True
+    assert one("delete_endpoint", Answer(404, {}, b""), endpoint_id="ep") is False
+    listed = Answer(200, {}, b'{"endpoints": [{"id": "e"}, 7]}')
+    assert one("list_endpoints", listed) == [{"id": "e"}]
+    with pytest.raises(RunpodApiError, match="malformed answer: id is not a string"):
+        one("run", Answer(200, {}, b'{"id": 7}'), endpoint_id="ep")
