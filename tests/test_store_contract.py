@@ -1,15 +1,18 @@
-"""The event-store contract, written once and run against every backend.
+"""The event-store contract, run against every backend, and each backend's own behaviour.
 
-Modelled on the eventsourcing library's recorder tests: one test case, parametrized over
-memory, SQLite, JSONL and Postgres (the last only when FLASHFSM_TEST_POSTGRES_DSN names a
-server; each test gets its own table). Backend-specific behaviour (JSONL torn lines and
-corruption, file modes, URLs) follows the contract class.
+The contract is `flashfsm.testing.StoreContract`, the suite the package ships for any
+backend (modelled on the eventsourcing library's recorder tests, which it ships for
+third-party recorders): one subclass per backend below — memory, SQLite, JSONL and
+Postgres (the last skipped, with the reason, unless FLASHFSM_TEST_POSTGRES_DSN names a
+server; each test gets its own table). A backend written outside the package passes the
+same suite in tests/test_outside_backend.py. Then what the suite cannot say alike for
+every backend: copies between every pair of kinds, a Hypothesis model of each, JSONL torn
+lines and corruption, file modes, URLs.
 """
 
 from __future__ import annotations
 
 import itertools
-import multiprocessing
 import os
 import queue
 import shutil
@@ -19,6 +22,7 @@ import threading
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -35,32 +39,38 @@ from flashfsm.adapters.jsonl import JsonlStore, TornLineWarning, read_jsonl_file
 from flashfsm.adapters.memory import MemoryStore
 from flashfsm.adapters.sqlite import SqliteStore
 from flashfsm.adapters.stores import (
+    SCHEMES,
     copy_streams,
     default_store_url,
     open_store,
     path_url,
     url_path,
 )
-from flashfsm.events.codec import encode, encode_sealed
+from flashfsm.events.codec import encode_sealed
 from flashfsm.events.errors import ConcurrencyError, CorruptLogError, DuplicateEventError
 from flashfsm.events.models import Event
-from flashfsm.events.store import EventStore, append_many
+from flashfsm.events.store import (
+    CAPABILITIES,
+    EventStore,
+    StoreContractError,
+    capabilities,
+    check_store,
+)
+from flashfsm.testing import StoreContract
 from tests.store_support import (
-    DURABLE,
     KINDS,
     PG_ENV,
     Backend,
-    append_with_retry,
-    delayed_writer_process,
+    drop_table,
     make_backend,
     make_event,
     make_events,
     postgres_dsn,
     run_cleanups,
-    writer_process,
 )
 
 NO_POSTGRES = f"{PG_ENV} not set"
+EVERY_CAPABILITY = frozenset(capability.name for capability in CAPABILITIES)
 
 
 def _kind_param(kind: str):
@@ -93,27 +103,8 @@ def backend(request, tmp_path, cleanups) -> Backend:
     return make_backend(request.param, tmp_path, cleanups)
 
 
-@pytest.fixture(params=[_kind_param(k) for k in DURABLE])
-def durable_backend(request, tmp_path, cleanups) -> Backend:
-    """An empty store location of each kind that outlives its store objects."""
-    return make_backend(request.param, tmp_path, cleanups)
-
-
-@pytest.fixture
-def store(backend) -> EventStore:
-    return backend.open()
-
-
-def _ids(events: list[Event]) -> list[str]:
-    return [e.id for e in events]
-
-
 def _seqs(events: list[Event]) -> list[int]:
     return [e.seq for e in events]
-
-
-def _spawn():
-    return multiprocessing.get_context("spawn")
 
 
 def _follow_into(store: EventStore, stream: str, after: int | None, until_seq: int):
@@ -134,286 +125,164 @@ def _follow_into(store: EventStore, stream: str, after: int | None, until_seq: i
     return received, thread
 
 
-def _next(received: queue.Queue, timeout: float = 10.0) -> tuple[float, Event]:
+def _next(received: Any, timeout: float = 10.0) -> tuple[float, Event]:
     at, item = received.get(timeout=timeout)
     if isinstance(item, Exception):
         raise item
     return at, item
 
 
-class TestStoreContract:
-    """What every `EventStore` guarantees."""
+# -- the shipped contract, once per backend ----------------------------------------------------
 
-    def test_an_empty_store_has_no_streams_and_reads_empty(self, store):
-        assert store.streams() == []
-        assert store.read("nothing") == []
-        assert store.read("nothing", after=3) == []
 
-    def test_appended_events_read_back_equal_and_in_seq_order(self, store):
-        first = make_events("job-1", 0, 3)
-        second = make_events("job-1", 3, 2)
-        store.append("job-1", first, 0)
-        store.append("job-1", second, 3)
-        got = store.read("job-1")
-        assert got == first + second
-        assert _seqs(got) == [0, 1, 2, 3, 4]
-        assert [encode(e) for e in got] == [encode(e) for e in first + second]
+class TestMemoryStore(StoreContract):
+    capabilities = frozenset({"snapshots", "snapshot_batches"})
+    shared = False  # (a new MemoryStore is a new, empty store)
 
-    def test_an_empty_batch_changes_nothing(self, store):
-        store.append("job-1", [], 0)
-        assert store.streams() == []
+    def new_store(self) -> EventStore:
+        return MemoryStore()
 
-    def test_a_stale_expected_seq_raises_and_writes_nothing(self, store):
-        store.append("job-1", make_events("job-1", 0, 2), 0)
-        for expected in (0, 1, 3):
-            with pytest.raises(ConcurrencyError) as caught:
-                store.append("job-1", make_events("job-1", expected, 1), expected)
-            assert caught.value.expected_seq == expected
-            assert caught.value.actual_seq == 2
-        with pytest.raises(ConcurrencyError):
-            store.append("new-job", make_events("new-job", 1, 1), 1)
-        assert _seqs(store.read("job-1")) == [0, 1]
-        assert store.streams() == ["job-1"]
 
-    def test_a_batch_with_a_duplicate_id_inside_leaves_nothing_behind(self, store):
-        batch = make_events("job-1", 0, 3)
-        batch[2] = batch[2].model_copy(update={"id": batch[0].id})
-        with pytest.raises(DuplicateEventError):
-            store.append("job-1", batch, 0)
-        assert store.read("job-1") == []
-        assert store.streams() == []
+class TestSqliteStore(StoreContract):
+    capabilities = EVERY_CAPABILITY
 
-    def test_a_batch_with_a_bad_seq_or_stream_leaves_nothing_behind(self, store):
-        store.append("job-1", make_events("job-1", 0, 1), 0)
-        gap = [make_event("job-1", 1), make_event("job-1", 3)]
-        with pytest.raises(ValueError, match="without a gap"):
-            store.append("job-1", gap, 1)
-        foreign = [make_event("job-1", 1), make_event("job-2", 2)]
-        with pytest.raises(ValueError, match="belongs to stream"):
-            store.append("job-1", foreign, 1)
-        assert _seqs(store.read("job-1")) == [0]
-        assert store.streams() == ["job-1"]
+    def new_store(self) -> EventStore:
+        return SqliteStore(self.tmp / "events.db")
 
-    def test_a_batch_clashing_with_a_stored_id_leaves_nothing_behind(self, store):
-        stored = make_events("job-1", 0, 2)
-        store.append("job-1", stored, 0)
-        batch = make_events("job-2", 0, 3)
-        batch[1] = batch[1].model_copy(update={"id": stored[1].id})
-        with pytest.raises(DuplicateEventError) as caught:
-            store.append("job-2", batch, 0)
-        assert caught.value.event_id == stored[1].id
-        assert store.read("job-2") == []
-        assert store.streams() == ["job-1"]
-        store.append("job-2", make_events("job-2", 0, 1), 0)  # the stream is still usable
+    def store_url(self) -> str:
+        return path_url("sqlite", self.tmp / "events.db")
 
-    def test_an_id_is_unique_across_streams_and_within_one(self, store):
-        event = make_event("job-1", 0)
-        store.append("job-1", [event], 0)
-        with pytest.raises(DuplicateEventError):
-            store.append("job-2", [event.model_copy(update={"stream": "job-2"})], 0)
-        with pytest.raises(DuplicateEventError):
-            store.append("job-1", [event.model_copy(update={"seq": 1})], 1)
-        assert store.read("job-1") == [event]
-        assert store.read("job-2") == []
+    def damage(self, store: EventStore, stream: str, seq: int) -> bool:
+        with sqlite3.connect(self.tmp / "events.db") as conn:
+            conn.execute(
+                "UPDATE events SET body = CAST(replace(CAST(body AS TEXT), 'IN_QUEUE', "
+                "'IN_QUEUX') AS BLOB) WHERE stream = ? AND seq = ?",
+                (stream, seq),
+            )
+        conn.close()
+        return True
 
-    def test_a_group_commit_lands_every_good_batch_and_fails_only_the_bad_one(self, store):
-        store.append("b", make_events("b", 0, 1), 0)
-        outcomes = append_many(
-            store,
-            [
-                ("a", make_events("a", 0, 2), 0),
-                ("b", make_events("b", 0, 1, tag="stale"), 0),  # stale: b already has seq 0
-                ("c", make_events("c", 0, 3), 0),
-            ],
-        )
-        assert outcomes[0] is None and outcomes[2] is None
-        assert isinstance(outcomes[1], ConcurrencyError)
-        assert [len(store.read(s)) for s in "abc"] == [2, 1, 3]
 
-    def test_read_after_a_seq_returns_only_later_events(self, store):
-        events = make_events("job-1", 0, 5)
-        store.append("job-1", events, 0)
-        assert store.read("job-1", None) == events
-        assert store.read("job-1", -1) == events
-        assert store.read("job-1", -7) == events
-        assert store.read("job-1", 0) == events[1:]
-        assert store.read("job-1", 2) == events[3:]
-        assert store.read("job-1", 4) == []
-        assert store.read("job-1", 40) == []
+class TestJsonlStore(StoreContract):
+    capabilities = frozenset({"lazy_reads"})
 
-    def test_streams_lists_every_stream_once_sorted(self, store):
-        names = [
-            "job-b",
-            "job-a",
-            "runs/7/attempt 2",
-            "ünïcødé-job",
-            "50%off",
-            "..",
-            "x" * 200,
-            "Y" + "/" * 199,
-        ]
-        for name in names:
-            store.append(name, make_events(name, 0, 2), 0)
-        store.append("job-a", make_events("job-a", 2, 1), 2)
-        assert store.streams() == sorted(names)
-        for name in names:
-            assert _seqs(store.read(name)) == ([0, 1, 2] if name == "job-a" else [0, 1])
+    def new_store(self) -> EventStore:
+        return JsonlStore(self.tmp / "log")
 
-    def test_a_reopened_store_sees_everything(self, durable_backend):
-        backend = durable_backend
-        first = backend.open()
-        a = make_events("job-a", 0, 3)
-        b = make_events("job/b", 0, 2)
-        first.append("job-a", a, 0)
-        first.append("job/b", b, 0)
-        first.close()
-        second = backend.open()
-        assert second.streams() == ["job-a", "job/b"]
-        assert second.read("job-a") == a
-        assert second.read("job/b") == b
-        second.append("job-a", make_events("job-a", 3, 1), 3)
-        with pytest.raises(ConcurrencyError):
-            second.append("job-a", make_events("job-a", 3, 1), 3)
-        with pytest.raises(DuplicateEventError):
-            second.append("job-c", [b[0].model_copy(update={"stream": "job-c"})], 0)
+    def store_url(self) -> str:
+        return path_url("jsonl", self.tmp / "log")
 
-    def test_two_store_objects_on_one_location_see_each_other(self, backend):
-        one, two = backend.open(), backend.open()
-        one.append("job-1", make_events("job-1", 0, 2), 0)
-        with pytest.raises(ConcurrencyError):
-            two.append("job-1", make_events("job-1", 0, 1), 0)
-        two.append("job-1", make_events("job-1", 2, 1), 2)
-        assert _seqs(one.read("job-1")) == [0, 1, 2]
+    def damage(self, store: EventStore, stream: str, seq: int) -> bool:
+        path = self.tmp / "log" / JsonlStore(self.tmp / "log").path_for(stream).name
+        lines = path.read_bytes().split(b"\n")
+        lines[seq] = lines[seq].replace(b"IN_QUEUE", b"IN_QUEUX")
+        path.write_bytes(b"\n".join(lines))
+        return True
 
-    def test_concurrent_thread_writers_lose_nothing_and_never_interleave(self, backend):
-        threads_n, each = 4, 8
-        stores = [backend.open() for _ in range(threads_n)]
-        start = threading.Barrier(threads_n)
-        written: dict[int, list[str]] = {}
-        errors: list[BaseException] = []
 
-        def work(i: int) -> None:
-            try:
-                start.wait(10)
-                written[i] = append_with_retry(stores[i], "race", each, tag=f"t{i}")
-            except BaseException as exc:
-                errors.append(exc)
+@pytest.mark.postgres
+@pytest.mark.skipif(postgres_dsn() is None, reason=NO_POSTGRES)
+class TestPostgresStore(StoreContract):
+    capabilities = EVERY_CAPABILITY - {"lazy_reads"}
 
-        threads = [threading.Thread(target=work, args=(i,)) for i in range(threads_n)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(60)
-        assert not errors, errors
-        log = backend.open().read("race")
-        assert _seqs(log) == list(range(threads_n * each))
-        assert sorted(_ids(log)) == sorted(i for ids in written.values() for i in ids)
+    def new_store(self) -> EventStore:
+        from flashfsm.adapters.postgres import PostgresStore
 
-    def test_concurrent_process_writers_lose_nothing_and_never_interleave(self, durable_backend):
-        backend = durable_backend
-        procs_n, each = 3, 6
-        ctx = _spawn()
-        go, out = ctx.Event(), ctx.Queue()
-        procs = [
-            ctx.Process(target=writer_process, args=(backend.url, "race", each, f"p{i}", go, out))
-            for i in range(procs_n)
-        ]
-        for proc in procs:
-            proc.start()
-        go.set()
-        results = [out.get(timeout=60) for _ in procs]
-        for proc in procs:
-            proc.join(30)
-            assert proc.exitcode == 0
-        log = backend.open().read("race")
-        assert _seqs(log) == list(range(procs_n * each))
-        assert sorted(_ids(log)) == sorted(i for _, ids in results for i in ids)
+        dsn = postgres_dsn()
+        assert dsn is not None
+        if not self._cleanups:
+            self.on_teardown(lambda: drop_table(dsn, self.location_id))
+        return PostgresStore(dsn, table=self.location_id)
 
-    def test_follow_replays_then_sees_a_thread_append_within_one_second(self, backend):
-        writer, follower = backend.open(), backend.open()
-        writer.append("job-1", make_events("job-1", 0, 2), 0)
-        received, thread = _follow_into(follower, "job-1", None, until_seq=3)
-        assert _seqs([_next(received)[1], _next(received)[1]]) == [0, 1]
-        for seq in (2, 3):
-            time.sleep(0.3)
-            event = make_event("job-1", seq)
-            writer.append("job-1", [event], seq)
-            got_at, got = _next(received, timeout=5)
-            assert got == event
-            assert got_at - event.at < 1.0
-        thread.join(5)
-        assert not thread.is_alive()
+    def store_url(self) -> str:
+        dsn = postgres_dsn()
+        assert dsn is not None
+        return f"{dsn}{'&' if '?' in dsn else '?'}table={self.location_id}"
 
-    def test_follow_starts_after_the_given_seq(self, store):
-        store.append("job-1", make_events("job-1", 0, 4), 0)
-        follow = store.follow("job-1", after=1, poll_s=0.05)
-        assert [next(follow).seq, next(follow).seq] == [2, 3]
-        follow.close()
+    def damage(self, store: EventStore, stream: str, seq: int) -> bool:
+        import psycopg
+        from psycopg import sql
 
-    def test_follow_sees_another_process_append_within_one_second(self, durable_backend):
-        backend = durable_backend
-        follower = backend.open()
-        follower.append("job-1", make_events("job-1", 0, 1), 0)
-        received, thread = _follow_into(follower, "job-1", 0, until_seq=1)
-        ctx = _spawn()
-        ready = ctx.Event()
-        proc = ctx.Process(
-            target=delayed_writer_process, args=(backend.url, "job-1", 1, ready, 0.3)
-        )
-        proc.start()
-        try:
-            assert ready.wait(30)
-            got_at, got = _next(received, timeout=30)
-            assert got.seq == 1
-            assert got_at - got.at < 1.0
-        finally:
-            proc.join(30)
-        assert proc.exitcode == 0
-        thread.join(5)
+        with psycopg.connect(postgres_dsn(), autocommit=True) as conn:  # type: ignore[arg-type]
+            conn.execute(
+                sql.SQL(
+                    "UPDATE {} SET body = replace(body, 'IN_QUEUE', 'IN_QUEUX') "
+                    "WHERE stream = %s AND seq = %s"
+                ).format(sql.Identifier(self.location_id)),
+                (stream, seq),
+            )
+        return True
 
-    def test_copy_streams_to_every_backend_keeps_streams_seqs_and_ids(
-        self, backend, tmp_path, cleanups
-    ):
-        src = backend.open()
-        logs = {
-            "job-a": make_events("job-a", 0, 5),
-            "job/b": make_events("job/b", 0, 1),
-            "ünï c": make_events("ünï c", 0, 3),
-        }
+
+# -- what the suite says of the contract itself ----------------------------------------------
+
+
+def test_open_store_checks_a_backend_once_and_refuses_half_a_capability(tmp_path, monkeypatch):
+    class HalfLeases(MemoryStore):
+        """A store with a claim but no renewal, no index, no heartbeat."""
+
+        def claim(self, owner: str, ttl_s: float, limit: int) -> list:
+            return []
+
+    closed: list[bool] = []
+
+    def half(url: str, read_only: bool) -> EventStore:
+        store = HalfLeases()
+        store.close = lambda: closed.append(True)  # type: ignore[method-assign]
+        return store
+
+    monkeypatch.setitem(SCHEMES, "half", half)
+    with pytest.raises(StoreContractError, match="part of LeaseStore: claim without renew"):
+        open_store("half://")
+    assert closed == [True]  # the refused store was closed
+    with pytest.raises(StoreContractError, match="not an EventStore: no read"):
+        check_store(object.__new__(type("Appends", (), {"append": lambda *a: None})))
+    assert capabilities(HalfLeases()).leases is None  # (a lookup never offers half of one)
+
+
+def test_a_wrapper_offers_what_the_store_it_forwards_to_offers(tmp_path):
+    from flashfsm.events.store import HANDOFF, FencedStore
+    from flashfsm.writer import JOB, preload
+
+    store = SqliteStore(tmp_path / "events.db")
+    fenced = FencedStore(store, lambda _s: HANDOFF)
+    assert capabilities(fenced).names == capabilities(store).names == EVERY_CAPABILITY
+    memory = capabilities(FencedStore(MemoryStore(), lambda _s: None))
+    assert memory.names == {"group_commit", "snapshots", "snapshot_batches"}
+    store.save_snapshot("job-a", 0, 1, b"x")
+    assert capabilities(preload(store, ["job-a"], JOB)).snapshots is not None
+    store.close()
+
+
+@pytest.mark.parametrize("kind", [_kind_param(k) for k in KINDS])
+def test_copy_streams_between_every_pair_of_backends_keeps_streams_seqs_and_ids(
+    kind, tmp_path, cleanups
+):
+    src = make_backend(kind, tmp_path, cleanups).open()
+    logs = {
+        "job-a": make_events("job-a", 0, 5),
+        "job/b": make_events("job/b", 0, 1),
+        "ünï c": make_events("ünï c", 0, 3),
+    }
+    for name, events in logs.items():
+        src.append(name, events, 0)
+    for other in _available_kinds():
+        dst = make_backend(other, tmp_path, cleanups).open()
+        copied = copy_streams(src, dst, batch_size=2)
+        assert copied == {name: len(events) for name, events in logs.items()}
+        assert dst.streams() == sorted(logs)
         for name, events in logs.items():
-            src.append(name, events, 0)
-        for kind in _available_kinds():
-            dst = make_backend(kind, tmp_path, cleanups).open()
-            copied = copy_streams(src, dst, batch_size=2)
-            assert copied == {name: len(events) for name, events in logs.items()}
-            assert dst.streams() == sorted(logs)
-            for name, events in logs.items():
-                assert dst.read(name) == events, (backend.kind, kind, name)
-            # resumable and idempotent: nothing left to copy, then only the new tail
-            assert copy_streams(src, dst) == dict.fromkeys(logs, 0)
-            have = len(logs["job-a"])
-            tail = make_events("job-a", have, 2)
-            src.append("job-a", tail, have)
-            assert copy_streams(src, dst, ["job-a"]) == {"job-a": 2}
-            logs["job-a"] = logs["job-a"] + tail
-            assert dst.read("job-a") == logs["job-a"]
+            assert dst.read(name) == events, (kind, other, name)
 
-    def test_copy_streams_refuses_a_diverged_destination(self, backend, tmp_path, cleanups):
-        src = backend.open()
-        src.append("job-a", make_events("job-a", 0, 2), 0)
-        dst = make_backend("memory", tmp_path, cleanups).open()
-        dst.append("job-a", make_events("job-a", 0, 1), 0)
-        with pytest.raises(ValueError, match="diverged"):
-            copy_streams(src, dst)
 
-    def test_the_store_matches_a_dict_model(self, backend):
-        shared = {"store": backend.open()}
+def test_the_store_matches_a_dict_model(backend):
+    shared = {"store": backend.open()}
 
-        class Machine(StoreVersusModel):
-            location = backend
-            current = shared
+    class Machine(StoreVersusModel):
+        location = backend
+        current = shared
 
-        run_state_machine_as_test(Machine, settings=settings(settings(), stateful_step_count=20))
+    run_state_machine_as_test(Machine, settings=settings(settings(), stateful_step_count=20))
 
 
 # -- the dict model --------------------------------------------------------------------------

@@ -1,0 +1,300 @@
+"""A backend written outside flashfsm, only against its documented store contract, passes
+the suite flashfsm ships (`flashfsm.testing.StoreContract`), fleet capabilities included.
+
+`DictStore` keeps its tables in the dicts of a `Location` (what a file or a database is to
+the other backends: store objects may share one) and moves rows only: the encoding layer
+(`flashfsm.events.rows`) makes each append's rows, checksums and index change, and checks
+each batch and each read. It implements docs/stores.md's contract: `EventStore`,
+`LazyReads`, `GroupCommit`, `SnapshotStore`, `SnapshotBatches`, `BulkReads` and `LeaseStore`
+(the open-streams index, leases, heartbeats, by its own clock), in under 300 lines.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import astuple, dataclass
+
+from flashfsm.adapters.stores import SCHEMES, open_store
+from flashfsm.events.errors import DuplicateEventError, StoreError
+from flashfsm.events.models import Event
+from flashfsm.events.rows import CLOSED_BY, EncodedBatch, Row, decode_rows, encode_batch
+from flashfsm.events.store import (
+    CAPABILITIES,
+    FAILED_REASON_CAP,
+    Census,
+    Lease,
+    OpenStream,
+    Replica,
+    capabilities,
+    follow_by_polling,
+)
+from flashfsm.testing import StoreContract
+
+
+@dataclass(slots=True)
+class _Open:
+    """One row of the open-streams index."""
+
+    stream: str
+    kind: str
+    parent: str | None
+    handoff: bool
+    opened_at: float
+    owner: str | None = None
+    expires: float | None = None
+    token: int = 0
+    failed: str | None = None
+
+    def claimable(self) -> bool:
+        return self.handoff and self.parent is None and self.failed is None
+
+    def live(self, now: float) -> bool:
+        return self.owner is not None and self.expires is not None and self.expires > now
+
+    def left(self, now: float) -> float | None:
+        return None if self.expires is None else self.expires - now
+
+
+class Location:
+    """The tables: rows by stream, ids, snapshots, the index, heartbeats, and one lock."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.rows: dict[str, list[Row]] = {}
+        self.ids: set[str] = set()
+        self.snapshots: dict[str, tuple[int, int, bytes]] = {}
+        self.open: dict[str, _Open] = {}
+        self.beats: dict[str, tuple[float, tuple[str, ...] | None]] = {}
+
+
+class DictStore:
+    """An event store in a `Location`; every operation holds its lock (a transaction)."""
+
+    def __init__(self, where: Location, *, strict: bool = False) -> None:
+        self.where, self.strict, self.snapshot_every = where, strict, 100
+
+    # -- EventStore (append fenced: LeaseStore) -------------------------------------------
+
+    def append(
+        self, stream: str, events: Sequence[Event], expected_seq: int, *, lease: Lease | None = None
+    ) -> None:
+        if events:
+            batch = encode_batch(stream, events, expected_seq, lease)
+            with self.where.lock:
+                self._append(batch)
+
+    def _append(self, batch: EncodedBatch) -> None:
+        where, fence = self.where, batch.fence
+        row = None if fence is None else where.open.get(fence)
+        batch.check(len(where.rows.get(batch.stream, ())), None if row is None else row.token)
+        for stored in batch.rows:
+            if stored.id in where.ids:
+                raise DuplicateEventError(batch.stream, stored.id)
+        where.rows.setdefault(batch.stream, []).extend(batch.rows)
+        where.ids.update(stored.id for stored in batch.rows)
+        if batch.closes:
+            for name in [s for s, o in where.open.items() if batch.stream in (s, o.parent)]:
+                del where.open[name]
+        elif batch.opens is not None and batch.stream not in where.open:
+            where.open[batch.stream] = _Open(*batch.opens)
+
+    def read(self, stream: str, after: int | None = None) -> list[Event]:
+        with self.where.lock:
+            rows = self.where.rows.get(stream, [])[0 if after is None else max(0, after + 1) :]
+        seqs, bodies, sums = (
+            [r.seq for r in rows],
+            [r.body for r in rows],
+            [r.checksum for r in rows],
+        )
+        return decode_rows("dict store", stream, seqs, bodies, sums, strict=self.strict)
+
+    def streams(self) -> list[str]:
+        with self.where.lock:
+            return sorted(stream for stream, rows in self.where.rows.items() if rows)
+
+    def follow(
+        self, stream: str, after: int | None = None, *, poll_s: float = 0.2
+    ) -> Iterator[Event]:
+        return follow_by_polling(self.read, stream, after, poll_s, time.sleep)
+
+    def close(self) -> None:
+        """Nothing is held."""
+
+    # -- LazyReads, GroupCommit ------------------------------------------------------------
+
+    def iter_read(self, stream: str, after: int | None = None) -> Iterator[Event]:
+        return iter(self.read(stream, after))
+
+    def append_many(
+        self,
+        batches: Sequence[tuple[str, Sequence[Event], int]],
+        leases: Sequence[Lease | None] | None = None,
+    ) -> list[Exception | None]:
+        outcomes: list[Exception | None] = []
+        fences = list(leases) if leases is not None else [None] * len(batches)
+        with self.where.lock:
+            for (stream, events, expected), lease in zip(batches, fences, strict=True):
+                try:
+                    if events:
+                        self._append(encode_batch(stream, events, expected, lease))
+                    outcomes.append(None)
+                except (StoreError, ValueError) as exc:
+                    outcomes.append(exc)
+        return outcomes
+
+    # -- SnapshotStore, SnapshotBatches, BulkReads ----------------------------------------
+
+    def save_snapshot(self, stream: str, seq: int, version: int, body: bytes) -> None:
+        self.save_snapshots([(stream, seq, version, body)])
+
+    def save_snapshots(self, snapshots: Sequence[tuple[str, int, int, bytes]]) -> None:
+        with self.where.lock:
+            for stream, seq, version, body in snapshots:
+                kept = self.where.snapshots.get(stream)
+                if kept is None or kept[1] != version or kept[0] <= seq:
+                    self.where.snapshots[stream] = (seq, version, bytes(body))
+
+    def load_snapshot(self, stream: str) -> tuple[int, int, bytes] | None:
+        with self.where.lock:
+            return self.where.snapshots.get(stream)
+
+    def load_snapshots(self, streams: Sequence[str]) -> dict[str, tuple[int, int, bytes]]:
+        with self.where.lock:
+            return {s: self.where.snapshots[s] for s in streams if s in self.where.snapshots}
+
+    def read_tails(self, afters: Mapping[str, int]) -> dict[str, list[Event]]:
+        with self.where.lock:
+            return {stream: self.read(stream, after) for stream, after in afters.items()}
+
+    # -- LeaseStore: the index and leases, by this store's clock ----------------------------
+
+    def claim(
+        self,
+        owner: str,
+        ttl_s: float,
+        limit: int,
+        kinds: Sequence[str] = ("job", "run"),
+        *,
+        expired_only: bool = False,
+    ) -> list[Lease]:
+        now = time.time()
+        with self.where.lock:
+            rows = sorted(self.where.open.values(), key=lambda o: (o.opened_at, o.stream))
+            free = [o for o in rows if o.claimable() and o.kind in kinds and not o.live(now)]
+            free = [o for o in free if o.owner is not None or not expired_only][: max(0, limit)]
+            for o in free:
+                o.owner, o.expires, o.token = owner, now + ttl_s, o.token + 1
+            return [Lease(o.stream, o.token, o.kind) for o in free]
+
+    def renew(self, owner: str, leases: Sequence[Lease], ttl_s: float) -> list[Lease]:
+        now, kept = time.time(), []
+        with self.where.lock:
+            for lease in leases:
+                o = self.where.open.get(lease.stream)
+                if o is not None and o.owner == owner and o.token == lease.token and o.live(now):
+                    o.expires = now + ttl_s
+                    kept.append(lease)
+        return kept
+
+    def release(self, owner: str, leases: Sequence[Lease]) -> None:
+        with self.where.lock:
+            for lease in leases:
+                o = self.where.open.get(lease.stream)
+                if o is not None and o.owner == owner and o.token == lease.token:
+                    o.owner = o.expires = None
+
+    def beat(self, owner: str, ttl_s: float, kinds: Sequence[str] | None = None) -> Census:
+        now = time.time()
+        with self.where.lock:
+            beats = self.where.beats
+            beats[owner] = (now + ttl_s, None if kinds is None else tuple(kinds))
+            for name in [n for n, (expires, _) in beats.items() if expires < now - 86400]:
+                del beats[name]
+            claimable = [o for o in self.where.open.values() if o.claimable()]
+            others = [
+                o.expires for o in claimable if o.live(now) and o.owner != owner and o.expires
+            ]
+            return Census(
+                sum(expires > now for expires, _ in beats.values()),
+                len(claimable),
+                sum(o.owner == owner and o.live(now) for o in claimable),
+                min(others) - now if others else None,
+            )
+
+    def join(self, owner: str, ttl_s: float, kinds: Sequence[str] | None = None) -> Census | None:
+        now = time.time()
+        with self.where.lock:
+            beat = self.where.beats.get(owner)
+            held = any(o.owner == owner and o.live(now) for o in self.where.open.values())
+            if held or (beat is not None and beat[0] > now):
+                return None
+            return self.beat(owner, ttl_s, kinds)
+
+    def leave(self, owner: str) -> None:
+        with self.where.lock:
+            self.where.beats.pop(owner, None)
+            for o in self.where.open.values():
+                if o.owner == owner:
+                    o.owner = o.expires = None
+
+    def open_streams(self) -> list[OpenStream]:
+        now = time.time()
+        with self.where.lock:
+            rows = sorted(self.where.open.values(), key=lambda o: (o.opened_at, o.stream))
+            return [OpenStream(*astuple(o)[:6], o.left(now), o.token, o.failed) for o in rows]
+
+    def replicas(self) -> list[Replica]:
+        now = time.time()
+        with self.where.lock:
+            live = sorted((o, k, e - now) for o, (e, k) in self.where.beats.items() if e > now)
+            return [Replica(owner, kinds, left) for owner, kinds, left in live]
+
+    def mark_failed(self, owner: str, lease: Lease, reason: str) -> bool:
+        with self.where.lock:
+            o = self.where.open.get(lease.stream)
+            if o is None or o.owner != owner or o.token != lease.token:
+                return False
+            o.failed = reason[:FAILED_REASON_CAP]
+            return True
+
+    def unmark(self, stream: str) -> bool:
+        with self.where.lock:
+            o = self.where.open.get(stream)
+            marked = o is not None and o.failed is not None
+            if o is not None:
+                o.failed = None
+            return marked
+
+    def drop_closed(self, stream: str) -> bool:
+        with self.where.lock:
+            if not any(r.kind in CLOSED_BY for r in self.where.rows.get(stream, ())):
+                return False
+            gone = [s for s, o in self.where.open.items() if stream in (s, o.parent)]
+            for name in gone:
+                del self.where.open[name]
+            return bool(gone)
+
+
+class TestDictStore(StoreContract):
+    capabilities = frozenset(capability.name for capability in CAPABILITIES)
+
+    def setup_method(self, method: object = None) -> None:
+        super().setup_method(method)
+        self.location = Location()
+
+    def new_store(self) -> DictStore:
+        return DictStore(self.location)
+
+    def damage(self, store: object, stream: str, seq: int) -> bool:
+        rows = self.location.rows[stream]
+        rows[seq] = rows[seq]._replace(body=rows[seq].body.replace(b"IN_QUEUE", b"IN_QUEUX"))
+        return True
+
+
+def test_the_backend_opens_by_url_once_registered_and_is_checked_there(monkeypatch) -> None:
+    shared = Location()
+    monkeypatch.setitem(SCHEMES, "dict", lambda url, read_only: DictStore(shared))
+    store = open_store("dict://")
+    assert capabilities(store).leases is store and isinstance(store, DictStore)
