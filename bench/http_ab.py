@@ -85,12 +85,13 @@ def _serve_raw() -> None:
             writer.close()
 
     async def main() -> None:
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
         server = await asyncio.start_server(handle, "127.0.0.1", 0)
         print(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", flush=True)
         async with server:
-            await server.serve_forever()
+            await stop.wait()
 
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     asyncio.run(main())
 
 
@@ -120,6 +121,9 @@ def _servers(directory: Path) -> Iterator[dict[str, Any]]:
                 exports[name] = value.strip("'")
             elif line.startswith("# fleet:"):
                 break
+        else:
+            tail = (directory / "simulator.log").read_text()[-2000:]
+            raise RuntimeError(f"the simulator exited before queueing its fleet:\n{tail}")
         jobs = [json.loads(line) for line in fleet_file.read_text().splitlines()]
         yield {
             "sim_url": exports["RUNPOD_ENDPOINT_BASE_URL"],
