@@ -489,10 +489,12 @@ class AsyncH11Transport(httpx.AsyncBaseTransport):
             out += state.send(h11.EndOfMessage())
         except h11.LocalProtocolError as exc:
             raise httpx.LocalProtocolError(str(exc), request=request) from None
+        writer = conn.writer
         try:
-            async with asyncio.timeout(write_s):
-                conn.writer.write(out)
-                await conn.writer.drain()
+            writer.write(out)
+            if writer.transport.get_write_buffer_size():  # (else all of it is sent)
+                async with asyncio.timeout(write_s):
+                    await writer.drain()
         except TimeoutError:
             raise httpx.WriteTimeout("timed out sending the request", request=request) from None
         except OSError as exc:

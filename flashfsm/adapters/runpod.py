@@ -1006,7 +1006,7 @@ class RunpodClient(_Client[httpx.BaseTransport, httpx.Client]):
             response = self._send(step.request)
             try:
                 reading = Reading(step, response.status_code, response.headers)
-                for raw in response.iter_raw():
+                for raw in response.stream:  # (raw bytes: `Reading` decodes)
                     if reading.feed(raw):
                         break
                 else:
@@ -1123,7 +1123,7 @@ class AsyncRunpodClient(_Client[httpx.AsyncBaseTransport, httpx.AsyncClient]):
                 response: httpx.Response = await self._send(step.request)
                 try:
                     reading = Reading(step, response.status_code, response.headers)
-                    async with contextlib.aclosing(response.aiter_raw()) as chunks:
+                    async with contextlib.aclosing(aiter(response.stream)) as chunks:
                         async for raw in chunks:
                             if reading.feed(raw):
                                 break
