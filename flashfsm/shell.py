@@ -14,7 +14,7 @@ from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from flashfsm.events.policy import GracePolicy
+from flashfsm.events.policy import DEFAULT_POLICY, GracePolicy
 from flashfsm.events.store import EventStore
 from flashfsm.fsm.commands import Verdict
 from flashfsm.fsm.job import JobState
@@ -206,11 +206,11 @@ def poll_job(
     interval_s: float = 10.0,
     heartbeat_reader: Reader | None = None,
     failure_detail_reader: Reader | None = None,
-    stall_after_s: float = 1200.0,
-    setup_grace_s: float = 3000.0,
-    unhealthy_grace_s: float = 240.0,
-    throttled_grace_s: float = 300.0,
-    queue_grace_s: float = 300.0,
+    stall_after_s: float = DEFAULT_POLICY.stall_after_s,
+    setup_grace_s: float = DEFAULT_POLICY.setup_grace_s,
+    unhealthy_grace_s: float = DEFAULT_POLICY.unhealthy_grace_s,
+    throttled_grace_s: float = DEFAULT_POLICY.throttled_grace_s,
+    queue_grace_s: float = DEFAULT_POLICY.queue_grace_s,
     deadline_s: float | None = None,
     *,
     client: JobClient | None = None,
@@ -220,7 +220,7 @@ def poll_job(
     stream: str | None = None,
     allow_pickle: bool | None = None,
     stop: Callable[[], bool] | None = None,
-    heartbeat_every_s: float | None = 30.0,
+    heartbeat_every_s: float | None = DEFAULT_POLICY.heartbeat_every_s,
     watcher: str | None = None,
 ) -> PollResult:
     """Watch a submitted job until a rule reaches a verdict; every observation is an event.

@@ -62,17 +62,25 @@ class GracePolicy(BaseModel):
         return cls(**{**stall_kwargs(on_last_gpu), **overrides})
 
 
+#: The policy of a job whose log records none: every default. Every default of a rule's limit
+#: lives in `GracePolicy` alone; anything that needs one reads it here.
+DEFAULT_POLICY = GracePolicy()
+#: The stall window of an attempt of a run (longer than a lone watch's default).
+ATTEMPT_STALL_AFTER_S = 1500.0
+
+
 def stall_kwargs(on_last_gpu: bool = False) -> dict[str, float]:
     """The `poll_job` keyword arguments for an attempt of a run.
 
-    Capacity backstops (queue and throttled grace) wait 300 s while a further GPU class can
-    still be tried, and 900 s when this attempt is the last one: with nowhere left to walk,
-    waiting out a long queue beats giving up. Stall and setup windows do not depend on it.
+    Capacity backstops (queue and throttled grace) wait `CAPACITY_GRACE_S` while a further
+    GPU class can still be tried, and `LAST_GPU_CAPACITY_GRACE_S` when this attempt is the
+    last one: with nowhere left to walk, waiting out a long queue beats giving up. The stall
+    window is `ATTEMPT_STALL_AFTER_S` and the setup grace the default; neither depends on it.
     """
     grace = LAST_GPU_CAPACITY_GRACE_S if on_last_gpu else CAPACITY_GRACE_S
     return {
-        "stall_after_s": 1500.0,
-        "setup_grace_s": 3000.0,
+        "stall_after_s": ATTEMPT_STALL_AFTER_S,
+        "setup_grace_s": DEFAULT_POLICY.setup_grace_s,
         "queue_grace_s": grace,
         "throttled_grace_s": grace,
     }

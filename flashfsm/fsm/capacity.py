@@ -36,6 +36,7 @@ from flashfsm.events.models import (
     JobSubmitted,
     StatusObserved,
 )
+from flashfsm.events.policy import DEFAULT_POLICY
 
 #: The ranking rule's name, as `CandidatesRanked.rule` records it.
 STARVED_LAST = "starved_last"
@@ -53,7 +54,7 @@ class CapacityPolicy:
 
     enabled: bool = True
     window_s: float = 3600.0
-    starve_after_s: float = 300.0  # the default queue grace: a wait past it is a no_capacity
+    starve_after_s: float = DEFAULT_POLICY.queue_grace_s  # a wait past it: a no_capacity
 
     def __post_init__(self) -> None:
         if not self.window_s > 0:
