@@ -28,6 +28,7 @@ from typing import Any
 from flashfsm.events.models import (
     Concluded,
     Event,
+    HeartbeatObserved,
     JobSubmitted,
     WatchStarted,
     WorkerLogObserved,
@@ -133,17 +134,28 @@ def decision_point(events: Sequence[Event]) -> Point:
     assert verdict is None or isinstance(verdict, Concluded)
     state = JobState()
     steps: list[tuple[Event, JobState, JobState]] = []
-    for event in events[:cut]:
+    judged: list[JobState] = []
+    for i, event in enumerate(events[:cut]):
         before = state.copy()
         evolve(state, event)
-        steps.append((event, before, state.copy()))
-    decision = state.copy()
-    if "heartbeat" in decision.pending:
-        skip_read(decision)  # the shell drops a read that found nothing new, then decides
+        after = state.copy()
+        steps.append((event, before, after))
+        nxt = events[i + 1] if i + 1 < cut else None
+        judged.append(_as_judged(after, nxt))
+    decision = _as_judged(state.copy(), None)
     start = events[0].at if events else 0.0
     last_at = events[cut - 1].at if cut else start
     at = verdict.at if verdict is not None else last_at
-    return Point(steps, decision, at, start, verdict)
+    return Point(steps, decision, at, start, verdict, judged)
+
+
+def _as_judged(after: JobState, nxt: Event | None) -> JobState:
+    """The state the rules judged after an event: a regular heartbeat read asked for there
+    that the log does not record next found nothing new, so the shell dropped it
+    (`skip_read`) and the rules judged without it."""
+    if "heartbeat" not in after.pending or (isinstance(nxt, HeartbeatObserved) and not nxt.forced):
+        return after
+    return skip_read(after.copy())
 
 
 def rule_why(rule: str) -> str:

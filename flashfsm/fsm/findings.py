@@ -1,12 +1,14 @@
 """What a rule sees: the numbers it compares (`Measure`), what it concludes (`Finding`), and
 the log it looks at when explaining (`Point`).
 
-A rule's check (`flashfsm.fsm.rules`) returns a `Finding` when it fires: the terminal state,
-the detail recorded in the verdict, the evidence seqs and the measures behind it. A rule's
-explanation returns a `Finding` for any log, whether the rule fired or not, judged at the
-log's *decision point*: the state after its last observation (before the recorded
-`Concluded`, when there is one). `Point` carries that state and every step that led to it,
-so an explanation can quote history ("the longest wait", "the job left IN_QUEUE at …").
+A rule's measure (`flashfsm.fsm.rules`) returns a `Finding`: when the rule fires, the
+terminal state, the detail recorded in the verdict, the evidence seqs and the measures
+behind it; when it is asked to explain, what the rule sees fired or not. A rule's
+explanation is written from those findings at the log's *decision point*: the state after
+its last observation (before the recorded `Concluded`, when there is one). `Point` carries
+that state and every step that led to it, with the state the rules judged after each
+(`judged`), so an explanation can quote what the rule found earlier ("the longest wait")
+and the history ("the job left IN_QUEUE at …").
 
 Beside the rules, the worker's own records (`worker_evidence`): the worker that took the
 job (`WorkerSeen`) and its last log lines read before the verdict (`WorkerLog`), which
@@ -145,17 +147,29 @@ class Finding:
 
 
 Step = tuple[Event, JobState, JobState]  # an event, the state before it and after it
+#: How an explanation writes a time (`Point.t`: "t+310 s").
+TimeText = Callable[[float], str]
 
 
 @dataclass(slots=True)
 class Point:
-    """A log at its decision point: each observation with the state before and after it."""
+    """A log at its decision point: each observation with the state before and after it.
+
+    `judged[i]` is the state the rules judged after `steps[i]`: its state after, less a
+    regular heartbeat read the watch asked for there but did not record (it found nothing
+    new, so the shell dropped it and judged without it).
+    """
 
     steps: list[Step]
     state: JobState  # at the decision point
     at: float  # the verdict's time, else the last event's
     start: float  # the log's first event, t+0
     verdict: Concluded | None
+    judged: list[JobState] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.judged:
+            self.judged = [after for _, _, after in self.steps]
 
     def t(self, at: float) -> str:
         """A time as an offset from the log's start: "t+310 s"."""

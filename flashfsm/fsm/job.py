@@ -3,25 +3,27 @@
 Theory of operation. A watch is a sequence of polls. Each poll opens with a status fetch
 (a `StatusObserved` or a `StatusFetchFailed` event) and may be followed by the reads that
 fetch made due (a health probe, a heartbeat read, or the forced reads after a terminal
-failure); `JobState.pending` lists the reads still due in the current poll. After every
-event `decide` first asks the verdict rules (`rules.judge_poll`: `rules.RULES` order, but
-among the rules with a timer the limit that passed first wins, once the reads it waits
-for are made, so a late poll judges as an on-time one would), then
-asks for the next pending read, then waits for the next poll, then checks the client
-deadline and fetches again. A forced heartbeat read that failed on a transient error goes
-back to the end of `pending` with a due time (`forced_retry_at`, from the failed read's
-`at`), so `decide` waits for it and reads again, a bounded number of times
-(`rules.forced_read_retry_at`); the verdict rules wait while it is pending.
+failure); `JobState.pending` lists the reads still due in the current poll, by their
+`rules.Read` names. After every event `decide` first asks the verdict rules that judge
+that point (`rules.judging`: those waiting for none of the missing reads; if one fires,
+`rules.judge_poll` decides: `rules.RULES` order, but among the rules with a timer the
+limit that passed first wins, once the reads it waits for are made, so a late poll judges
+as an on-time one would), then asks for the next pending read, then waits for the next
+poll, then checks the client deadline and fetches again. A forced heartbeat read that
+failed on a transient error goes back to the end of `pending` with a due time
+(`forced_retry_at`, from the failed read's `at`), so `decide` waits for it and reads
+again, a bounded number of times (`rules.forced_read_retry_at`); the verdict rules wait
+while it is pending.
 
 `evolve` is the only function that changes a state, and replay is `evolve` over the log,
 so a state rebuilt from the log equals the live one after every event. For each event the
 fold does three things: the poll's own bookkeeping (what is pending, when the next fetch
 is); the *signals* it observed (`rules.Signal`), which arm, restart and clear the rules'
-timers exactly as each rule declares; and the *trigger* it observed, a named event of the
-shared `transitions.Machine` (`table.TRANSITIONS`): the table says where that trigger
-leads from the current phase, and a trigger with no edge from it leaves the phase alone.
-The Machine is only called when the phase moves — a few times per job — so a replay
-costs little more than decoding the log.
+timers exactly as each rule declares; and the *trigger* it observed (`Trigger`, a typed
+set held to the table at import), a named event of the shared `transitions.Machine`
+(`table.TRANSITIONS`): the table says where that trigger leads from the current phase, and
+a trigger with no edge from it leaves the phase alone. The Machine is only called when the
+phase moves — a few times per job — so a replay costs little more than decoding the log.
 
 The shell's one exception is `skip_read`: a regular heartbeat read that returned nothing
 new is not worth an event, so the shell drops it from `pending` directly; the next fetch
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from flashfsm.events.errors import CorruptLogError
@@ -70,6 +73,7 @@ from flashfsm.fsm.machine import fire
 from flashfsm.fsm.rules import (
     QUEUED_STATUS,
     TERMINAL_STATUSES,
+    Read,
     Signal,
     heartbeat_read_is_due,
     is_leftover_heartbeat,
@@ -79,16 +83,30 @@ from flashfsm.fsm.rules import (
     worker_condition,
 )
 from flashfsm.fsm.state import JobState, Timer
-from flashfsm.fsm.table import FAILURE_KIND, NEXT, TERMINAL, VERDICT_TRIGGERS, JobPhase
+from flashfsm.fsm.table import (
+    FAILURE_KIND,
+    NEXT,
+    TERMINAL,
+    TRANSITIONS,
+    VERDICT_TRIGGERS,
+    JobPhase,
+)
 
-#: Pending-read names and the command each one asks for.
+#: The command each read a poll can have pending asks for (`rules.Read`; the status is
+#: fetched by `FetchStatus`, never pending).
 READ_COMMANDS: dict[str, Command] = {
-    "probe": ProbeHealth(),
-    "heartbeat": ReadHeartbeat(force=False),
-    "forced_heartbeat": ReadHeartbeat(force=True),
-    "failure_detail": ReadFailureDetail(),
-    "worker": ReadWorker(),
+    Read.PROBE: ProbeHealth(),
+    Read.HEARTBEAT: ReadHeartbeat(force=False),
+    Read.FORCED_HEARTBEAT: ReadHeartbeat(force=True),
+    Read.FAILURE_DETAIL: ReadFailureDetail(),
+    Read.WORKER: ReadWorker(),
 }
+if set(READ_COMMANDS) != set(Read) - {Read.STATUS}:
+    raise RuntimeError(f"reads without a command: {set(Read) - {Read.STATUS} - set(READ_COMMANDS)}")
+#: The reads as `JobState.pending` holds them: plain strings (a state holds plain values).
+_PROBE_READ, _HEARTBEAT_READ = Read.PROBE.value, Read.HEARTBEAT.value
+_FORCED_READ_NAME, _FAILURE_READ = Read.FORCED_HEARTBEAT.value, Read.FAILURE_DETAIL.value
+_WORKER_READ = Read.WORKER.value
 #: The failures whose verdict waits for the worker's own log (a watch with a worker
 #: reader): the worker's code failed, it was preempted, it stalled or crash-looped.
 WORKER_LOG_FAILURES = frozenset(
@@ -132,19 +150,48 @@ _PROBE: dict[tuple[bool, bool], tuple[_Actions, _Actions]] = {
 }
 _SHIFTED: frozenset[str] = frozenset(spec.name for spec in rules.TIMERS if spec.shifts_on_gap)
 _LEFT_QUEUE_MASK = _LEFT_QUEUE[0]
-#: The checks of the rules judged after each observation, looked up once.
-_CHECKS = tuple(rule.check for rule in rules.AFTER_OBSERVATION)
+#: The poll interval of a state no watch has started (the watch's own default).
+_DEFAULT_INTERVAL_S: float = WatchStarted.model_fields["interval_s"].default
 
 
-def _from(trigger: str) -> frozenset[str]:
+class Trigger(StrEnum):
+    """The triggers the fold fires for what it observes: the transition table's, less the
+    verdicts' (`table.VERDICT_TRIGGERS`). A typed set: a misspelt trigger is an
+    `AttributeError`, never a trigger with no edge that silently leaves the phase alone, and
+    `check_triggers` holds this set to the table's at import."""
+
+    WORKER_THROTTLED = "worker_throttled"
+    WORKER_UNHEALTHY = "worker_unhealthy"
+    WORKERS_RECOVERED = "workers_recovered"
+    PICKED_UP = "picked_up"
+    RESUMED = "resumed"
+    REQUEUED = "requeued"
+    TRAINING_STARTED = "training_started"
+
+
+def check_triggers(triggers: Iterable[str]) -> None:
+    """Raise `ValueError` unless `triggers` are exactly the table's observation triggers."""
+    names = {str(trigger) for trigger in triggers}
+    table = {trigger for trigger, _, _ in TRANSITIONS} - set(VERDICT_TRIGGERS.values())
+    if names != table:
+        raise ValueError(
+            f"the fold's triggers and the transition table disagree: unknown to the table "
+            f"{sorted(names - table)}, never fired by the fold {sorted(table - names)}"
+        )
+
+
+check_triggers(Trigger)
+
+
+def _from(trigger: Trigger) -> frozenset[str]:
     """The phases `trigger` leads out of (the table read forwards, once)."""
     return frozenset(source for source, name in NEXT if name == trigger)
 
 
-_REQUEUED_FROM = _from("requeued")
+_REQUEUED_FROM = _from(Trigger.REQUEUED)
 #: The phases a worker picking the job up leads out of (with or without training seen).
-_PICKED_UP_FROM = _from("picked_up") | _from("resumed")
-_TRAINING_STARTED_FROM = _from("training_started")
+_PICKED_UP_FROM = _from(Trigger.PICKED_UP) | _from(Trigger.RESUMED)
+_TRAINING_STARTED_FROM = _from(Trigger.TRAINING_STARTED)
 
 
 class NotWatchingError(RuntimeError):
@@ -200,7 +247,7 @@ def _signal(s: JobState, actions: _Actions, at: float, seq: int) -> None:
                 s.running |= bit
 
 
-def _trigger(s: JobState, trigger: str) -> None:
+def _trigger(s: JobState, trigger: Trigger) -> None:
     """Fire `trigger` on the shared machine when the table has an edge for it from here."""
     if (s.state, trigger) in NEXT:
         fire(s, trigger)
@@ -248,7 +295,7 @@ def _shift_timers(s: JobState, gap: float) -> None:
 
 
 def _interval(s: JobState) -> float:
-    return 10.0 if s.watch is None else s.watch.interval_s
+    return _DEFAULT_INTERVAL_S if s.watch is None else s.watch.interval_s
 
 
 def _on_status(s: JobState, e: StatusObserved) -> None:
@@ -268,7 +315,7 @@ def _on_status(s: JobState, e: StatusObserved) -> None:
         s.failure_text = None
         s.failure_seq = None
     at, watch = e.at, s.watch
-    interval = 10.0 if watch is None else watch.interval_s
+    interval = _DEFAULT_INTERVAL_S if watch is None else watch.interval_s
     s.next_fetch_at, s.wait_anchor, s.wait_s = at + interval, at, interval
     status = e.status
     if status_counts_as_progress(s.last_status, status):
@@ -279,26 +326,26 @@ def _on_status(s: JobState, e: StatusObserved) -> None:
         pending: tuple[str, ...] = ()
         if status == "FAILED" or (status == "COMPLETED" and e.metrics is None):
             if has_hb:
-                pending += ("forced_heartbeat",)
+                pending += (_FORCED_READ_NAME,)
             if watch is not None and watch.has_failure_detail_reader:
-                pending += ("failure_detail",)
+                pending += (_FAILURE_READ,)
         s.pending = pending
         return
     if status == QUEUED_STATUS:
         _signal(s, _QUEUED, at, e.seq)
         if s.state in _REQUEUED_FROM:
-            fire(s, "requeued")
+            fire(s, Trigger.REQUEUED)
         probe = probe_is_due(s.last_probe_at, at, s.policy.probe_every_s)
-        s.pending = ("probe",) * probe + ("heartbeat",) * _heartbeat_due(s, has_hb, at)
+        s.pending = (_PROBE_READ,) * probe + (_HEARTBEAT_READ,) * _heartbeat_due(s, has_hb, at)
         return
     # Any other status (IN_PROGRESS, RUNNING, or one we do not know) means a worker has it.
     if s.running & _LEFT_QUEUE_MASK:  # (most statuses find nothing to clear: no call)
         _signal(s, _LEFT_QUEUE, at, e.seq)
-    pending = ("heartbeat",) if _heartbeat_due(s, has_hb, at) else ()
+    pending = (_HEARTBEAT_READ,) if _heartbeat_due(s, has_hb, at) else ()
     if s.state in _PICKED_UP_FROM:  # (a worker already has it: nothing moves)
-        _trigger(s, "resumed" if s.training_seen else "picked_up")
+        _trigger(s, Trigger.RESUMED if s.training_seen else Trigger.PICKED_UP)
         if watch is not None and watch.has_worker_reader:
-            pending += ("worker",)  # which worker took it, and when the platform started it
+            pending += (_WORKER_READ,)  # which worker took it, and when the platform started it
     s.pending = pending
 
 
@@ -338,7 +385,7 @@ def _done_read(s: JobState, name: str) -> None:
 
 
 def _on_health(s: JobState, e: HealthObserved) -> None:
-    _done_read(s, "probe")
+    _done_read(s, _PROBE_READ)
     s.last_probe_at = e.at
     s.health = e
     s.probed = True
@@ -346,29 +393,29 @@ def _on_health(s: JobState, e: HealthObserved) -> None:
     for actions in _PROBE[unhealthy, throttled]:
         _signal(s, actions, e.at, e.seq)
     if unhealthy:
-        _trigger(s, "worker_unhealthy")
+        _trigger(s, Trigger.WORKER_UNHEALTHY)
     elif throttled:
-        _trigger(s, "worker_throttled")
+        _trigger(s, Trigger.WORKER_THROTTLED)
     else:
-        _trigger(s, "workers_recovered")
+        _trigger(s, Trigger.WORKERS_RECOVERED)
 
 
 def _on_probe_failed(s: JobState, e: HealthProbeFailed) -> None:
-    _done_read(s, "probe")
+    _done_read(s, _PROBE_READ)
     s.last_probe_at = e.at  # a failed probe still spends the probe slot; it changes no timer
     s.probed = True
 
 
 def _on_heartbeat(s: JobState, e: HeartbeatObserved) -> None:
     if e.forced:
-        due = "forced_heartbeat" in s.pending
-        _done_read(s, "forced_heartbeat")
+        due = _FORCED_READ_NAME in s.pending
+        _done_read(s, _FORCED_READ_NAME)
         s.forced_heartbeat = e
         if e.read_error is not None:
             _on_forced_read_failed(s, e, due)
             return
     else:
-        _done_read(s, "heartbeat")
+        _done_read(s, _HEARTBEAT_READ)
     if not e.found or e.read_error is not None:
         return
     s.last_heartbeat = e
@@ -382,7 +429,7 @@ def _on_heartbeat(s: JobState, e: HeartbeatObserved) -> None:
     if is_training_stage(e.stage):
         s.training_seen = True
         if s.state in _TRAINING_STARTED_FROM:
-            fire(s, "training_started")
+            fire(s, Trigger.TRAINING_STARTED)
 
 
 def _on_forced_read_failed(s: JobState, e: HeartbeatObserved, due: bool) -> None:
@@ -396,17 +443,17 @@ def _on_forced_read_failed(s: JobState, e: HeartbeatObserved, due: bool) -> None
         e.at, len(s.forced_read_errors), p.forced_read_tries, p.forced_read_backoff_s
     )
     if s.forced_retry_at is not None:
-        s.pending = (*s.pending, "forced_heartbeat")  # the other reads go first meanwhile
+        s.pending = (*s.pending, _FORCED_READ_NAME)  # the other reads go first meanwhile
 
 
 def _on_failure_detail(s: JobState, e: FailureDetailObserved) -> None:
-    _done_read(s, "failure_detail")
+    _done_read(s, _FAILURE_READ)
     s.failure_text = e.text
     s.failure_seq = e.seq
 
 
 def _on_worker(s: JobState, e: WorkerObserved) -> None:
-    _done_read(s, "worker")
+    _done_read(s, _WORKER_READ)
     s.worker = e
 
 
@@ -450,9 +497,9 @@ _APPLY_BY_TYPE: dict[type, Callable[[JobState, Any], None]] = {
 _APPLY_BY_TYPE.update({LIGHT_TYPES[kind]: _APPLY[kind] for kind in _APPLY if kind in LIGHT_TYPES})
 
 
-def skip_read(s: JobState, name: str = "heartbeat") -> JobState:
+def skip_read(s: JobState, name: str = Read.HEARTBEAT.value) -> JobState:
     """Drop a regular read that returned nothing new (nothing to record) from `pending`."""
-    if name != "heartbeat":
+    if name != _HEARTBEAT_READ:
         raise ValueError(f"only the regular heartbeat read may be skipped, not {name!r}")
     _done_read(s, name)
     return s
@@ -489,8 +536,8 @@ def decide(s: JobState, now: float, *, judged: bool = False) -> Command:
     if not judged:
         # Most points of a poll find no rule firing, and that is tried here in line; which
         # rule decides, and the reads it may need first, is `rules.judge_poll`'s choice.
-        for check in _CHECKS:
-            if check(s, now) is not None:
+        for measure in rules.judging_measures(s):
+            if measure(s, now) is not None:
                 judged_poll = rules.judge_poll(s)
                 if isinstance(judged_poll, str):  # a read an earlier limit's rule waits for
                     return READ_COMMANDS[judged_poll]
@@ -499,7 +546,7 @@ def decide(s: JobState, now: float, *, judged: bool = False) -> Command:
     if s.pending:
         name = s.pending[0]
         due = s.forced_retry_at
-        if name == "forced_heartbeat" and due is not None and now < due - _DUE_EPSILON:
+        if name == _FORCED_READ_NAME and due is not None and now < due - _DUE_EPSILON:
             return Wait(due - now)  # a failed forced read, tried again after its backoff
         return READ_COMMANDS[name]
     if s.next_fetch_at is not None and now < s.next_fetch_at - _DUE_EPSILON:

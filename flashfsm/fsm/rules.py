@@ -1,4 +1,5 @@
-"""The job rules: each verdict rule is one declaration, from which everything else derives.
+"""The job rules: each verdict rule is one declaration and one measure, from which everything
+else derives.
 
 Theory of operation. Two kinds of rule live here.
 
@@ -16,15 +17,27 @@ declaration holds all of it:
   line "cleared when the job leaves IN_QUEUE" of the throttled and unhealthy timers). The
   fold emits a signal for each thing it observes; it applies every timer's declaration
   and knows no timer by name;
-- `check(state, now)`: a `Finding` when the rule fires — the terminal state, the detail,
-  the evidence seqs and the numbers behind them — else None. Checks are cheap and run
-  after every observation, in `RULES` order, so the order decides which rule wins when two
-  could fire in the same poll. A rule marked `before_fetch` (the client deadline) is
-  checked with `now` just before a status fetch; every other rule judges by the time of
-  the observations it rests on, so re-running the rules over a recorded log gives the
-  same answer;
-- `explain(point)`: what the rule sees at a log's decision point, whether it fired or not
-  (`flashfsm.fsm.findings.Point`): what `explain`, `why-not` and `whatif` print.
+- `waits_for`: the reads of a poll it judges after (`Read`): a good status answer (a
+  failed fetch is not judged by a rule that waits for one) and any reads the poll still
+  has pending. While one is missing the rule does not judge; the judge (`judging`), not
+  the rule, consults this. `forces`: the reads a late poll makes for it off their pace
+  (D8, below);
+- `measure(state, now, t=None)`: the rule itself, its only implementation. It compares
+  the numbers with the limits and returns a `Finding`: when the rule fires, its verdict
+  (the terminal state, the detail, the evidence seqs) and the `Measure`s behind it. Asked
+  as a check (`t` None) it returns a finding only when the rule fires, and nothing else
+  is built, so the checks stay cheap after every observation; asked to explain (`t`
+  writes a time, `Point.t`) it returns what the rule sees fired or not, with its facts in
+  words. `Rule.check` is the measure gated by `waits_for`: `judge` tries the checks in
+  `RULES` order, so the order decides which rule wins when two could fire in the same
+  poll. A rule marked `before_fetch` (the client deadline) is checked with `now` just
+  before a status fetch; every other rule judges by the time of the observations it
+  rests on, so re-running the rules over a recorded log gives the same answer;
+- `render(point, seen)`: the words of `explain`, `why-not` and `whatif` at a log's
+  decision point (`flashfsm.fsm.findings.Point`), written from `seen` (`Seen`): what the
+  measure found there and at each earlier point of the log. A renderer picks and words
+  findings (the longest wait, the last probe); it never compares a number with a limit,
+  so changing what a rule measures changes its verdict and its explanation together.
 
 `judge`, `decide`'s client deadline, the explanations (`flashfsm.fsm.explain`), the live
 view's timers and the docs' rule table (`flashfsm.fsm.docs`) are all read off `RULES`.
@@ -33,19 +46,15 @@ Adding a rule is one declaration here plus its tests.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
-from enum import Enum
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from enum import Enum, StrEnum
+from typing import Protocol
 
-from flashfsm.events.models import (
-    Event,
-    HealthObserved,
-    HeartbeatObserved,
-    StatusFetchFailed,
-    StatusObserved,
-)
+from flashfsm.events.models import Event, HealthObserved, HeartbeatObserved, StatusObserved
+from flashfsm.events.policy import DEFAULT_POLICY
 from flashfsm.fsm.commands import Verdict
-from flashfsm.fsm.findings import Finding, Measure, Point, first_line, summarize
+from flashfsm.fsm.findings import Finding, Measure, Point, TimeText, first_line, summarize
 from flashfsm.fsm.state import SEQ, SINCE, JobState, Timer
 from flashfsm.fsm.table import JobPhase
 
@@ -65,6 +74,8 @@ HEARTBEAT_PACE_SLACK_S = 1e-3
 HEARTBEAT_FUTURE_TOLERANCE_S = 60.0
 #: HTTP statuses on the status route that mean RunPod refused the key (D6).
 AUTH_STATUSES = frozenset({401, 403})
+#: The HTTP status on the status route that means the job is gone (D4).
+LOST_STATUSES = frozenset({404})
 
 
 # --- bookkeeping rules (called by the fold) -------------------------------------------------
@@ -214,6 +225,15 @@ class TimerSpec:
     clears: tuple[Signal, ...] = ()
     shifts_on_gap: bool = True
 
+    def __post_init__(self) -> None:
+        for role in ("arms", "restarts", "clears"):
+            for signal in getattr(self, role):
+                if not isinstance(signal, Signal):
+                    raise TypeError(
+                        f"timer {self.name} {role} {signal!r}: not a Signal (a bare name would "
+                        f"never be emitted; the signals: {', '.join(s.name for s in Signal)})"
+                    )
+
     def of(self, s: JobState) -> Timer | None:
         """This timer in `s`, when it runs."""
         return s.timers.get(self.name)
@@ -277,73 +297,234 @@ DEADLINE_TIMER = TimerSpec(
     restarts=(Signal.SUBMITTED,),
     shifts_on_gap=False,  # D2: the client deadline is wall-clock from submission
 )
+#: The names of the timers the hottest measures read (their declarations' names).
+_QUEUE, _PROGRESS = QUEUE_TIMER.name, PROGRESS_TIMER.name
+
+
+# --- the reads a rule waits for -------------------------------------------------------------
+
+
+class Read(StrEnum):
+    """What a poll reads: its status answer, then the reads it makes due.
+
+    Every member but `STATUS` is a name `JobState.pending` holds while that read is due
+    (the fold writes them, `flashfsm.fsm.job.READ_COMMANDS` maps each to its command).
+    `STATUS` is the poll's status answer itself: a rule that waits for it judges only a
+    poll whose fetch was answered, never one whose fetch failed.
+    """
+
+    STATUS = "status"
+    PROBE = "probe"
+    HEARTBEAT = "heartbeat"
+    FORCED_HEARTBEAT = "forced_heartbeat"
+    FAILURE_DETAIL = "failure_detail"
+    WORKER = "worker"
+
+
+#: Every read of a poll: what a rule judged once the poll is complete waits for.
+EVERY_READ: frozenset[Read] = frozenset(Read)
+#: The reads a late poll can be made to do although their pace did not ask: a health probe
+#: while IN_QUEUE (the heartbeat keeps its pace, D5).
+OFF_PACE_READS: frozenset[Read] = frozenset({Read.PROBE})
+
+
+def reads(names: Iterable[Read | str], owner: str) -> frozenset[Read]:
+    """`names` as reads; a name that is no `Read` raises `ValueError` naming `owner`."""
+    out = set()
+    for name in names:
+        try:
+            out.add(Read(name))
+        except ValueError:
+            known = ", ".join(r.value for r in Read)
+            raise ValueError(f"{owner}: {name!r} is not a read (the reads: {known})") from None
+    return frozenset(out)
 
 
 # --- the declaration ----------------------------------------------------------------------
 
-Check = Callable[[JobState, float], Finding | None]
-Explain = Callable[[Point], Finding]
+
+class Measuring(Protocol):
+    """A rule's measure: see the module notes."""
+
+    def __call__(self, s: JobState, now: float, t: TimeText | None = None) -> Finding | None:
+        """The rule's finding at `s` and `now` (`t` None: only when it fires)."""
+        ...
+
+
+#: A rule's words at a log's decision point, written from what its measure saw there.
+Render = Callable[[Point, "Seen"], Finding]
+
+
+def show_now(p: Point, seen: Seen) -> Finding:
+    """The default words of a rule: what its measure sees at the decision point."""
+    if seen.now is not None:
+        return seen.now
+    return Finding(False, facts=(f"{seen.rule.name} has nothing to measure at {p.t(p.at)}",))
 
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """One verdict rule, whole: see the module notes."""
+    """One verdict rule, whole: see the module notes.
+
+    `waits_for` and `forces` may be given as any iterable of `Read` names; a name that is
+    no read raises at the declaration (`ValueError`), and so does a forced read the rule
+    does not wait for or that cannot be made off its pace.
+    """
 
     name: str
     step: str
     why: str
     fires: str
     verdict: str
-    check: Check
-    explain: Explain
+    measure: Measuring
+    render: Render = show_now
     timer: TimerSpec | None = None
     before_fetch: bool = False
-    #: The reads of a poll the rule's finding rests on besides the status: while a rule
-    #: whose limit passed earlier than a firing rule's waits for one, the poll makes it first
-    #: (`judge_poll`).
-    waits_for: tuple[str, ...] = ()
+    waits_for: frozenset[Read] = field(default_factory=frozenset)
+    forces: frozenset[Read] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        waits = reads(self.waits_for, f"rule {self.name} waits_for")
+        forces = reads(self.forces, f"rule {self.name} forces")
+        if not forces <= (waits & OFF_PACE_READS):
+            raise ValueError(
+                f"rule {self.name} forces {sorted(forces - (waits & OFF_PACE_READS))}: a rule "
+                "forces only reads it waits for and that can be made off their pace "
+                f"({', '.join(sorted(OFF_PACE_READS))})"
+            )
+        if self.before_fetch and waits:
+            raise ValueError(f"rule {self.name} is judged before a fetch: it can wait for no read")
+        object.__setattr__(self, "waits_for", waits)
+        object.__setattr__(self, "forces", forces)
+
+    def waiting(self, s: JobState) -> bool:
+        """Whether the rule waits at `s` for a read it judges after (so it does not judge)."""
+        waits = self.waits_for
+        if Read.STATUS in waits and s.cycle != "status":
+            return True
+        return bool(s.pending) and not waits.isdisjoint(s.pending)
+
+    def check(self, s: JobState, now: float) -> Finding | None:
+        """The rule's finding when it fires at `s` and `now` (its measure, once it judges)."""
+        return None if self.waiting(s) else self.measure(s, now)
+
+    def see(self, s: JobState, now: float, t: TimeText) -> Finding | None:
+        """What the rule sees at `s` and `now`, fired or not (None: nothing to see); while
+        it waits for a read, nothing it sees holds."""
+        finding = self.measure(s, now, t)
+        if finding is None or not finding.held or not self.waiting(s):
+            return finding
+        measures = tuple(replace(m, fired=False) for m in finding.measures)
+        return replace(finding, held=False, measures=measures)
+
+    def explain(self, p: Point) -> Finding:
+        """What the rule sees at the log's decision point, fired or not, in words."""
+        return self.render(p, Seen(self, p))
 
 
-def _measure(
-    s: JobState, timer: Timer | None, at: float, quantity: str, spec: TimerSpec
-) -> Measure | None:
-    """The reading of `spec`'s timer at `at` as a measure (None: not running or not counting)."""
-    limit = spec.limit(s)
+class Seen:
+    """What one rule's measure found in a log: at its decision point (`now`), and at the
+    point after each earlier event (`history`; `judged`: where the rule judged)."""
+
+    __slots__ = ("_history", "_now", "point", "rule")
+
+    def __init__(self, rule: Rule, point: Point) -> None:
+        self.rule, self.point = rule, point
+        self._now: tuple[Finding | None] | None = None
+        self._history: list[tuple[Event, Finding, bool]] | None = None
+
+    @property
+    def now(self) -> Finding | None:
+        """What the rule sees at the decision point (None: nothing)."""
+        if self._now is None:
+            p = self.point
+            self._now = (self.rule.see(p.state, p.at, p.t),)
+        return self._now[0]
+
+    @property
+    def held(self) -> bool:
+        """Whether the rule fires at the decision point."""
+        now = self.now
+        return now is not None and now.held
+
+    def _points(self) -> list[tuple[Event, Finding, bool]]:
+        if self._history is None:
+            rule, p = self.rule, self.point
+            found: list[tuple[Event, Finding, bool]] = []
+            for (event, _, _), s in zip(p.steps, p.judged, strict=True):
+                finding = rule.see(s, event.at, p.t)
+                if finding is not None:
+                    found.append((event, finding, not rule.waiting(s)))
+            self._history = found
+        return self._history
+
+    @property
+    def history(self) -> list[tuple[Event, Finding]]:
+        """What the rule saw after each event that it saw anything at, in order."""
+        return [(event, finding) for event, finding, _ in self._points()]
+
+    @property
+    def judged(self) -> list[tuple[Event, Finding]]:
+        """The same at the points where the rule judged (it waited for no read)."""
+        return [(event, finding) for event, finding, judged in self._points() if judged]
+
+    @staticmethod
+    def longest(
+        readings: list[tuple[Event, Finding]], key: Callable[[Measure], float] | None = None
+    ) -> tuple[Event, Finding] | None:
+        """The reading whose measure is the largest (by `key`, else its value): the first
+        of equals, so the event is where it was first reached."""
+        best: tuple[Event, Finding] | None = None
+        top = 0.0
+        for event, finding in readings:
+            if not finding.measures:
+                continue
+            m = finding.measures[0]
+            value = m.value if key is None else key(m)
+            if best is None or value > top:
+                best, top = (event, finding), value
+        return best
+
+
+# --- the verdict rules ------------------------------------------------------------------------
+
+
+def _elapsed(s: JobState, spec: TimerSpec, at: float) -> tuple[float, str, float, Timer] | None:
+    """How long `spec`'s timer has run at `at`, its limit's name and value, and the timer
+    (None: it is not running, or does not count for `s`)."""
+    timer, limit = spec.of(s), spec.limit(s)
     if timer is None or limit is None:
         return None
-    name, value = limit
-    elapsed = at - timer[SINCE]
-    return Measure(quantity, elapsed, name, value, elapsed > value)
+    return at - timer[SINCE], limit[0], limit[1], timer
 
 
 # --- 1: the client deadline -----------------------------------------------------------------
 
 
-def _check_client_deadline(s: JobState, now: float) -> Finding | None:
-    deadline, anchor = s.policy.deadline_s, s.timers.get("deadline")
-    if deadline is None or anchor is None or now - anchor[SINCE] <= deadline:
+def _measure_client_deadline(s: JobState, now: float, t: TimeText | None = None) -> Finding | None:
+    """Step 1: the time since submission (or the first watch) against `deadline_s`."""
+    reading = _elapsed(s, DEADLINE_TIMER, now)
+    if reading is None:
+        if t is None:
+            return None
+        if s.policy.deadline_s is None:
+            return Finding(False, facts=("no client deadline was set (deadline_s unset)",))
+        return Finding(False, facts=("nothing to count a deadline from: no submission, no watch",))
+    elapsed, name, deadline, anchor = reading
+    fired = elapsed > deadline
+    if not fired and t is None:
         return None
-    elapsed = now - anchor[SINCE]
+    m = Measure("time since submission", elapsed, name, deadline, fired)
+    if not fired:
+        return Finding(False, (m,))
     return Finding(
         True,
-        (Measure("time since submission", elapsed, "client deadline", deadline, True),),
+        (m,),
         evidence=(anchor[SEQ],),
         state=JobPhase.STALLED,
         detail=f"client-side deadline exceeded: {elapsed:.0f}s since submission "
         f"(deadline {deadline:.0f}s)",
     )
-
-
-def _explain_client_deadline(p: Point) -> Finding:
-    s = p.state
-    if s.policy.deadline_s is None:
-        return Finding(False, facts=("no client deadline was set (deadline_s unset)",))
-    anchor = DEADLINE_TIMER.of(s)
-    if anchor is None:
-        return Finding(False, facts=("nothing to count a deadline from: no submission, no watch",))
-    m = _measure(s, anchor, p.at, "time since submission", DEADLINE_TIMER)
-    assert m is not None
-    return Finding(m.fired, (m,))
 
 
 CLIENT_DEADLINE = Rule(
@@ -352,39 +533,53 @@ CLIENT_DEADLINE = Rule(
     why="a client deadline, counted from submission in wall-clock time (D2).",
     fires="`deadline_s` set and exceeded, counted from submission (checked before a fetch)",
     verdict="STALLED / `stalled`",
-    check=_check_client_deadline,
-    explain=_explain_client_deadline,
+    measure=_measure_client_deadline,
     timer=DEADLINE_TIMER,
     before_fetch=True,
 )
 
 
-# --- D4: the job is gone ----------------------------------------------------------------------
+# --- D4 and D6: the status route refuses ----------------------------------------------------
 
 
-def _check_job_lost(s: JobState, now: float) -> Finding | None:
+def _refusal(s: JobState, codes: frozenset[int], t: TimeText | None) -> Finding | None:
+    """The failed fetch of this poll, when it answered one of `codes` (else None)."""
     err = s.fetch_error
-    if s.cycle != "error" or err is None or err.http_status != 404:
+    if s.cycle != "error" or err is None or err.http_status not in codes:
         return None
-    return Finding(
-        True,
-        evidence=(err.seq,),
+    facts: tuple[str, ...] = ()
+    if t is not None:
+        answered = f"answered HTTP {err.http_status}"
+        facts = (f"the status fetch at {t(err.at)} (seq {err.seq}) {answered}",)
+    return Finding(True, facts=facts, evidence=(err.seq,))
+
+
+def _measure_job_lost(s: JobState, now: float, t: TimeText | None = None) -> Finding | None:
+    """D4: this poll's status fetch answered 404."""
+    if s.cycle != "error":  # (the common case, tried first: most points are no error)
+        return None
+    found = _refusal(s, LOST_STATUSES, t)
+    if found is None:
+        return None
+    err = s.fetch_error
+    assert err is not None
+    return replace(
+        found,
         state=JobPhase.LOST,
         detail="job no longer exists on RunPod (HTTP 404 on status: "
         f"{err.message or err.error_class}); its TTL or result retention passed",
     )
 
 
-def _explain_job_lost(p: Point) -> Finding:
-    if _check_job_lost(p.state, p.at) is not None:
-        err = p.state.fetch_error
-        assert err is not None
-        return Finding(
-            True, facts=(f"the status fetch at {p.t(err.at)} (seq {err.seq}) answered HTTP 404",)
-        )
-    lost = [
-        e.seq for e, _, _ in p.steps if isinstance(e, StatusFetchFailed) and e.http_status == 404
-    ]
+def _refused_at(seen: Seen) -> list[int]:
+    """The seqs of the failed fetches at which the rule fired in the log, in order."""
+    return list(dict.fromkeys(f.evidence[0] for _, f in seen.history if f.held))
+
+
+def _render_job_lost(p: Point, seen: Seen) -> Finding:
+    if seen.held:
+        return show_now(p, seen)
+    lost = _refused_at(seen)
     if not lost:
         return Finding(False, facts=("no status fetch answered HTTP 404",))
     return Finding(False, facts=(f"the last status fetch was not a 404 (404s at seqs {lost})",))
@@ -396,21 +591,22 @@ JOB_LOST = Rule(
     why="the status route answers 404: the job is gone (TTL or result retention passed).",
     fires="the status route answers HTTP 404",
     verdict="LOST / `lost`",
-    check=_check_job_lost,
-    explain=_explain_job_lost,
+    measure=_measure_job_lost,
+    render=_render_job_lost,
 )
 
 
-# --- D6: the key was refused ----------------------------------------------------------------
-
-
-def _check_unauthorized(s: JobState, now: float) -> Finding | None:
-    err = s.fetch_error
-    if s.cycle != "error" or err is None or err.http_status not in AUTH_STATUSES:
+def _measure_unauthorized(s: JobState, now: float, t: TimeText | None = None) -> Finding | None:
+    """D6: this poll's status fetch answered 401 or 403."""
+    if s.cycle != "error":  # (the common case, tried first)
         return None
-    return Finding(
-        True,
-        evidence=(err.seq,),
+    found = _refusal(s, AUTH_STATUSES, t)
+    if found is None:
+        return None
+    err = s.fetch_error
+    assert err is not None
+    return replace(
+        found,
         state=JobPhase.UNAUTHORIZED,
         detail=f"RunPod refused the API key (HTTP {err.http_status} on status: "
         f"{err.message or err.error_class}); revoked or without access to this endpoint, "
@@ -418,22 +614,10 @@ def _check_unauthorized(s: JobState, now: float) -> Finding | None:
     )
 
 
-def _explain_unauthorized(p: Point) -> Finding:
-    if _check_unauthorized(p.state, p.at) is not None:
-        err = p.state.fetch_error
-        assert err is not None
-        return Finding(
-            True,
-            facts=(
-                f"the status fetch at {p.t(err.at)} (seq {err.seq}) answered "
-                f"HTTP {err.http_status}",
-            ),
-        )
-    refused = [
-        e.seq
-        for e, _, _ in p.steps
-        if isinstance(e, StatusFetchFailed) and e.http_status in AUTH_STATUSES
-    ]
+def _render_unauthorized(p: Point, seen: Seen) -> Finding:
+    if seen.held:
+        return show_now(p, seen)
+    refused = _refused_at(seen)
     if not refused:
         return Finding(False, facts=("no status fetch answered HTTP 401 or 403",))
     return Finding(
@@ -447,24 +631,30 @@ UNAUTHORIZED = Rule(
     why="the status route refuses the key (401/403): revoked or wrong, so never retried.",
     fires="the status route answers HTTP 401 or 403, the first time",
     verdict="UNAUTHORIZED / `unauthorized` (not retried)",
-    check=_check_unauthorized,
-    explain=_explain_unauthorized,
+    measure=_measure_unauthorized,
+    render=_render_unauthorized,
 )
 
 
 # --- 2: too many status errors ---------------------------------------------------------------
 
 
-def _check_poll_errors(s: JobState, now: float) -> Finding | None:
+def _measure_poll_errors(s: JobState, now: float, t: TimeText | None = None) -> Finding | None:
+    """Step 2: the run of consecutive status errors against `max_poll_errors`."""
     err = s.fetch_error
-    limit = s.policy.max_poll_errors
-    if s.cycle != "error" or err is None or len(s.error_seqs) < limit:
+    if s.cycle != "error" or err is None:
         return None
+    streak, limit = len(s.error_seqs), s.policy.max_poll_errors
+    fired = streak >= limit
+    if not fired and t is None:
+        return None
+    m = Measure("consecutive status errors", streak, "max_poll_errors", limit, fired, unit="")
+    if not fired:
+        return Finding(False, (m,), evidence=s.error_seqs)
     code = f" HTTP {err.http_status}" if err.http_status is not None else ""
-    streak = len(s.error_seqs)
     return Finding(
         True,
-        (Measure("consecutive status errors", streak, "max_poll_errors", limit, True, unit=""),),
+        (m,),
         evidence=s.error_seqs,
         state=JobPhase.POLL_ERROR,
         detail=f"{streak} consecutive status errors (limit {limit}); "
@@ -472,48 +662,91 @@ def _check_poll_errors(s: JobState, now: float) -> Finding | None:
     )
 
 
-def _streak(event: Event, after: JobState) -> float | None:
-    return float(len(after.error_seqs)) if isinstance(event, StatusFetchFailed) else None
-
-
-def _explain_poll_errors(p: Point) -> Finding:
-    fired = _check_poll_errors(p.state, p.at)
-    if fired is not None:
-        return Finding(True, fired.measures)
-    longest = p.longest(_streak)
+def _render_poll_errors(p: Point, seen: Seen) -> Finding:
+    if seen.held:
+        return show_now(p, seen)
+    longest = seen.longest(seen.history)
     if longest is None:
         return Finding(False, facts=("every status fetch succeeded",))
-    value, event = longest
-    note = f"longest run, ending at seq {event.seq}"
-    limit = p.state.policy.max_poll_errors
-    m = Measure("consecutive status errors", value, "max_poll_errors", limit, False, "", note)
-    return Finding(False, (m,))
+    _, found = longest
+    note = f"longest run, ending at seq {found.evidence[-1]}"
+    return Finding(False, (replace(found.measures[0], fired=False, note=note),))
+
+
+def _ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, …, 11th, 12th, 13th, …, 21st."""
+    last = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{last}"
 
 
 POLL_ERRORS = Rule(
     name="poll_errors",
     step="2",
     why="too many consecutive status errors end the watch (infra-shaped, retried).",
-    fires="the 8th consecutive status-fetch error; each error waits min(60, interval × n) "
-    "instead of the interval",
+    # (the defaults as the policy holds them, never restated)
+    fires=f"the {_ordinal(DEFAULT_POLICY.max_poll_errors)} consecutive status-fetch error; "
+    f"each error waits min({DEFAULT_POLICY.max_backoff_s:g}, interval × n) instead of the "
+    "interval",
     verdict="POLL_ERROR / `poll_error`",
-    check=_check_poll_errors,
-    explain=_explain_poll_errors,
+    measure=_measure_poll_errors,
+    render=_render_poll_errors,
 )
 
 
 # --- 4-6: the job ended on RunPod's side -------------------------------------------------------
 
 
+def retriable_reading(s: JobState, t: TimeText | None = None) -> tuple[bool, str]:
+    """Steps 4 and 6: whether the forced heartbeat read says `retriable` — and is this
+    attempt's, D3: read, found, stamped with a trustworthy `ts` not before the submission —
+    and, when `t` writes times, why in words ("" without `t`)."""
+    hb = s.forced_heartbeat
+    if hb is None:
+        if t is None:
+            return False, ""
+        if s.watch is not None and not s.watch.has_heartbeat_reader:
+            return False, "no heartbeat reader to flag it retriable"
+        return False, "no forced heartbeat read yet"
+    failed = len(s.forced_read_errors)
+    if hb.read_error is not None:
+        if t is None:
+            return False, ""
+        tries = f"{failed} forced read{'s' if failed != 1 else ''}"
+        if "forced_heartbeat" in s.pending and s.forced_retry_at is not None:
+            return False, (
+                f"the heartbeat could not be read yet: {tries} failed, the last at "
+                f"{t(hb.at)} ({hb.read_error}); the next is due at {t(s.forced_retry_at)}"
+            )
+        return False, (
+            f"the heartbeat could not be read: {tries} failed "
+            f"(limit forced_read_tries {s.policy.forced_read_tries}), the last at "
+            f"{t(hb.at)} ({hb.read_error}): not known to be retriable"
+        )
+    after = ""
+    if t is not None and failed:
+        after = f", after {failed} failed forced read{'s' if failed != 1 else ''}"
+    if not hb.found:
+        found_at = "" if t is None else f" at {t(hb.at)}"
+        return False, f"the forced heartbeat read{found_at} found nothing{after}: not retriable"
+    if is_leftover_heartbeat(hb, s.submitted_at):
+        return False, (
+            f"the forced heartbeat predates the submission, a leftover (D3){after}: not retriable"
+        )
+    if hb.retriable:
+        untrusted = untrusted_heartbeat_ts(hb)
+        if untrusted is not None:
+            return False, (
+                f"the worker's heartbeat (seq {hb.seq}) flagged it retriable but {untrusted}, "
+                f"so it cannot be dated to this attempt (D3){after}: not retriable"
+            )
+        return True, f"the worker's heartbeat (seq {hb.seq}) flagged it retriable{after}"
+    return False, f"the worker's heartbeat (seq {hb.seq}) did not flag it retriable{after}"
+
+
 def worker_flagged_retriable(s: JobState) -> bool:
     """Steps 4 and 6: the forced heartbeat read says `retriable` (and is this attempt's, D3:
     stamped with a trustworthy `ts`, not before the submission)."""
-    hb = s.forced_heartbeat
-    if hb is None or not hb.found or not hb.retriable or hb.read_error is not None:
-        return False
-    if untrusted_heartbeat_ts(hb) is not None:
-        return False  # D3: no trustworthy `ts`, so not known to be this attempt's
-    return not is_leftover_heartbeat(hb, s.submitted_at)
+    return retriable_reading(s)[0]
 
 
 def heartbeat_unreadable(s: JobState) -> bool:
@@ -522,7 +755,7 @@ def heartbeat_unreadable(s: JobState) -> bool:
     return hb is not None and hb.read_error is not None
 
 
-def _failed_or_preempted(s: JobState, detail: str) -> Finding:
+def _failed_or_preempted(s: JobState, detail: str, t: TimeText | None) -> Finding:
     """Steps 4 and 6: PREEMPTED when the worker flagged the failure retriable, else FAILED."""
     assert s.status is not None
     evidence = {s.status.seq, *s.forced_read_errors}
@@ -530,7 +763,7 @@ def _failed_or_preempted(s: JobState, detail: str) -> Finding:
         evidence.add(s.forced_heartbeat.seq)
     if s.failure_seq is not None:
         evidence.add(s.failure_seq)
-    retriable = worker_flagged_retriable(s)
+    retriable, why = retriable_reading(s, t)
     state = JobPhase.PREEMPTED if retriable else JobPhase.FAILED
     if retriable:
         detail = f"{detail}\n(worker flagged the failure retriable)"
@@ -543,7 +776,8 @@ def _failed_or_preempted(s: JobState, detail: str) -> Finding:
             f"read{'s' if tries != 1 else ''} failed, the last with {hb.read_error}; "
             "not known to be retriable)"
         )
-    return Finding(True, evidence=tuple(sorted(evidence)), state=state, detail=detail)
+    facts = () if t is None else (why,)
+    return Finding(True, facts=facts, evidence=tuple(sorted(evidence)), state=state, detail=detail)
 
 
 def _status_detail(s: JobState) -> str:
@@ -563,68 +797,45 @@ def _with_artifacts(detail: str, s: JobState) -> str:
     return f"{detail}\n{s.failure_text}" if detail else s.failure_text
 
 
-def _retriable_facts(p: Point) -> tuple[str, ...]:
-    """What the forced heartbeat read said about the failure being retriable."""
-    s = p.state
-    hb = s.forced_heartbeat
-    if hb is None:
-        if s.watch is not None and not s.watch.has_heartbeat_reader:
-            return ("no heartbeat reader to flag it retriable",)
-        return ("no forced heartbeat read yet",)
-    failed = len(s.forced_read_errors)
-    if hb.read_error is not None:
-        reads = f"{failed} forced read{'s' if failed != 1 else ''}"
-        if "forced_heartbeat" in s.pending and s.forced_retry_at is not None:
-            return (
-                f"the heartbeat could not be read yet: {reads} failed, the last at "
-                f"{p.t(hb.at)} ({hb.read_error}); the next is due at {p.t(s.forced_retry_at)}",
-            )
-        return (
-            f"the heartbeat could not be read: {reads} failed "
-            f"(limit forced_read_tries {s.policy.forced_read_tries}), the last at "
-            f"{p.t(hb.at)} ({hb.read_error}): not known to be retriable",
-        )
-    after = f", after {failed} failed forced read{'s' if failed != 1 else ''}" if failed else ""
-    if not hb.found:
-        return (f"the forced heartbeat read at {p.t(hb.at)} found nothing{after}: not retriable",)
-    if is_leftover_heartbeat(hb, s.submitted_at):
-        return (
-            f"the forced heartbeat predates the submission, a leftover (D3){after}: not retriable",
-        )
-    untrusted = untrusted_heartbeat_ts(hb)
-    if untrusted is not None and hb.retriable:
-        return (
-            f"the worker's heartbeat (seq {hb.seq}) flagged it retriable but {untrusted}, so it "
-            f"cannot be dated to this attempt (D3){after}: not retriable",
-        )
-    if hb.retriable:
-        return (f"the worker's heartbeat (seq {hb.seq}) flagged it retriable{after}",)
-    return (f"the worker's heartbeat (seq {hb.seq}) did not flag it retriable{after}",)
+def _where(st: StatusObserved, t: TimeText) -> str:
+    return f"status {st.status} at {t(st.at)} (seq {st.seq})"
 
 
-def _check_completed(s: JobState, now: float) -> Finding | None:
+def _render_status(never: str) -> Render:
+    """The words of a rule that judges one status: what it saw of the last such status
+    (at the decision point, else the last point it saw one), or `never` and the last
+    status when the job never reported it."""
+
+    def render(p: Point, seen: Seen) -> Finding:
+        found = seen.now
+        if found is None and seen.history:
+            found = seen.history[-1][1]
+        if found is None:
+            return Finding(False, facts=(f"{never} ({p.last_status_text()})",))
+        return Finding(seen.held, facts=found.facts)
+
+    return render
+
+
+def _measure_completed(s: JobState, now: float, t: TimeText | None = None) -> Finding | None:
+    """Step 4: the last status is COMPLETED with an output that decodes to metrics."""
     st = s.status
-    if s.cycle != "status" or st is None or st.status != "COMPLETED" or st.metrics is None:
+    if st is None or st.status != "COMPLETED":
         return None
+    if st.metrics is None:
+        if t is None:
+            return None
+        error = first_line(st.output_error) or "no usable output"
+        return Finding(False, facts=(f"{_where(st, t)}, but its output is not metrics: {error}",))
+    facts = () if t is None else (f"{_where(st, t)} with metrics {sorted(st.metrics)[:6]}",)
     return Finding(
         True,
+        facts=facts,
         evidence=(st.seq,),
         state=JobPhase.SUCCEEDED,
         detail="job COMPLETED",
         metrics=st.metrics,
     )
-
-
-def _explain_completed(p: Point) -> Finding:
-    e = p.last_status_of("COMPLETED")
-    if e is None:
-        return Finding(False, facts=(f"the job never reported COMPLETED ({p.last_status_text()})",))
-    where = f"status COMPLETED at {p.t(e.at)} (seq {e.seq})"
-    if e.metrics is None:
-        error = first_line(e.output_error) or "no usable output"
-        return Finding(False, facts=(f"{where}, but its output is not metrics: {error}",))
-    held = _check_completed(p.state, p.at) is not None
-    return Finding(held, facts=(f"{where} with metrics {sorted(e.metrics)[:6]}",))
 
 
 COMPLETED = Rule(
@@ -633,32 +844,33 @@ COMPLETED = Rule(
     why="COMPLETED with an output that decodes to metrics is a success.",
     fires="COMPLETED and the output decodes to a metrics dict",
     verdict="SUCCEEDED",
-    check=_check_completed,
-    explain=_explain_completed,
+    measure=_measure_completed,
+    render=_render_status("the job never reported COMPLETED"),
+    waits_for={Read.STATUS},
 )
 
 
-def _check_completed_with_error(s: JobState, now: float) -> Finding | None:
+def _measure_completed_with_error(
+    s: JobState, now: float, t: TimeText | None = None
+) -> Finding | None:
+    """Step 4: the last status is COMPLETED without metrics; the forced read decides."""
     st = s.status
-    if s.cycle != "status" or st is None or st.status != "COMPLETED" or st.metrics is not None:
+    if st is None or st.status != "COMPLETED":
         return None
-    if s.pending:
-        return None  # the forced reads (and their retries) go first
+    if st.metrics is not None:
+        if t is None:
+            return None
+        return Finding(False, facts=(f"{_where(st, t)} with metrics: a success, not an error",))
     detail = _with_artifacts(st.output_error or "job COMPLETED without a usable output", s)
-    return _failed_or_preempted(s, detail)
+    found = _failed_or_preempted(s, detail, t)
+    if t is None:
+        return found
+    error = first_line(st.output_error) or "no usable output"
+    return replace(found, facts=(f"{_where(st, t)} with an error output: {error}", *found.facts))
 
 
-def _explain_completed_with_error(p: Point) -> Finding:
-    e = p.last_status_of("COMPLETED")
-    if e is None:
-        return Finding(False, facts=(f"the job never reported COMPLETED ({p.last_status_text()})",))
-    where = f"status COMPLETED at {p.t(e.at)} (seq {e.seq})"
-    if e.metrics is not None:
-        return Finding(False, facts=(f"{where} with metrics: a success, not an error",))
-    held = _check_completed_with_error(p.state, p.at) is not None
-    error = first_line(e.output_error) or "no usable output"
-    return Finding(held, facts=(f"{where} with an error output: {error}", *_retriable_facts(p)))
-
+#: What a rule judging a failure waits for: the forced reads (and their retries) go first.
+_FORCED_READS = {Read.STATUS, Read.FORCED_HEARTBEAT, Read.FAILURE_DETAIL}
 
 COMPLETED_WITH_ERROR = Rule(
     name="completed_with_error",
@@ -667,31 +879,26 @@ COMPLETED_WITH_ERROR = Rule(
     fires="COMPLETED and the output decodes as an error (or is missing): forced heartbeat "
     "read (tried again on a transient error, below), `retriable: true` → retried",
     verdict="PREEMPTED / `job_preempted`, else FAILED / `job_failed`",
-    check=_check_completed_with_error,
-    explain=_explain_completed_with_error,
+    measure=_measure_completed_with_error,
+    render=_render_status("the job never reported COMPLETED"),
+    waits_for=_FORCED_READS,
 )
 
 
-def _check_platform_termination(s: JobState, now: float) -> Finding | None:
+def _measure_platform_termination(
+    s: JobState, now: float, t: TimeText | None = None
+) -> Finding | None:
+    """Step 5: the last status is CANCELLED or TIMED_OUT."""
     st = s.status
-    if s.cycle != "status" or st is None or st.status not in PLATFORM_TERMINATIONS:
+    if st is None or st.status not in PLATFORM_TERMINATIONS:
         return None
     return Finding(
         True,
+        facts=() if t is None else (_where(st, t),),
         evidence=(st.seq,),
         state=JobPhase.PREEMPTED,
         detail=f"[{st.status}] {_status_detail(s)}".rstrip(),
     )
-
-
-def _explain_platform_termination(p: Point) -> Finding:
-    e = p.last_status_of(*sorted(PLATFORM_TERMINATIONS))
-    if e is None:
-        return Finding(
-            False, facts=(f"the job was never CANCELLED or TIMED_OUT ({p.last_status_text()})",)
-        )
-    held = _check_platform_termination(p.state, p.at) is not None
-    return Finding(held, facts=(f"status {e.status} at {p.t(e.at)} (seq {e.seq})",))
 
 
 PLATFORM_TERMINATION = Rule(
@@ -700,28 +907,23 @@ PLATFORM_TERMINATION = Rule(
     why="CANCELLED or TIMED_OUT: the platform ended the job, so it is retried.",
     fires="CANCELLED or TIMED_OUT; no heartbeat read",
     verdict="PREEMPTED / `job_preempted`",
-    check=_check_platform_termination,
-    explain=_explain_platform_termination,
+    measure=_measure_platform_termination,
+    render=_render_status("the job was never CANCELLED or TIMED_OUT"),
+    waits_for={Read.STATUS},
 )
 
 
-def _check_worker_failed(s: JobState, now: float) -> Finding | None:
+def _measure_worker_failed(s: JobState, now: float, t: TimeText | None = None) -> Finding | None:
+    """Step 6: the last status is FAILED; the forced read decides."""
     st = s.status
-    if s.cycle != "status" or st is None or st.status != "FAILED":
+    if st is None or st.status != "FAILED":
         return None
-    if s.pending:
-        return None  # the forced reads (and their retries) go first
-    return _failed_or_preempted(s, _with_artifacts(f"[FAILED] {_status_detail(s)}".rstrip(), s))
-
-
-def _explain_worker_failed(p: Point) -> Finding:
-    e = p.last_status_of("FAILED")
-    if e is None:
-        return Finding(False, facts=(f"the job never reported FAILED ({p.last_status_text()})",))
-    held = _check_worker_failed(p.state, p.at) is not None
-    error = first_line(e.error)
-    where = f"status FAILED at {p.t(e.at)} (seq {e.seq})" + (f": {error}" if error else "")
-    return Finding(held, facts=(where, *_retriable_facts(p)))
+    found = _failed_or_preempted(s, _with_artifacts(f"[FAILED] {_status_detail(s)}".rstrip(), s), t)
+    if t is None:
+        return found
+    error = first_line(st.error)
+    where = _where(st, t) + (f": {error}" if error else "")
+    return replace(found, facts=(where, *found.facts))
 
 
 WORKER_FAILED = Rule(
@@ -731,24 +933,38 @@ WORKER_FAILED = Rule(
     fires="FAILED: forced heartbeat read; detail `[FAILED] <error>`, the stdout tail, the "
     "failure artifacts",
     verdict="PREEMPTED or FAILED as in 4",
-    check=_check_worker_failed,
-    explain=_explain_worker_failed,
+    measure=_measure_worker_failed,
+    render=_render_status("the job never reported FAILED"),
+    waits_for=_FORCED_READS,
 )
 
 
 # --- 7: never scheduled -----------------------------------------------------------------------
 
 
-def _check_queue_grace(s: JobState, now: float) -> Finding | None:
-    queued, st = s.timers.get("queue"), s.status
-    if queued is None or s.cycle != "status" or st is None or st.status != QUEUED_STATUS:
+def _measure_queue_grace(s: JobState, now: float, t: TimeText | None = None) -> Finding | None:
+    """Step 7: an IN_QUEUE status against the queue grace, from the first of its run."""
+    st = s.status
+    if st is None or st.status != QUEUED_STATUS:
         return None
-    waited, grace = st.at - queued[SINCE], s.policy.queue_grace_s
-    if waited <= grace:
+    queued = s.timers.get(_QUEUE)
+    if queued is None:
         return None
+    name, grace = _queue_limit(s)
+    waited = st.at - queued[SINCE]
+    fired = waited > grace
+    if not fired and t is None:
+        return None
+    m = Measure("IN_QUEUE", waited, name, grace, fired)
+    facts: tuple[str, ...] = ()
+    if t is not None and s.cycle == "error":
+        facts = ("the last status fetch failed: the queue grace waits for a good one",)
+    if not fired:
+        return Finding(False, (m,), facts)
     return Finding(
         True,
-        (Measure("IN_QUEUE", waited, "queue grace", grace, True),),
+        (m,),
+        facts,
         evidence=(queued[SEQ], st.seq),
         state=JobPhase.NO_CAPACITY,
         detail=f"never scheduled: IN_QUEUE for {waited:.0f}s (queue grace {grace:.0f}s), "
@@ -756,31 +972,18 @@ def _check_queue_grace(s: JobState, now: float) -> Finding | None:
     )
 
 
-def _queued_wait(event: Event, after: JobState) -> float | None:
-    queued = QUEUE_TIMER.of(after)
-    if isinstance(event, StatusObserved) and event.status == QUEUED_STATUS and queued is not None:
-        return event.at - queued[SINCE]
-    return None
-
-
-def _explain_queue_grace(p: Point) -> Finding:
-    s = p.state
-    grace = s.policy.queue_grace_s
-    longest = p.longest(_queued_wait)
+def _render_queue_grace(p: Point, seen: Seen) -> Finding:
+    longest = seen.longest(seen.history)
     if longest is None:
         return Finding(False, facts=("the job was never IN_QUEUE",))
-    fired = _check_queue_grace(s, p.at)
-    st, queued = s.status, QUEUE_TIMER.of(s)
-    if st is not None and st.status == QUEUED_STATUS and queued is not None:
-        m = Measure("IN_QUEUE", st.at - queued[SINCE], "queue grace", grace, fired is not None)
-        facts = ("the last status fetch failed: the queue grace waits for a good one",)
-        return Finding(fired is not None, (m,), facts if s.cycle == "error" else ())
+    if seen.now is not None:
+        return seen.now
     facts: tuple[str, ...] = ()
     left = p.cleared(QUEUE_TIMER.name)
     if left is not None:
         status = f", status {left.status}" if isinstance(left, StatusObserved) else ""
         facts = (f"the job left IN_QUEUE at {p.t(left.at)} (seq {left.seq}{status})",)
-    m = Measure("IN_QUEUE", longest[0], "queue grace", grace, False, note="longest wait")
+    m = replace(longest[1].measures[0], fired=False, note="longest wait")
     return Finding(False, (m,), facts)
 
 
@@ -791,54 +994,69 @@ QUEUE_GRACE = Rule(
     fires="an IN_QUEUE observation more than the queue grace after the first of an unbroken "
     "run of them",
     verdict="NO_CAPACITY / `no_capacity`",
-    check=_check_queue_grace,
-    explain=_explain_queue_grace,
+    measure=_measure_queue_grace,
+    render=_render_queue_grace,
     timer=QUEUE_TIMER,
+    waits_for={Read.STATUS},
 )
 
 
 # --- 8: a stuck worker ------------------------------------------------------------------------
 
 
-def _stuck_worker(s: JobState, spec: TimerSpec, quantity: str) -> tuple[Measure, Timer] | None:
-    """The stuck-worker reading at this poll's probe (None: no probe, or no such worker)."""
-    h, since = s.health, spec.of(s)
-    if h is None or since is None:
+def _stuck_worker(
+    s: JobState, spec: TimerSpec, quantity: str, t: TimeText | None
+) -> tuple[Measure, Timer, HealthObserved] | None:
+    """The stuck-worker reading at this poll's probe (None: no probe, no such worker, or —
+    as a check — not past its grace)."""
+    h = s.health
+    if h is None:
         return None
-    m = _measure(s, since, h.at, quantity, spec)
-    return None if m is None else (m, since)
+    reading = _elapsed(s, spec, h.at)
+    if reading is None:
+        return None
+    elapsed, name, grace, since = reading
+    fired = elapsed > grace
+    if not fired and t is None:
+        return None
+    note = "" if fired or t is None else f"at the last probe, {t(h.at)}"
+    return Measure(quantity, elapsed, name, grace, fired, note=note), since, h
 
 
-def _check_unhealthy_worker(s: JobState, now: float) -> Finding | None:
-    if s.health is None or "unhealthy" not in s.timers:
+def _measure_unhealthy_worker(s: JobState, now: float, t: TimeText | None = None) -> Finding | None:
+    """Step 8: this poll's probe, unhealthy workers only, against the unhealthy grace."""
+    if s.health is None:  # (the common case, tried first: no probe at this point)
         return None
-    reading = _stuck_worker(s, UNHEALTHY_TIMER, "worker unhealthy for")
-    if reading is None or not reading[0].fired:
+    reading = _stuck_worker(s, UNHEALTHY_TIMER, "worker unhealthy for", t)
+    if reading is None:
         return None
-    m, since = reading
-    assert s.health is not None
+    m, since, h = reading
+    if not m.fired:
+        return Finding(False, (m,))
     return Finding(
         True,
         (m,),
-        evidence=(since[SEQ], s.health.seq),
+        evidence=(since[SEQ], h.seq),
         state=JobPhase.STALLED,
         detail=f"worker unhealthy for {m.value:.0f}s while IN_QUEUE (unhealthy grace "
         f"{m.limit:.0f}s; likely a crash loop or a failed image pull); retry on a fresh endpoint",
     )
 
 
-def _check_throttled_worker(s: JobState, now: float) -> Finding | None:
-    if s.health is None or "throttled" not in s.timers:
+def _measure_throttled_worker(s: JobState, now: float, t: TimeText | None = None) -> Finding | None:
+    """Step 8: this poll's probe, throttled workers only, against the throttled grace."""
+    if s.health is None:  # (the common case, tried first)
         return None
-    reading = _stuck_worker(s, THROTTLED_TIMER, "worker THROTTLED for")
-    if reading is None or not reading[0].fired:
+    reading = _stuck_worker(s, THROTTLED_TIMER, "worker THROTTLED for", t)
+    if reading is None:
         return None
-    m, since = reading
-    assert s.health is not None
+    m, since, h = reading
+    if not m.fired:
+        return Finding(False, (m,))
     return Finding(
         True,
         (m,),
-        evidence=(since[SEQ], s.health.seq),
+        evidence=(since[SEQ], h.seq),
         state=JobPhase.NO_CAPACITY,
         detail=f"never scheduled: worker THROTTLED for {m.value:.0f}s while IN_QUEUE "
         f"(throttled grace {m.limit:.0f}s), no capacity for this GPU class; "
@@ -846,62 +1064,45 @@ def _check_throttled_worker(s: JobState, now: float) -> Finding | None:
     )
 
 
-def _explain_stuck_worker(p: Point, spec: TimerSpec, quantity: str, check: Check) -> Finding:
-    s = p.state
-    word = spec.name  # "throttled" or "unhealthy"
-    throttled = spec is THROTTLED_TIMER
-    stuck = [
-        (e, e.at - since[SINCE])
-        for e, _, after in p.steps
-        if isinstance(e, HealthObserved)
-        and worker_condition(e)[1 if throttled else 0]
-        and (since := spec.of(after)) is not None
-    ]
-    if not stuck:
-        probes = [e for e, _, _ in p.steps if isinstance(e, HealthObserved)]
-        noisy = [e.seq for e in probes if getattr(e.workers, word) > 0]
-        article = "a" if throttled else "an"
-        if noisy:
-            fact = f"saw {word} workers only beside usable or recovering ones (seqs {noisy})"
-        elif probes:
-            fact = f"never saw {article} {word} worker in {len(probes)} health probe(s)"
-        else:
-            fact = f"never saw {article} {word} worker (no health probe was answered)"
-        return Finding(False, facts=(fact,))
-    held = check(s, p.at) is not None
-    limit = spec.limit(s)
-    assert limit is not None
-    name, grace = limit
-    since = spec.of(s)
-    if since is not None:
-        last = stuck[-1][0]
-        note = "" if held else f"at the last probe, {p.t(last.at)}"
-        m = Measure(quantity, last.at - since[SINCE], name, grace, held, note=note)
-        return Finding(held, (m,))
-    facts: tuple[str, ...] = ()
-    cleared = p.cleared(spec.name)
-    if cleared is not None:
-        facts = (
-            f"the {word} timer cleared at {p.t(cleared.at)} "
-            f"(seq {cleared.seq}: {summarize(cleared)})",
-        )
-    m = Measure(
-        quantity, max(value for _, value in stuck), name, grace, False, "s", "longest spell"
-    )
-    return Finding(False, (m,), facts)
+def _render_stuck_worker(word: str, article: str) -> Render:
+    """The words of a stuck-worker rule: the reading at the last probe that found the
+    worker stuck while its timer runs, else the longest spell and when it cleared, else
+    what the probes found."""
+
+    def render(p: Point, seen: Seen) -> Finding:
+        stuck = seen.history
+        if not stuck:
+            probes = [e for e, _, _ in p.steps if isinstance(e, HealthObserved)]
+            noisy = [e.seq for e in probes if getattr(e.workers, word) > 0]
+            if noisy:
+                fact = f"saw {word} workers only beside usable or recovering ones (seqs {noisy})"
+            elif probes:
+                fact = f"never saw {article} {word} worker in {len(probes)} health probe(s)"
+            else:
+                fact = f"never saw {article} {word} worker (no health probe was answered)"
+            return Finding(False, facts=(fact,))
+        spec = seen.rule.timer
+        assert spec is not None
+        if spec.of(p.state) is not None:  # the timer runs: the last probe's reading
+            found = seen.now if seen.now is not None else stuck[-1][1]
+            return Finding(seen.held, found.measures)
+        facts: tuple[str, ...] = ()
+        cleared = p.cleared(spec.name)
+        if cleared is not None:
+            facts = (
+                f"the {word} timer cleared at {p.t(cleared.at)} "
+                f"(seq {cleared.seq}: {summarize(cleared)})",
+            )
+        longest = seen.longest(stuck)
+        assert longest is not None
+        m = replace(longest[1].measures[0], fired=False, note="longest spell")
+        return Finding(False, (m,), facts)
+
+    return render
 
 
-def _explain_unhealthy_worker(p: Point) -> Finding:
-    return _explain_stuck_worker(
-        p, UNHEALTHY_TIMER, "worker unhealthy for", _check_unhealthy_worker
-    )
-
-
-def _explain_throttled_worker(p: Point) -> Finding:
-    return _explain_stuck_worker(
-        p, THROTTLED_TIMER, "worker THROTTLED for", _check_throttled_worker
-    )
-
+#: What a rule judging a probe waits for, and makes a late poll do (D8).
+_PROBE = {Read.STATUS, Read.PROBE}
 
 UNHEALTHY_WORKER = Rule(
     name="unhealthy_worker",
@@ -910,10 +1111,11 @@ UNHEALTHY_WORKER = Rule(
     fires="a probe shows unhealthy workers with nothing usable (running, ready, idle) or "
     "initializing, more than the unhealthy grace after the first such probe",
     verdict="STALLED / `stalled` (fresh endpoint)",
-    check=_check_unhealthy_worker,
-    explain=_explain_unhealthy_worker,
+    measure=_measure_unhealthy_worker,
+    render=_render_stuck_worker("unhealthy", "an"),
     timer=UNHEALTHY_TIMER,
-    waits_for=("probe",),
+    waits_for=_PROBE,
+    forces={Read.PROBE},
 )
 THROTTLED_WORKER = Rule(
     name="throttled_worker",
@@ -921,30 +1123,42 @@ THROTTLED_WORKER = Rule(
     why="a worker THROTTLED past the throttled grace: no capacity for this GPU class.",
     fires="the same for throttled workers and the throttled grace",
     verdict="NO_CAPACITY / `no_capacity`",
-    check=_check_throttled_worker,
-    explain=_explain_throttled_worker,
+    measure=_measure_throttled_worker,
+    render=_render_stuck_worker("throttled", "a"),
     timer=THROTTLED_TIMER,
-    waits_for=("probe",),
+    waits_for=_PROBE,
+    forces={Read.PROBE},
 )
 
 
 # --- 10: no progress --------------------------------------------------------------------------
 
 
-def _check_stall(s: JobState, now: float) -> Finding | None:
-    st, progress = s.status, s.timers.get("progress")
-    if s.cycle != "status" or st is None or st.status in TERMINAL_STATUSES or s.pending:
-        return None
-    if progress is None or s.last_at is None:
+def _measure_stall(s: JobState, now: float, t: TimeText | None = None) -> Finding | None:
+    """Step 10: the time without progress against the limit of the phase (`stall_limit`)."""
+    st, progress, last_at = s.status, s.timers.get(_PROGRESS), s.last_at
+    if progress is None or last_at is None:
+        if t is None:
+            return None
+        return Finding(False, facts=("no watch started: nothing measured progress",))
+    if st is None or st.status in TERMINAL_STATUSES:
         return None
     limit, phase = stall_limit(s)
-    idle = s.last_at - progress[SINCE]
-    if idle <= limit:
+    idle = last_at - progress[SINCE]
+    fired = idle > limit
+    if not fired and t is None:
         return None
     _, note, name = stall_limit_name(s)
+    m = Measure("no progress for", idle, name, limit, fired, note=note)
+    facts: tuple[str, ...] = ()
+    if t is not None and s.cycle == "error":
+        facts = ("the last status fetch failed: the stall rule waits for a good one",)
+    if not fired:
+        return Finding(False, (m,), facts)
     return Finding(
         True,
-        (Measure("no progress for", idle, name, limit, True, note=note),),
+        (m,),
+        facts,
         evidence=(progress[SEQ], st.seq),
         state=JobPhase.STALLED,
         detail=f"no worker progress for {idle:.0f}s during {phase} "
@@ -952,48 +1166,19 @@ def _check_stall(s: JobState, now: float) -> Finding | None:
     )
 
 
-def _judged_idle(p: Point, index: int) -> tuple[float, float, str, str] | None:
-    """The stall reading at step `index`, if the stall rule judged the job there."""
-    after = p.steps[index][2]
-    status = after.status
-    if after.cycle != "status" or status is None or status.status in TERMINAL_STATUSES:
-        return None
-    progress = PROGRESS_TIMER.of(after)
-    if progress is None or after.last_at is None or set(after.pending) - {"heartbeat"}:
-        return None
-    nxt = p.steps[index + 1][0] if index + 1 < len(p.steps) else None
-    if "heartbeat" in after.pending and isinstance(nxt, HeartbeatObserved) and not nxt.forced:
-        return None  # judged after that read
-    limit, phase, name = stall_limit_name(after)
-    return after.last_at - progress[SINCE], limit, phase, name
-
-
-def _explain_stall(p: Point) -> Finding:
-    s = p.state
-    progress = PROGRESS_TIMER.of(s)
-    if progress is None or s.last_at is None:
-        return Finding(False, facts=("no watch started: nothing measured progress",))
-    held = _check_stall(s, p.at) is not None
-    st = s.status
-    if st is not None and st.status not in TERMINAL_STATUSES:
-        limit, phase, name = stall_limit_name(s)
-        m = Measure("no progress for", s.last_at - progress[SINCE], name, limit, held, note=phase)
-        facts = ("the last status fetch failed: the stall rule waits for a good one",)
-        return Finding(held, (m,), facts if s.cycle == "error" else ())
+def _render_stall(p: Point, seen: Seen) -> Finding:
+    if seen.now is not None:  # a running status (or nothing to measure progress from)
+        return seen.now
     # The job ended (or never answered): the longest stretch at any point the rule judged.
-    best: tuple[float, float, str, str] | None = None
-    for i in range(len(p.steps)):
-        reading = _judged_idle(p, i)
-        if reading is not None and (best is None or reading[0] / reading[1] > best[0] / best[1]):
-            best = reading
+    st = p.state.status
     facts: tuple[str, ...] = ()
     if st is not None:
         facts = (f"the job reached {st.status} at {p.t(st.at)}, where the stall rule stops",)
-    if best is None:
+    longest = seen.longest(seen.judged, key=lambda m: m.value / m.limit)
+    if longest is None:
         return Finding(False, facts=(*facts, "the job never had a running status to judge"))
-    idle, limit, phase, name = best
-    m = Measure("no progress for", idle, name, limit, False, note=f"{phase}, longest stretch")
-    return Finding(False, (m,), facts)
+    m = longest[1].measures[0]
+    return Finding(False, (replace(m, fired=False, note=f"{m.note}, longest stretch"),), facts)
 
 
 STALL = Rule(
@@ -1003,10 +1188,10 @@ STALL = Rule(
     fires="no progress for longer than the limit: the setup grace while a heartbeat reader "
     "exists and no training heartbeat was seen, else the stall window",
     verdict="STALLED / `stalled`",
-    check=_check_stall,
-    explain=_explain_stall,
+    measure=_measure_stall,
+    render=_render_stall,
     timer=PROGRESS_TIMER,
-    waits_for=("heartbeat",),
+    waits_for=EVERY_READ,  # step 10: a poll's last judgement, once all its reads are in
 )
 
 
@@ -1060,6 +1245,49 @@ BOOKKEEPING: tuple[tuple[str, str], ...] = (
 )
 
 
+# --- which rules judge a point of a poll ------------------------------------------------------
+
+#: The rules judged after an observation, with their place in `RULES` order.
+_ORDERED: tuple[tuple[int, Rule], ...] = tuple(enumerate(AFTER_OBSERVATION))
+#: Which of them judge a point of a poll, and their measures, by (status answered, reads
+#: pending): a rule waits while a read it declares is missing (`Rule.waiting`). A poll has
+#: few such shapes, and most points have no read pending: those two are looked up first.
+_Judging = tuple[tuple[tuple[int, Rule], ...], tuple[Measuring, ...]]
+#: (whether the poll's status was answered) -> pending reads -> who judges.
+_JUDGING: tuple[dict[tuple[str, ...], _Judging], dict[tuple[str, ...], _Judging]] = ({}, {})
+
+
+def _judging_at(answered: bool, pending: tuple[str, ...]) -> _Judging:
+    found = _JUDGING[answered].get(pending)
+    if found is None:
+        probe = JobState(cycle="status" if answered else None, pending=pending)
+        rules = tuple(item for item in _ORDERED if not item[1].waiting(probe))
+        found = _JUDGING[answered][pending] = (rules, tuple(r.measure for _, r in rules))
+    return found
+
+
+_ANSWERED, _UNANSWERED = _judging_at(True, ()), _judging_at(False, ())
+
+
+def judging(s: JobState) -> tuple[tuple[int, Rule], ...]:
+    """The rules judged after an observation that judge `s` now (none of the reads they wait
+    for is missing), with their place in `RULES` order."""
+    answered = s.cycle == "status"
+    if not s.pending:
+        return (_ANSWERED if answered else _UNANSWERED)[0]
+    return _judging_at(answered, s.pending)[0]
+
+
+def judging_measures(s: JobState) -> tuple[Measuring, ...]:
+    """The measures of `judging(s)`'s rules, in order: what `decide` asks after each
+    observation (each returns a finding only when its rule fires)."""
+    answered = s.cycle == "status"
+    if not s.pending:
+        return (_ANSWERED if answered else _UNANSWERED)[1]
+    found = _JUDGING[answered].get(s.pending)
+    return (found or _judging_at(answered, s.pending))[1]
+
+
 def judge(
     s: JobState, rules: tuple[Rule, ...] = AFTER_OBSERVATION, now: float = 0.0
 ) -> Verdict | None:
@@ -1096,14 +1324,13 @@ def limit_passed_at(rule: Rule, s: JobState) -> float | None:
     return timer[SINCE] + limit[1]
 
 
-#: The rules judged after each observation with their checks, looked up once.
-_CHECKS = tuple((order, rule, rule.check) for order, rule in enumerate(AFTER_OBSERVATION))
-#: Reads `judge_poll` makes a poll do although the poll's pace did not ask for them: a
-#: probe for a rule that judges one (the heartbeat keeps its pace, D5).
-FORCED_READS = frozenset({"probe"})
+#: The rules a late poll may make reads for: those that wait for a read besides the status.
+_WAITING_FOR_READS: tuple[Rule, ...] = tuple(
+    rule for rule in AFTER_OBSERVATION if rule.waits_for - {Read.STATUS}
+)
 
 
-def judge_poll(s: JobState) -> Verdict | str | None:
+def judge_poll(s: JobState) -> Verdict | Read | str | None:
     """The verdict of this point of a poll, the read to make before judging it, or None.
 
     Late is not different (D8). Rules judged on an observation (the job's status, an
@@ -1112,17 +1339,18 @@ def judge_poll(s: JobState) -> Verdict | str | None:
     comes late — a paused process, a loaded host, a drifted probe pace — can find more
     than one limit passed, and it must conclude what an on-time watch would have. So
     before concluding, while another timer rule whose limit passed earlier still waits
-    for a read (a pending read of this poll, or a health probe this poll has not made),
-    the read is made first; then, with that evidence, the earliest limit wins (ties go
-    to `RULES` order), and the detail says which other limits it came before.
+    for a read (`Rule.waits_for`), the poll first makes its pending reads, then the reads
+    that rule `forces` which the poll has not made (a health probe while IN_QUEUE); then,
+    with that evidence, the earliest limit wins (ties go to `RULES` order), and the detail
+    says which other limits it came before.
 
     The client deadline is not part of this: it is checked before a fetch with the time
     now, because it is a promise to the caller (stop watching after so long) rather than
     a judgement of the job, and it stops the watch however the job is doing.
     """
     fired: list[tuple[float, int, Rule, Finding]] | None = None
-    for order, rule, check in _CHECKS:
-        finding = check(s, 0.0)
+    for order, rule in judging(s):
+        finding = rule.measure(s, 0.0)
         if finding is None:
             continue
         at = limit_passed_at(rule, s)
@@ -1135,14 +1363,14 @@ def judge_poll(s: JobState) -> Verdict | str | None:
         return None
     fired.sort(key=lambda item: (item[0], item[1]))
     first = fired[0][0]
-    for rule in AFTER_OBSERVATION:
-        at = limit_passed_at(rule, s) if rule.waits_for else None
+    for rule in _WAITING_FOR_READS:
+        at = limit_passed_at(rule, s)
         if at is None or at >= first or any(rule is item[2] for item in fired):
             continue
         # An earlier limit whose rule has not judged this poll's evidence yet.
         if s.pending:
             return s.pending[0]
-        forced = FORCED_READS.intersection(rule.waits_for)
+        forced = rule.forces
         if forced and not s.probed and s.status is not None and s.status.status == QUEUED_STATUS:
             return next(iter(forced))
     at, _, rule, finding = fired[0]

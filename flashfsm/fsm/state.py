@@ -26,11 +26,8 @@ from flashfsm.events.models import (
     WorkerLogObserved,
     WorkerObserved,
 )
-from flashfsm.events.policy import GracePolicy
+from flashfsm.events.policy import DEFAULT_POLICY, GracePolicy
 from flashfsm.fsm.table import INITIAL, JobPhase
-
-DEFAULT_POLICY = GracePolicy()
-
 
 #: A running timer: `(since, seq)`, read as `timer[SINCE]` and `timer[SEQ]`. A plain tuple,
 #: not a named one: the garbage collector stops tracking an exact tuple of numbers, and a
