@@ -1,4 +1,4 @@
-"""Run every benchmark of issue 7 and write `bench/RESULTS.md`.
+"""Run every benchmark of issue 7 (and the web view's, issue 29) and write `bench/RESULTS.md`.
 
     python bench/run.py            # the full sizes (about 15 minutes on 2 cores)
     python bench/run.py --quick    # smaller sizes, a smoke test (CI runs it): bench/out/
@@ -30,6 +30,7 @@ import core  # noqa: E402
 import fleet  # noqa: E402
 import reattach  # noqa: E402
 import replay  # noqa: E402
+import ui  # noqa: E402
 from common import Section, machine, print_section  # noqa: E402
 
 BENCHMARKS = {
@@ -39,6 +40,7 @@ BENCHMARKS = {
     "commit": commit.run,
     "fleet": fleet.run,
     "capacity": capacity.run,
+    "ui": ui.run,
 }
 
 
