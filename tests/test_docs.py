@@ -4,8 +4,9 @@ Each fenced block's language says what is done with it; a block of any other lan
 none) fails here, so nothing is skipped silently:
 
 - `python`: run as written, in order, in one namespace per page (a later block may use what
-  an earlier one defined), with the repository's root as the working directory — nothing
-  else is set up, so every example is self-contained;
+  an earlier one defined), with an empty scratch directory as the working directory (a
+  snippet runs from anywhere, not only from the repository) — nothing else is set up, so
+  every example is self-contained;
 - `python-signature`: a function's or class's signature as `name(parameters) -> result`,
   checked against `inspect.signature` of the real object (`flashfsm.<name>`): the same
   parameters, kinds and defaults, and the same result annotation when one is shown;
@@ -67,8 +68,10 @@ def test_the_docs_have_runnable_examples():
 
 
 @pytest.mark.parametrize("path", [p for p in PAGES if blocks(p)], ids=lambda p: p.name)
-def test_every_python_block_runs(path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.chdir(ROOT)
+def test_every_python_block_runs(
+    path: Path, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+):
+    monkeypatch.chdir(tmp_path_factory.mktemp("anywhere"))  # a snippet runs from any directory
     namespace: dict[str, object] = {"__name__": f"docs_{path.stem}"}
     for number, source in enumerate(blocks(path), start=1):
         code = compile(source, f"{path.name} (python block {number})", "exec")
