@@ -19,7 +19,7 @@ import pytest
 from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
-from flashfsm import JobHandle, open_store, poll_job
+from flashfsm import JobHandle, open_store, poll_job, replay
 from flashfsm.cli import app as cli
 from flashfsm.events.models import (
     CancelRequested,
@@ -405,3 +405,46 @@ def test_the_ui_serves_the_stores_metrics_equal_to_ls(demo_store, client_for):
         key = (row["kind"], row["state"])
         expected[key] = expected.get(key, 0) + 1
     assert streams == expected
+
+
+def test_a_refresh_folds_only_the_new_events_of_an_open_job(tmp_path: Path, monkeypatch):
+    import flashfsm.ui.index as index_module
+
+    url = f"sqlite:///{tmp_path}/open.db"
+    at = 1_700_000_000.0
+    store = open_store(url)
+    try:
+        first = [
+            StatusObserved(
+                stream="job-open", seq=n, id=new_id(at + n), at=at + n, status="IN_QUEUE"
+            )
+            for n in range(50)
+        ]
+        store.append("job-open", first, 0)
+        index = StoreIndex(url)
+        try:
+            index.refresh()
+            folded: list[int] = []
+            real = index_module.replay
+
+            def counting(events, state=None):
+                events = list(events)
+                folded.append(len(events))
+                return real(events, state)
+
+            monkeypatch.setattr(index_module, "replay", counting)
+            more = [
+                StatusObserved(
+                    stream="job-open", seq=n, id=new_id(at + n), at=at + n, status="IN_PROGRESS"
+                )
+                for n in range(50, 60)
+            ]
+            store.append("job-open", more, 50)
+            [change] = index.refresh()
+            assert folded == [10]  # the 50 it had folded are not folded again
+            assert change.row["state"] == replay([*first, *more]).state
+            assert change.row["events"] == 60
+        finally:
+            index.close()
+    finally:
+        store.close()

@@ -49,14 +49,19 @@ from flashfsm.events.store import undriven
 from flashfsm.fsm.explain import reads_heartbeat
 from flashfsm.fsm.job import replay
 from flashfsm.fsm.run import replay_run
+from flashfsm.fsm.state import JobState
 from flashfsm.render import duration_text
 from flashfsm.views import run_label, stream_kind, sweeper_view
 
 
-def stream_row(stream: str, events: list[Event]) -> dict[str, Any]:
+def stream_row(
+    stream: str, events: list[Event], *, job_state: JobState | None = None
+) -> dict[str, Any]:
     """One stream as `ls` lists it: its kind, its state and its verdict or result, and the
     time its events span on its own clock (`span_s`, first to last: a listing never reads
-    the wall clock, so a simulator's log or one from years ago lists as it ran)."""
+    the wall clock, so a simulator's log or one from years ago lists as it ran). A job's
+    `job_state`, when the caller has folded `events` already (a live view folding only what
+    is new), stands for their replay."""
     kind = stream_kind(events)
     row: dict[str, Any] = {
         "stream": stream,
@@ -83,7 +88,7 @@ def stream_row(stream: str, events: list[Event]) -> dict[str, Any]:
             view = sweeper_view(events)
             row.update(state=sweeper_state(view), timers=len(view.timers))
         else:
-            state = replay(events)
+            state = job_state if job_state is not None else replay(events)
             row.update(state=state.state, heartbeat_reader=reads_heartbeat(state))
             if state.verdict is not None:
                 v = state.verdict

@@ -32,12 +32,24 @@ from typing import Any
 from flashfsm.adapters.stores import open_store
 from flashfsm.cli.store import stream_row
 from flashfsm.events.errors import CorruptLogError, EventDecodeError, FlashFsmError
-from flashfsm.events.models import AttemptStarted, Event, JobSubmitted, WatchStarted
+from flashfsm.events.models import (
+    AttemptStarted,
+    Concluded,
+    Event,
+    JobSubmitted,
+    RunConcluded,
+    WatchStarted,
+)
 from flashfsm.events.store import OpenStream, Replica, undriven
+from flashfsm.fsm.job import replay
 from flashfsm.fsm.ledger import Ledger, ledger, reaps_of
 from flashfsm.fsm.run import replay_run
-from flashfsm.views import concluded
+from flashfsm.fsm.state import JobState
+from flashfsm.views import stream_kind
 
+#: The least time (wall clock, seconds) between two pricings of one open stream: its bill
+#: moves with every event the store takes, and pricing folds its whole log.
+PRICE_EVERY_S = 1.0
 #: How often a concluded stream is read again (one in this many refreshes): a concluded
 #: log is final but for the rare late event (a worker log read after a verdict).
 SLOW_SWEEP_EVERY = 20
@@ -54,6 +66,9 @@ class Entry:
     ledger: Ledger | None = None  # a run's, or a job's that no run queued
     run: str | None = None  # the run that queued this job
     jobs: tuple[str, ...] = ()  # a run's job streams
+    job: JobState | None = None  # an open job's state, folded up to `seq`
+    done: bool = False  # it holds its verdict or result
+    priced_at: float | None = None  # when (wall clock) its money was last worked out
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +95,10 @@ def _gpu(events: Sequence[Event]) -> str | None:
         if isinstance(e, AttemptStarted | JobSubmitted) and e.gpu_class:
             gpu = e.gpu_class
     return gpu
+
+
+def _with(before: Event | None, events: list[Event]) -> list[Event]:
+    return events if before is None else [before, *events]
 
 
 def unwatched_gaps(events: Sequence[Event]) -> list[tuple[float, float, str]]:
@@ -119,6 +138,7 @@ class StoreIndex:
         self.fleet = FleetView()
         self.version = 0  # counts the refreshes that changed something
         self.damaged: dict[str, str] = {}  # stream: why it cannot be read
+        self._cache: dict[str, tuple[int, Any]] = {}
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -136,6 +156,19 @@ class StoreIndex:
         """The ledger of every run and of every job no run queued, as `flashfsm cost` has them."""
         with self._lock:
             return [e.ledger for _, e in sorted(self._entries.items()) if e.ledger is not None]
+
+    def cached(self, key: str, make: Callable[[], Any]) -> Any:
+        """`make()`, kept until the index next changes (what a page derives from every row:
+        totals, a filter's choices)."""
+        version = self.version
+        with self._lock:
+            hit = self._cache.get(key)
+        if hit is not None and hit[0] == version:
+            return hit[1]
+        value = make()
+        with self._lock:
+            self._cache[key] = (version, value)
+        return value
 
     @property
     def newest(self) -> float | None:
@@ -221,25 +254,53 @@ class StoreIndex:
         return out
 
     def _take(self, name: str, new: list[Event]) -> None:
-        """Fold a stream's new events into its entry."""
+        """Fold a stream's new events into its entry: an open stream's kept events and job
+        state grow by what is new (nothing is folded twice); a concluded one read again (the
+        slow sweep found a late event) is folded whole."""
         entry = self._entries.get(name)
-        if entry is None or entry.events is None:
+        fresh = entry is None or entry.events is None
+        if fresh:
             events = new if entry is None else self._store.read(name)
+            scan = events
+            before: Event | None = None
         else:
-            events = entry.events + new
-        row = stream_row(name, events)
-        row.update(gpu=_gpu(events), owner=_watcher(events), gaps=unwatched_gaps(events))
+            assert entry is not None and entry.events is not None
+            before = entry.events[-1] if entry.events else None
+            events = entry.events
+            events.extend(new)
+            scan = new
+        kind = stream_kind(events)
+        job = None
+        if kind == "job":
+            try:
+                job = replay(scan, None if fresh or entry is None else entry.job)
+            except FlashFsmError:
+                job = None  # `stream_row` says it is unreadable
+        row = stream_row(name, events, job_state=job)
+        old = None if fresh or entry is None else entry.row
+        row.update(
+            gpu=_gpu(scan) or (old or {}).get("gpu"),
+            owner=_watcher(scan) or (old or {}).get("owner"),
+            gaps=[
+                *(old or {}).get("gaps", ()),
+                *unwatched_gaps([before, *scan] if before else scan),
+            ],
+        )
         jobs: tuple[str, ...] = ()
-        if row["kind"] == "run":
+        if kind == "run":
             try:
                 jobs = tuple(a.job_stream for a in replay_run(events).attempts if a.job_stream)
             except FlashFsmError:
                 jobs = ()
-        if row["kind"] == "sweeper":
+        if kind == "sweeper":
             self._reaps = reaps_of(e for e in events)
-        last = max(e.at for e in events)
+        last = max(e.at for e in scan)
         self._newest = last if self._newest is None else max(self._newest, last)
-        keep = row["kind"] == "sweeper" or not concluded(events)
+        done = kind != "sweeper" and (
+            (not fresh and entry is not None and entry.done)
+            or any(isinstance(e, Concluded | RunConcluded) for e in scan)
+        )
+        keep = kind == "sweeper" or not done
         self._entries[name] = Entry(
             name,
             events[-1].seq,
@@ -248,11 +309,14 @@ class StoreIndex:
             None if entry is None else entry.ledger,
             self._run_of.get(name),
             jobs,
+            job if keep else None,
+            done,
+            None if entry is None or done != entry.done else entry.priced_at,
         )
-        for job in jobs:
-            self._run_of[job] = name
-            if job in self._entries:
-                self._entries[job].run = name
+        for job_stream in jobs:
+            self._run_of[job_stream] = name
+            if job_stream in self._entries:
+                self._entries[job_stream].run = name
 
     def _read_fleet(self) -> None:
         listing = getattr(self._store, "open_streams", None)
@@ -284,18 +348,27 @@ class StoreIndex:
 
     def _price(self, touched: set[str]) -> set[str]:
         """Price again what `touched` changes (see the module docstring); the names whose
-        cost changed."""
+        cost changed. An open bill moves with every event the store takes, so a stream
+        whose verdict has not changed is priced at most once every `PRICE_EVERY_S`."""
         due: set[str] = set()
         reaped = any(self._entries[n].row["kind"] == "sweeper" for n in touched)
         for name in touched:
             entry = self._entries[name]
             due.add(entry.run if entry.run is not None else name)
         for name, entry in self._entries.items():
-            if entry.ledger is not None and (entry.ledger.open_attempts or reaped):
-                due.add(name)
+            led = entry.ledger
+            if led is not None and led.open_attempts and (reaped or led.as_of != self._newest):
+                due.add(name)  # an open bill runs up to the store's newest event
+        now = self.wall()
         changed: set[str] = set()
         for name in due:
+            entry = self._entries.get(name)
+            if entry is None:
+                continue
+            if entry.priced_at is not None and now - entry.priced_at < PRICE_EVERY_S:
+                continue
             changed |= self._price_one(name)
+            entry.priced_at = now
         return changed
 
     def _load(self, stream: str) -> list[Event]:

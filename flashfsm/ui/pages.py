@@ -291,15 +291,23 @@ def runs_page(frame: Frame, index: StoreIndex, query: dict[str, str]) -> str:
     f = Filters.parse(query)
     rows = index.rows()
     chosen = listing(rows, f, index.newest)
-    total = total_json(index.ledgers())["money"] if index.ledgers() else None
+    total = index.cached("money", lambda: total_json(index.ledgers())["money"])
+    choices = index.cached(
+        "choices",
+        lambda: (
+            sorted({r["state"] for r in rows if r["state"]}),
+            sorted({_rule_of(r) for r in rows} - {""}),
+            sorted({_owner_of(r) for r in rows} - {""}),
+        ),
+    )
     body = _render(
         "runs",
         f=f,
         rows=[_markup(row_html(r)) for r in chosen.shown],
         kinds=("run", "job", "sweeper"),
-        states=sorted({r["state"] for r in rows if r["state"]}),
-        rules=sorted({_rule_of(r) for r in rows} - {""}),
-        owners=sorted({_owner_of(r) for r in rows} - {""}),
+        states=choices[0],
+        rules=choices[1],
+        owners=choices[2],
         columns=COLUMNS,
         sort_url=lambda key: (
             "/?" + f.query(sort=key, desc=not f.desc if f.sort == key else key != "stream", page=1)
