@@ -12,12 +12,13 @@ yields a `Pause` to ask for the back-off sleep. An answer's body is read by `Rea
 the protocol's too: decoded and capped, or read by `LogTail` for a streamed route, the
 deadline checked between chunks, and what a body cut short still answers.
 
-`RunpodClient` and `AsyncRunpodClient` share one configuration (`_Client`: keys, hosts,
-headers, bounds, transport choice, `from_env`) and differ only in their driver of
-`exchange` (`_drive` and `_move`), which moves bytes and nothing else: it puts the request
-on an httpx transport, feeds the body's raw chunks to `Reading`, and sleeps the pauses. So
-both speak exactly the same protocol, and a change of it (a header, a bound, the retry
-policy, an error message) is made in one place.
+`RunpodClient` and `AsyncRunpodClient` share one configuration (`_Client`: key, hosts,
+headers, bounds, transport choice, `from_env`) and differ only in their own transport and
+their driver of `exchange` (`_drive` and `_move`), which moves bytes and nothing else: it
+puts the request on an httpx transport, feeds the body's raw chunks to `Reading`, and
+sleeps the pauses; each public method is one line over it. So both speak exactly the same
+protocol, and a change of it (a header, a bound, the retry policy, an error message) is
+made in one place.
 
 Rules the table and the functions encode:
 
