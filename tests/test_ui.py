@@ -32,7 +32,7 @@ from flashfsm.events.store import HANDOFF
 from flashfsm.ids import new_id
 from flashfsm.ui.app import UiConfig, create_app
 from flashfsm.ui.index import StoreIndex
-from flashfsm.ui.pages import Frame, fleet_page, stream_url
+from flashfsm.ui.pages import Frame, fleet_page, row_html, stream_url
 
 runner = CliRunner()
 TOKEN = "t0ken-" + "x" * 26
@@ -444,6 +444,9 @@ def test_a_refresh_folds_only_the_new_events_of_an_open_job(tmp_path: Path, monk
             assert folded == [10]  # the 50 it had folded are not folded again
             assert change.row["state"] == replay([*first, *more]).state
             assert change.row["events"] == 60
+            # priced a moment ago, it is not priced again yet: its row keeps its money cells
+            assert "cost" in change.row and "billing_open" in change.row
+            assert 'data-stream="job-open"' in row_html(change.row)
         finally:
             index.close()
     finally:

@@ -278,6 +278,9 @@ class StoreIndex:
                 job = None  # `stream_row` says it is unreadable
         row = stream_row(name, events, job_state=job)
         old = None if fresh or entry is None else entry.row
+        priced = {} if entry is None else entry.row
+        for key in MONEY_CELLS:  # (worked out by `_price`, on its own cadence)
+            row[key] = priced.get(key)
         row.update(
             gpu=_gpu(scan) or (old or {}).get("gpu"),
             owner=_watcher(scan) or (old or {}).get("owner"),
@@ -403,6 +406,10 @@ class StoreIndex:
             if _money_key(job_entry.row) != job_before:
                 changed.add(job_entry.name)
         return changed
+
+
+#: A row's money cells (`_money_cells`), None until it is priced.
+MONEY_CELLS = ("cost", "wasted", "billed_s", "billing_open", "open_rate_per_hour")
 
 
 def _money_key(row: dict[str, Any]) -> tuple[Any, ...]:
