@@ -11,7 +11,7 @@ the process's own, never the library's global one):
   failure, run results by failure, the errors the watches recorded by kind, takeovers
   (a job's watch passing to another watcher), the open-streams index's leases and live
   replicas, how far the open jobs' snapshots lag their logs, and the money billed and
-  wasted by cause (the ledgers `flashfsm cost` prints: `flashfsm.fsm.ledger`). So a scrape
+  wasted by cause (the ledgers `flashfsm cost` prints: `flashfsm.postmortem.ledger`). So a scrape
   equals what `ls`, `ls --owner` and `cost --json` say of the same store, whichever
   process serves it, and a replica that restarts loses no count. `read_store_facts` reads
   a store for it read-only, as every reader does; reads never write.
@@ -62,8 +62,8 @@ from flashfsm.cli.store import stream_row
 from flashfsm.events.errors import CorruptLogError, EventDecodeError
 from flashfsm.events.models import Event
 from flashfsm.events.store import CLOSED_BY, OpenStream, Replica
-from flashfsm.fsm.ledger import CAUSES, WASTE_CAUSES, Ledger, newest, store_ledgers
 from flashfsm.fsm.snapshot import FOLD_VERSION
+from flashfsm.postmortem.ledger import CAUSES, WASTE_CAUSES, Ledger, newest, store_ledgers
 
 if TYPE_CHECKING:
     from flashfsm.fleet import Fleet
@@ -168,7 +168,7 @@ class StoreFacts:
     billed_s: Mapping[str, float] = field(default_factory=dict)
     #: money billed by cause, over the attempts that have a price
     billed_dollars: Mapping[str, float] = field(default_factory=dict)
-    #: money thrown away by cause (`flashfsm.fsm.ledger.WASTE_CAUSES`), priced attempts
+    #: money thrown away by cause (`flashfsm.postmortem.ledger.WASTE_CAUSES`), priced attempts
     wasted_dollars: Mapping[str, float] = field(default_factory=dict)
     #: billed attempts without a price (their money is in no dollar figure)
     unpriced_attempts: int = 0

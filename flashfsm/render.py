@@ -12,7 +12,7 @@ one lane per endpoint it timed: its IDLE runs, each ended by a clear or a reap.
 `flashfsm.views.stream_kind` says which a log is. `svg(picture)` and `html(picture)` build
 self-contained documents by string building: no script, no external font or style.
 
-Drawing measures text (`flashfsm.fsm.diagram.text_width`) instead of guessing: a state's name
+Drawing measures text (`flashfsm.postmortem.diagram.text_width`) instead of guessing: a state's name
 is written on its span only when it fits; the plot is narrowed until every verdict label fits
 right of its mark; a lane's subtitle wraps onto a second line, and text that still does not
 fit is shortened at a word boundary, with the whole text in a tooltip (`<title>`). Every
@@ -20,7 +20,7 @@ bounded piece of text is a `<g class="label">` carrying its full text and the wi
 given (`data-label`, `data-width`), so a test can check what was shown against what was meant.
 The legend lists the states and verdict kinds the picture shows, no others.
 
-Cost. Each attempt's lane carries its ledger (`flashfsm.fsm.ledger`: a run's attempts are
+Cost. Each attempt's lane carries its ledger (`flashfsm.postmortem.ledger`: a run's attempts are
 priced by its candidates, a job log by the caller's `price_per_hour`): a thin strip under
 its bar shows where the billed seconds went, cause by cause, and a label right of the lane
 says what it cost; the header says the total. The legend names the causes the strips show.
@@ -43,16 +43,6 @@ from flashfsm.events.models import (
     SubmitFailed,
     WatchStarted,
 )
-from flashfsm.fsm.diagram import (
-    FONT,
-    OUTCOME_FAILED,
-    OUTCOME_OK,
-    OUTCOME_RETRIED,
-    PHASE_STYLE,
-    esc,
-    text_width,
-)
-from flashfsm.fsm.explain import timeline
 from flashfsm.fsm.findings import (
     EXPLAIN_LINE_CHARS,
     WorkerLog,
@@ -61,7 +51,19 @@ from flashfsm.fsm.findings import (
     secs,
     worker_evidence,
 )
-from flashfsm.fsm.ledger import (
+from flashfsm.fsm.run import RETRIABLE_FAILURES, Attempt, RunState, replay_run
+from flashfsm.fsm.table import FAILURE_KIND, JobPhase
+from flashfsm.postmortem.diagram import (
+    FONT,
+    OUTCOME_FAILED,
+    OUTCOME_OK,
+    OUTCOME_RETRIED,
+    PHASE_STYLE,
+    esc,
+    text_width,
+)
+from flashfsm.postmortem.explain import timeline
+from flashfsm.postmortem.ledger import (
     AttemptLedger,
     Cause,
     Ledger,
@@ -69,8 +71,6 @@ from flashfsm.fsm.ledger import (
     money_text,
     run_ledger,
 )
-from flashfsm.fsm.run import RETRIABLE_FAILURES, Attempt, RunState, replay_run
-from flashfsm.fsm.table import FAILURE_KIND, JobPhase
 from flashfsm.views import IdlePeriod, SweeperView, stream_kind, sweeper_view
 
 DEPLOYING = "DEPLOYING"

@@ -3,7 +3,7 @@
 Theory of operation. A store holds three kinds of stream, and `stream_kind` is the one test
 that tells them apart: a run's stream starts with `RunStarted`, a sweeper's holds only its
 idle-timer events, and everything else is a job's. Every view reads a stream through the
-fold of its kind — a job log through `flashfsm.fsm.job` and `flashfsm.fsm.explain`, a run
+fold of its kind — a job log through `flashfsm.fsm.job` and `flashfsm.postmortem.explain`, a run
 through `flashfsm.fsm.run.replay_run`, a sweeper log through
 `flashfsm.fsm.sweep.evolve_sweeper` (`sweeper_view`) — and never re-derives what a fold
 already knows. A run is named by its `RunPhase` through one table (`RUN_PHASE_LABELS`).
@@ -35,9 +35,9 @@ from flashfsm.events.models import (
     RunConcluded,
     RunStarted,
 )
-from flashfsm.fsm.explain import WatchView, watch_view
 from flashfsm.fsm.run import Attempt, RunPhase, RunState, replay_run
 from flashfsm.fsm.sweep import SweeperState, evolve_sweeper
+from flashfsm.postmortem.explain import WatchView, watch_view
 
 StreamKind = Literal["job", "run", "sweeper"]
 STREAM_KINDS: tuple[StreamKind, ...] = ("job", "run", "sweeper")

@@ -28,10 +28,11 @@ from flashfsm import MemoryStore, poll_job
 from flashfsm.adapters.stores import open_store
 from flashfsm.cli import EXIT_GATE, app
 from flashfsm.events.models import Concluded, Event
-from flashfsm.fsm import explain as ex
-from flashfsm.fsm.billing import MODEL, IdleTimeout
 from flashfsm.fsm.job import verify
-from flashfsm.fsm.ledger import (
+from flashfsm.fsm.run import replay_run
+from flashfsm.postmortem import explain as ex
+from flashfsm.postmortem.billing import MODEL, IdleTimeout
+from flashfsm.postmortem.ledger import (
     CAUSES,
     AttemptContext,
     AttemptLedger,
@@ -39,7 +40,6 @@ from flashfsm.fsm.ledger import (
     attempt_bill,
     store_ledgers,
 )
-from flashfsm.fsm.run import replay_run
 from flashfsm.render import duration_text
 from tests import billing_logs as B
 from tests.conftest import ScriptedClient, VirtualClock

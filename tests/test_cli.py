@@ -14,8 +14,8 @@ from flashfsm.adapters.jsonl import JsonlStore
 from flashfsm.adapters.stores import copy_streams, open_store
 from flashfsm.cli import EXIT_CODES, EXIT_DISAGREES, EXIT_NO_VERDICT, app
 from flashfsm.demo import DEMO_JOBS, watch_scenarios
-from flashfsm.fsm.diagram import mermaid
-from flashfsm.fsm.diagram import svg as diagram_svg
+from flashfsm.postmortem.diagram import mermaid
+from flashfsm.postmortem.diagram import svg as diagram_svg
 from tests.test_render import build_run_log
 
 runner = CliRunner()

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from flashfsm import render
 from flashfsm.adapters.jsonl import read_jsonl_file
 from flashfsm.cli import app
-from flashfsm.fsm.ledger import ledger
+from flashfsm.postmortem.ledger import ledger
 from tests.test_ledger import EXAMPLES, load
 from tests.test_render import CHROMIUM
 from tests.test_render_chromium import SVG_BOX_JS, chromium_measure

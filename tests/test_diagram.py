@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from flashfsm.fsm import diagram
-from flashfsm.fsm.diagram import GROUPS, Box
 from flashfsm.fsm.table import ACTIVE, RUNNING, TERMINAL, TRANSITIONS, WAITING, JobPhase
+from flashfsm.postmortem import diagram
+from flashfsm.postmortem.diagram import GROUPS, Box
 from tests.test_render import CHROMIUM
 from tests.test_render_chromium import SVG_BOX_JS, chromium_measure, svg_page
 

@@ -2,7 +2,7 @@
 
 docs/rules.md (the state diagram, the policy defaults, the rule table) and docs/events.md
 (every event kind and field) hold parts between `<!-- name:start … -->` and
-`<!-- name:end -->` markers that `flashfsm.fsm.docs` renders from the code: the transition
+`<!-- name:end -->` markers that `flashfsm.postmortem.docs` renders from the code: the transition
 table, `GracePolicy`, the rules' declarations (`rules.RULES`) and the event models
 (`EVENT_TYPES`). A page that differs from what they render today fails here. Beside that
 byte-for-byte check, a few checks read the pages as a reader would (every kind and field,
@@ -29,9 +29,9 @@ import pytest
 
 from flashfsm.events.failures import FailureKind
 from flashfsm.events.models import EVENT_TYPES
-from flashfsm.fsm import docs
-from flashfsm.fsm.diagram import mermaid
 from flashfsm.fsm.rules import RULE_NAMES, RULES
+from flashfsm.postmortem import docs
+from flashfsm.postmortem.diagram import mermaid
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

@@ -20,7 +20,8 @@ from flashfsm.events.models import (
 )
 from flashfsm.events.policy import GracePolicy
 from flashfsm.fsm import rules
-from flashfsm.fsm.explain import (
+from flashfsm.fsm.job import replay
+from flashfsm.postmortem.explain import (
     WHATIF_OUTCOMES,
     explain,
     rule_why,
@@ -31,7 +32,6 @@ from flashfsm.fsm.explain import (
     why_not,
     why_not_report,
 )
-from flashfsm.fsm.job import replay
 
 EXTRA_JOBS = (("throttled", "a throttled worker"), ("timed_out", "the platform times it out"))
 

@@ -26,8 +26,8 @@ from flashfsm.adapters.simulator import Simulator
 from flashfsm.adapters.simulator.scenarios import builtin_scenarios
 from flashfsm.adapters.simulator.world import ApiError
 from flashfsm.events.models import Concluded, Event
-from flashfsm.fsm.explain import why_not_report
 from flashfsm.fsm.job import verify
+from flashfsm.postmortem.explain import why_not_report
 
 INTERVAL_S = 10.0
 REPO, PHASE = "org/runs", "sft"

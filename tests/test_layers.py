@@ -5,7 +5,8 @@ dodges a cycle is still a cycle), or in a try — except those under `if TYPE_CH
 The layers, lowest first (each may import the ones before it, and itself):
 
 - `events`: the recorded format (models, codec, policy, text, the store protocol);
-- `fsm`: the pure core (rules, fold, decisions, explanations);
+- `fsm`: the pure decision core (rules, fold, decisions);
+- `postmortem`: the pure post-mortem and presentation (explanations, the ledger, generated docs);
 - base: `errors`, `redact`, `ids`, `naming` — small modules every layer above shares;
 - `adapters`: the world (stores, RunPod and Hub clients, runpod-flash, the simulator);
 - the shell: everything else (the watch, the writer, the drivers, runs, the CLI, views).
@@ -22,7 +23,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "flashfsm"
 BASE = frozenset({"flashfsm.errors", "flashfsm.redact", "flashfsm.ids", "flashfsm.naming"})
-ORDER = ("events", "fsm", "base", "adapters", "shell")
+ORDER = ("events", "fsm", "postmortem", "base", "adapters", "shell")
 
 
 def _modules() -> dict[str, Path]:
@@ -83,7 +84,7 @@ def layer(module: str) -> str:
     if module in BASE:
         return "base"
     parts = module.split(".")
-    if len(parts) > 1 and parts[1] in ("events", "fsm", "adapters"):
+    if len(parts) > 1 and parts[1] in ("events", "fsm", "postmortem", "adapters"):
         return parts[1]
     return "shell"
 

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from flashfsm.adapters.jsonl import read_jsonl_file, stream_file_name
 from flashfsm.events.models import Event
-from flashfsm.fsm.billing import MODEL
-from flashfsm.fsm.ledger import (
+from flashfsm.postmortem.billing import MODEL
+from flashfsm.postmortem.ledger import (
     CAUSES,
     WASTE_CAUSES,
     AttemptLedger,

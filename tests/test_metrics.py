@@ -40,7 +40,6 @@ from flashfsm.events.models import (
 )
 from flashfsm.events.policy import GracePolicy
 from flashfsm.fleet import Fleet, hand_off_job
-from flashfsm.fsm.ledger import WASTE_CAUSES
 from flashfsm.fsm.snapshot import FOLD_VERSION
 from flashfsm.metrics import (
     POLL_LAG_BUCKETS,
@@ -51,6 +50,7 @@ from flashfsm.metrics import (
     metrics_registry,
     serve_metrics,
 )
+from flashfsm.postmortem.ledger import WASTE_CAUSES
 from flashfsm.watch import submission
 from flashfsm.writer import JOB, NEWER_WATCH_WINS, StreamWriter
 

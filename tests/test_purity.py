@@ -19,7 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "flashfsm"
-PURE_PACKAGES = ("fsm", "events")
+PURE_PACKAGES = ("fsm", "postmortem", "events")
 PURE_FILES = sorted(path for name in PURE_PACKAGES for path in (PACKAGE / name).rglob("*.py"))
 
 #: Modules whose import alone means I/O or a clock (stdlib and the project's I/O dependencies).

@@ -18,11 +18,11 @@ import pytest
 
 from flashfsm import JobHandle, MemoryStore, RunpodApiError, poll_job
 from flashfsm.events.models import Concluded, Event
-from flashfsm.fsm.docs import rules_table
-from flashfsm.fsm.explain import explain, what_if, why_not_report
 from flashfsm.fsm.job import verify
 from flashfsm.fsm.rules import RULE_NAMES, RULES, RULES_BY_NAME, TIMER_RULES, TIMERS, Rule
 from flashfsm.fsm.table import JobPhase
+from flashfsm.postmortem.docs import rules_table
+from flashfsm.postmortem.explain import explain, what_if, why_not_report
 from tests.conftest import VirtualClock
 
 START = 1_700_000_000.0

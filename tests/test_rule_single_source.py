@@ -35,12 +35,12 @@ from flashfsm.adapters.stores import open_store
 from flashfsm.events.models import Concluded, Event
 from flashfsm.events.policy import DEFAULT_POLICY, GracePolicy
 from flashfsm.fsm import rules
-from flashfsm.fsm.explain import decision_point, explain, why_not_report
 from flashfsm.fsm.findings import Finding, Measure, Point
 from flashfsm.fsm.job import READ_COMMANDS, Trigger, check_triggers, evolve, skip_read, verify
 from flashfsm.fsm.machine import IllegalTransition, fire
 from flashfsm.fsm.rules import RULES, RULES_BY_NAME, Read, Rule, Signal, TimerSpec, judge
 from flashfsm.fsm.state import JobState
+from flashfsm.postmortem.explain import decision_point, explain, why_not_report
 from tests.conftest import VirtualClock
 from tests.test_properties import run_poll_job, scripts
 from tests.test_rule_declarations import FIRING, _firing_log

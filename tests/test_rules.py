@@ -32,8 +32,8 @@ from flashfsm import (
 )
 from flashfsm.events.models import Concluded, HeartbeatObserved
 from flashfsm.fsm.commands import ReadHeartbeat, Wait
-from flashfsm.fsm.explain import explain, why_not
 from flashfsm.fsm.job import decide
+from flashfsm.postmortem.explain import explain, why_not
 from tests.conftest import ScriptedClient, VirtualClock
 
 JOB = JobHandle(endpoint_id="ep-1", endpoint_name="trainer", job_id="job-1")

@@ -17,8 +17,8 @@ from pydantic import ValidationError
 
 from flashfsm import JobHandle, MemoryStore, PollResult, poll_job, verify
 from flashfsm.events.models import HeartbeatObserved
-from flashfsm.fsm.explain import explain
 from flashfsm.fsm.rules import HEARTBEAT_FUTURE_TOLERANCE_S, untrusted_heartbeat_ts
+from flashfsm.postmortem.explain import explain
 from tests.conftest import ScriptedClient, VirtualClock
 
 RUNNING = {"status": "IN_PROGRESS"}

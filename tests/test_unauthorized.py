@@ -34,8 +34,8 @@ from flashfsm.events.models import (
     JobCancelled,
     StatusFetchFailed,
 )
-from flashfsm.fsm.explain import explain, why_not_report
 from flashfsm.fsm.run import RETRIABLE_FAILURES
+from flashfsm.postmortem.explain import explain, why_not_report
 from flashfsm.runs import Deployed, RunpodRunAdapters, supervise_run
 from flashfsm.supervisor import JobSpec, Supervisor
 from tests.conftest import ScriptedClient, VirtualClock

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from flashfsm.adapters.stores import open_store
 from flashfsm.cli import EXIT_GATE, app
 from flashfsm.demo import watch_scenarios
-from flashfsm.fsm import explain as ex
+from flashfsm.postmortem import explain as ex
 
 SCENARIOS = (
     ("success", ""),

@@ -46,8 +46,8 @@ from flashfsm.events.models import (
     WorkerLogObserved,
     WorkerObserved,
 )
-from flashfsm.fsm.explain import explain
 from flashfsm.fsm.findings import EXPLAIN_LOG_LINES, summarize, worker_evidence
+from flashfsm.postmortem.explain import explain
 from flashfsm.runs import Deployed, RunpodRunAdapters
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -43,11 +43,11 @@ from flashfsm.adapters.urls import display_url, hide_url_secrets, scrub_urls
 from flashfsm.events.errors import CorruptLogError, EventDecodeError, FlashFsmError
 from flashfsm.events.failures import FailureKind
 from flashfsm.events.models import Concluded, Event, RunConcluded
-from flashfsm.fsm import explain as ex
-from flashfsm.fsm.explain import TimelineRow, timeline
 from flashfsm.fsm.findings import first_line
 from flashfsm.fsm.job import replay
 from flashfsm.fsm.run import Attempt, RunState, replay_run
+from flashfsm.postmortem import explain as ex
+from flashfsm.postmortem.explain import TimelineRow, timeline
 from flashfsm.render import duration_text
 from flashfsm.views import (
     IdlePeriod,

@@ -6,8 +6,8 @@ The whole store is every run plus every job no run queued (a run's job streams c
 through their run). The sweeper's streams (every sweeper stream of the store; next to a
 `.jsonl` file, the `sweeper*.jsonl` files of its directory) say which endpoints it reaped,
 which ends their bills; an open bill is billed up to the newest event read (the store's,
-for the whole store). The ledger itself is `flashfsm.fsm.ledger`; the billing model it
-applies is `flashfsm.fsm.billing`. Like every reader, this opens the store read-only.
+for the whole store). The ledger itself is `flashfsm.postmortem.ledger`; the billing model it
+applies is `flashfsm.postmortem.billing`. Like every reader, this opens the store read-only.
 """
 
 from __future__ import annotations
@@ -39,8 +39,9 @@ from flashfsm.cli.common import (
     store_url,
 )
 from flashfsm.events.models import Event
-from flashfsm.fsm.billing import MODEL
-from flashfsm.fsm.ledger import (
+from flashfsm.fsm.run import replay_run
+from flashfsm.postmortem.billing import MODEL
+from flashfsm.postmortem.ledger import (
     CAUSES,
     GROUP_KEYS,
     AttemptLedger,
@@ -54,8 +55,7 @@ from flashfsm.fsm.ledger import (
     newest,
     reaps_of,
 )
-from flashfsm.fsm.ledger import store_ledgers as ledgers_of
-from flashfsm.fsm.run import replay_run
+from flashfsm.postmortem.ledger import store_ledgers as ledgers_of
 from flashfsm.render import duration_text
 from flashfsm.views import stream_kind
 
@@ -202,7 +202,7 @@ def sweeper_logs(source: str, src: Source, store: str | None) -> list[list[Event
 def store_ledgers(logs: dict[str, list[Event]], price: float | None) -> list[Ledger]:
     """The ledger of every run of `logs`, and of every job no run queued (at `price`): the
     sweeper streams' reaps end bills, and open bills are billed up to the store's newest
-    event (`flashfsm.fsm.ledger.store_ledgers`)."""
+    event (`flashfsm.postmortem.ledger.store_ledgers`)."""
     with UsageErrors():  # a corrupt run is one line, exit 1
         return ledgers_of(logs, price)
 

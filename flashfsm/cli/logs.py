@@ -77,13 +77,13 @@ from flashfsm.cli.workers import (
 from flashfsm.events.codec import require_checksums
 from flashfsm.events.models import Event
 from flashfsm.events.policy import GracePolicy
-from flashfsm.fsm import explain as ex
 from flashfsm.fsm.capacity import RankReason, ranking_reasons
-from flashfsm.fsm.explain import timeline
 from flashfsm.fsm.job import VerifyReport, replay, verify
-from flashfsm.fsm.ledger import AttemptLedger, Cause, Ledger, money_text
 from flashfsm.fsm.rules import RULE_NAMES
 from flashfsm.fsm.run import RunState, replay_run
+from flashfsm.postmortem import explain as ex
+from flashfsm.postmortem.explain import timeline
+from flashfsm.postmortem.ledger import AttemptLedger, Cause, Ledger, money_text
 from flashfsm.render import duration_text
 from flashfsm.views import (
     RunView,
@@ -679,7 +679,7 @@ def corpus_logs(logs: dict[str, list[Event]], price: float | None = None) -> lis
     """Every job log of `logs` as a corpus entry, priced as `cost` prices it: in its run's
     context (its candidate's price, the run's cancel and teardown, the deploy's idle
     timeout), else at `price` (None: unknown); the sweeper's reaps and the store's newest
-    event apply as in `cost` (`flashfsm.fsm.explain.corpus`)."""
+    event apply as in `cost` (`flashfsm.postmortem.explain.corpus`)."""
     with UsageErrors():  # a corrupt run is one line, exit 1
         return ex.corpus(logs, price)
 

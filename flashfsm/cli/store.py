@@ -46,10 +46,10 @@ from flashfsm.cli.common import (
 from flashfsm.events.errors import FlashFsmError
 from flashfsm.events.models import Event
 from flashfsm.events.store import undriven
-from flashfsm.fsm.explain import reads_heartbeat
 from flashfsm.fsm.job import replay
 from flashfsm.fsm.run import replay_run
 from flashfsm.fsm.state import JobState
+from flashfsm.postmortem.explain import reads_heartbeat
 from flashfsm.render import duration_text
 from flashfsm.views import run_label, stream_kind, sweeper_view
 

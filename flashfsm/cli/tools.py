@@ -28,7 +28,7 @@ def diagram_command(
     ] = "mermaid",
 ) -> None:
     """The job state machine, drawn from the transition table the machine is built from."""
-    from flashfsm.fsm import diagram
+    from flashfsm.postmortem import diagram
 
     drawings = {"mermaid": diagram.mermaid, "svg": diagram.svg}
     if fmt not in drawings:

@@ -3,8 +3,9 @@
 `table` holds the states and transitions as data, `machine` the one shared
 `transitions.Machine`, `state` what the rules know about a job, `rules` one declaration per
 job rule, `job` the fold (`evolve`), the decision (`decide`), `replay` and `verify`,
-`explain` and `findings` the post-mortem views, `docs` and `diagram` what the docs draw
-from the rules and the table, `run` the run machine, `sweep` the idle sweeper's rules.
+`findings` what a rule finds (and how an event reads), `run` the run machine and `capacity`
+its ranking, `sweep` the idle sweeper's rules, `snapshot` a fold kept as bytes. What a log
+says after the fact (explanations, the ledger, the docs' tables) is `flashfsm.postmortem`.
 The grace policy a job is judged by is part of the recorded format
 (`flashfsm.events.policy`).
 """

@@ -39,8 +39,8 @@ declaration holds all of it:
   findings (the longest wait, the last probe); it never compares a number with a limit,
   so changing what a rule measures changes its verdict and its explanation together.
 
-`judge`, `decide`'s client deadline, the explanations (`flashfsm.fsm.explain`), the live
-view's timers and the docs' rule table (`flashfsm.fsm.docs`) are all read off `RULES`.
+`judge`, `decide`'s client deadline, the explanations (`flashfsm.postmortem.explain`), the live
+view's timers and the docs' rule table (`flashfsm.postmortem.docs`) are all read off `RULES`.
 Adding a rule is one declaration here plus its tests.
 """
 

@@ -5,7 +5,7 @@ Theory of operation. `StoreIndex` opens the store read-only and builds, once, th
 `flashfsm ls` lists for every stream (`flashfsm.cli.store.stream_row`, so the page and the
 command never disagree), plus what a page wants beside it: the GPU class, the replica that
 watched it, its cost and what of it was wasted (the ledger `flashfsm cost` prices with,
-`flashfsm.fsm.ledger`). After that each `refresh` reads only the new: the stream names,
+`flashfsm.postmortem.ledger`). After that each `refresh` reads only the new: the stream names,
 then every open stream's events after the seq it has (`read_tails` in one query where the
 store offers it). A concluded stream rarely changes, so it is re-read on a slower sweep; an
 open one is kept in memory with its events, a concluded one only as its row.
@@ -42,9 +42,9 @@ from flashfsm.events.models import (
 )
 from flashfsm.events.store import OpenStream, Replica, undriven
 from flashfsm.fsm.job import replay
-from flashfsm.fsm.ledger import Ledger, ledger, reaps_of
 from flashfsm.fsm.run import replay_run
 from flashfsm.fsm.state import JobState
+from flashfsm.postmortem.ledger import Ledger, ledger, reaps_of
 from flashfsm.views import stream_kind
 
 #: The least time (wall clock, seconds) between two pricings of one open stream: its bill

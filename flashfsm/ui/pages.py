@@ -31,11 +31,11 @@ from flashfsm.cli.common import console, is_file_source, shown
 from flashfsm.cli.cost import print_ledger, total_json, utc_text
 from flashfsm.events.errors import FlashFsmError
 from flashfsm.events.models import Event, HeartbeatObserved
-from flashfsm.fsm import explain as ex
 from flashfsm.fsm.findings import summarize
-from flashfsm.fsm.ledger import CAUSES, WASTE_CAUSES, Ledger, group, money_text
 from flashfsm.fsm.rules import RULE_NAMES
 from flashfsm.fsm.run import replay_run
+from flashfsm.postmortem import explain as ex
+from flashfsm.postmortem.ledger import CAUSES, WASTE_CAUSES, Ledger, group, money_text
 from flashfsm.ui.index import Entry, StoreIndex
 from flashfsm.views import job_view, last_job_stream, run_label, stream_kind, view_now
 

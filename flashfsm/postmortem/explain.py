@@ -14,7 +14,7 @@ each observation — as `job.verify` does — whether the new policy would alrea
 concluded. `what_if_corpus` runs that same replay over many logs and totals what changed:
 verdicts moved from one to another, time to verdict gained and lost, and the money the
 changed verdicts save or throw away, priced by the ledger exactly as `cost` prices the
-recorded attempt (`flashfsm.fsm.ledger.attempt_bill`, the run's reactions to the verdict
+recorded attempt (`flashfsm.postmortem.ledger.attempt_bill`, the run's reactions to the verdict
 moved with it). Nothing here reads a clock: the live view takes `now`.
 """
 
@@ -47,7 +47,10 @@ from flashfsm.fsm.findings import (
     worker_evidence,
 )
 from flashfsm.fsm.job import decide_before, evolve, skip_read
-from flashfsm.fsm.ledger import (
+from flashfsm.fsm.rules import PROGRESS_TIMER, RULE_NAMES, RULES_BY_NAME, TIMER_RULES, TIMERS
+from flashfsm.fsm.state import DEFAULT_POLICY, SEQ, SINCE, JobState
+from flashfsm.fsm.table import FAILURE_KIND
+from flashfsm.postmortem.ledger import (
     AttemptContext,
     AttemptLedger,
     Outcome,
@@ -58,9 +61,6 @@ from flashfsm.fsm.ledger import (
     queued_jobs,
     store_reaps,
 )
-from flashfsm.fsm.rules import PROGRESS_TIMER, RULE_NAMES, RULES_BY_NAME, TIMER_RULES, TIMERS
-from flashfsm.fsm.state import DEFAULT_POLICY, SEQ, SINCE, JobState
-from flashfsm.fsm.table import FAILURE_KIND
 
 #: The timers a timeline shows arming and clearing: those a rule declares a clear for.
 TIMELINE_TIMERS: tuple[str, ...] = tuple(spec.name for spec in TIMERS if spec.clears)

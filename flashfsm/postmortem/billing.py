@@ -1,7 +1,7 @@
 """The billing model: what the provider charges for, as the ledger applies it.
 
 This module is the one place that knows how a GPU worker is billed; the ledger
-(`flashfsm.fsm.ledger`) finds each worker of an attempt in the job's log and asks this
+(`flashfsm.postmortem.ledger`) finds each worker of an attempt in the job's log and asks this
 model when its bill starts, when it stops and what it costs. Another provider's model
 (per-minute rounding, billed queue time, a minimum charge) is a change to this one file.
 

@@ -3,7 +3,7 @@
 Theory of operation. An attempt is the time from its start (a run's `AttemptStarted`; a bare
 job log's first event) to the end of its billing. Its bill is the platform's: each worker
 that held the job is billed from when the platform started it to when it stopped
-(`flashfsm.fsm.billing` says how both are read from the records), and the attempt's billed
+(`flashfsm.postmortem.billing` says how both are read from the records), and the attempt's billed
 time is the union of its workers' billed intervals. The ledger cuts the attempt's time into
 `Piece`s, each with exactly one `Cause`, so every second is accounted for once:
 
@@ -62,12 +62,12 @@ from flashfsm.events.models import (
     StatusObserved,
     WorkerObserved,
 )
-from flashfsm.fsm.billing import MODEL, BillingModel, IdleTimeout
 from flashfsm.fsm.job import evolve
 from flashfsm.fsm.rules import PROGRESS_TIMER, is_training_stage
 from flashfsm.fsm.run import Attempt, replay_run
 from flashfsm.fsm.state import SEQ, JobState
 from flashfsm.fsm.table import RUNNING, WAITING, JobPhase
+from flashfsm.postmortem.billing import MODEL, BillingModel, IdleTimeout
 
 
 class Cause(StrEnum):
@@ -137,7 +137,7 @@ class WorkerBill:
 
     `start_source` is "platform" (the platform's record of the worker's start) or "pickup"
     (no record: billed from the first status that showed a worker had the job);
-    `stop_reason` is one of `flashfsm.fsm.billing.STOP_REASONS`.
+    `stop_reason` is one of `flashfsm.postmortem.billing.STOP_REASONS`.
     """
 
     worker_id: str | None
@@ -259,7 +259,7 @@ class AttemptLedger:
 
     @property
     def stopped_by(self) -> str | None:
-        """How the last worker's bill ended (`flashfsm.fsm.billing.STOP_REASONS`)."""
+        """How the last worker's bill ended (`flashfsm.postmortem.billing.STOP_REASONS`)."""
         return self.workers[-1].stop_reason if self.workers else None
 
 
