@@ -56,6 +56,9 @@ SIGTERM or SIGINT (`install_signal_handlers`) drains: every watch is stopped at 
 await (nothing false is recorded), pending events are committed, every lease released and
 the replica's heartbeat removed, so other replicas take its streams at their next tick
 rather than after the lease time.
+
+Why it is long: a replica (its keeper thread, its loop, claims, shedding, takeover,
+draining) is one state machine around its leases; its parts share the lease bookkeeping.
 """
 
 from __future__ import annotations

@@ -24,6 +24,9 @@ Cost. Each attempt's lane carries its ledger (`flashfsm.postmortem.ledger`: a ru
 priced by its candidates, a job log by the caller's `price_per_hour`): a thin strip under
 its bar shows where the billed seconds went, cause by cause, and a label right of the lane
 says what it cost; the header says the total. The legend names the causes the strips show.
+
+Why it is long: the picture's model and its two drawings (SVG and HTML) share one drawing
+vocabulary and the text fitting; split, each drawing would need all of it.
 """
 
 from __future__ import annotations

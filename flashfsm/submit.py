@@ -21,6 +21,9 @@ Both streams are ordinary run and job logs, so every CLI command reads them.
 Secrets. The pool's API keys, `HF_TOKEN` and the caller's `runtime_secrets` are
 registered for masking before anything happens; runtime secrets travel only in the job
 input to the worker, never in the spec, an event, a log line or an error message.
+
+Why it is long: it is the one deploy → submit → watch path: the spec's checks, the worker's
+function and dependencies and the run adapters must stay one path, read in one place.
 """
 
 from __future__ import annotations

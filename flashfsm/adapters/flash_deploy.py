@@ -43,6 +43,10 @@ inside the SDK. Only runpod-flash's public API is used: the endpoint is its publ
 builder), deployed by `ResourceManager.get_or_deploy_resource`. Swapping runpod-flash
 for its successor (the RunPod Python SDK 2.0) means rewriting `_load_sdk`,
 `endpoint_config`, `_deploy_once` and `_forget_resources`; the rest is SDK-free.
+
+Why it is long: it is the one module that imports runpod-flash, so every step of a deploy
+(the endpoint's config, the disk, the weight cache's volumes, the SDK's registries, its
+errors) is here, behind `deploy_endpoint`; split, the SDK would leak into several modules.
 """
 
 from __future__ import annotations

@@ -90,6 +90,10 @@ before any line it is a transport error (retried). No response head within the t
 budget is the usual "call deadline" `RunpodApiError`. Limit: a server that ignores `tail`
 and sends a longer log at once is cut after `tail` lines (or the byte budget), which then
 are not the log's last lines.
+
+Why it is long: every RunPod route (the `ROUTES` table), the one protocol (`exchange`,
+`Reading`) and its two drivers are kept together, so a change of the call's deadline or
+retries touches one file.
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ wrapped at the terminal's width (or `$COLUMNS`), continuation lines hanging unde
 label (`say`); piped without `$COLUMNS`, nothing is wrapped (`PlainConsole`). Help is plain
 text, never markup (`PlainCommand`), and ends with the exit codes (`EXIT_CODE_TABLE`,
 rendered by `exit_codes_text`).
+
+Why it is long: it is what every command shares (sources, exit codes, JSON, printing); each
+piece is small and used by several command groups.
 """
 
 from __future__ import annotations

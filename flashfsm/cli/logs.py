@@ -10,6 +10,9 @@ Each reads any stream the library writes, by its kind (`flashfsm.views.stream_ki
 - a sweeper's stream is shown as its idle timers: what started, cleared and was reaped,
   and what is still running. It has no verdict (exit 0), and job rules do not apply to it
   (`why-not` and `whatif` exit 1 saying so).
+
+Why it is long: six commands that read logs, sharing their sources, their stream kinds and
+their printing.
 """
 
 from __future__ import annotations

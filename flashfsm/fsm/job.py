@@ -28,6 +28,9 @@ phase moves — a few times per job — so a replay costs little more than decod
 The shell's one exception is `skip_read`: a regular heartbeat read that returned nothing
 new is not worth an event, so the shell drops it from `pending` directly; the next fetch
 resets `pending` anyway, so live and replayed states agree again at every event boundary.
+
+Why it is long: the fold takes every event kind of a job's log in one place, beside `decide`
+and `verify`, which must read the same state the same way.
 """
 
 from __future__ import annotations

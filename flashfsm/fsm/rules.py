@@ -42,6 +42,9 @@ declaration holds all of it:
 `judge`, `decide`'s client deadline, the explanations (`flashfsm.postmortem.explain`), the live
 view's timers and the docs' rule table (`flashfsm.postmortem.docs`) are all read off `RULES`.
 Adding a rule is one declaration here plus its tests.
+
+Why it is long: one declaration and one measure per rule (the verdict rules and the
+bookkeeping rules): reading them together, in the order they are tried, is the point.
 """
 
 from __future__ import annotations

@@ -16,6 +16,9 @@ verdicts moved from one to another, time to verdict gained and lost, and the mon
 changed verdicts save or throw away, priced by the ledger exactly as `cost` prices the
 recorded attempt (`flashfsm.postmortem.ledger.attempt_bill`, the run's reactions to the verdict
 moved with it). Nothing here reads a clock: the live view takes `now`.
+
+Why it is long: `explain`, `why-not`, `whatif` (one log and a corpus) and the live view all
+replay a log through the same points and measures; they share that machinery.
 """
 
 from __future__ import annotations

@@ -34,6 +34,10 @@ verdict exactly as it did. Prices come from the run's candidates
 (`RunStarted.candidates[AttemptStarted.candidate].price_per_hour`) or the caller; without
 one the ledger still counts seconds and says the money is unknown (None). Nothing here does
 I/O or reads a clock: job streams come from the caller's `load`, "now" from its `as_of`.
+
+Why it is long: one bill per attempt, cause by cause, for a job log, a run and a whole
+store, through one function (`attempt_bill`) that `cost`, `whatif`, `explain` and `timeline`
+all price with.
 """
 
 from __future__ import annotations

@@ -24,6 +24,9 @@ It needs no API key, no fault ever fires on it, and a clock that runs by itself
 One route streams: a worker's log (`GET /v2/serverless/{id}/workers/{worker}/logs`) is
 Server-Sent Events sent in HTTP chunks, written outside the lock, so a fault can make it
 huge (`flood`), slow (`trickle`) or gzip-encoded without holding anything up.
+
+Why it is long: every route the SDKs talk to (the data plane, REST v2, GraphQL, the Hub) and
+their faults, served by one server so one URL stands for RunPod.
 """
 
 from __future__ import annotations

@@ -19,6 +19,9 @@ the list shows (plus the standing workers a test set, which are workers too).
 
 Every method here is called with the simulator's lock held and returns plain data; the
 HTTP layer (`server.py`) turns it into answers.
+
+Why it is long: the whole simulated account (endpoints, templates, volumes, jobs, workers)
+lives on one clock and one heap of due moments; split, its invariants would cross modules.
 """
 
 from __future__ import annotations
