@@ -509,6 +509,7 @@ class PostgresStore:
         round trip per row), which also queues one notification per stream (the server
         delivers them only at commit)."""
         rows = [row for batch in batches for row in batch.rows]
+        streams, seqs, ids, ats, kinds, bodies, sums = map(list, zip(*rows, strict=True))
         conn.execute(
             sql.SQL(
                 "WITH appended AS ("
@@ -518,13 +519,13 @@ class PostgresStore:
                 " SELECT pg_notify(%s, s) FROM unnest(%s::text[]) AS s"
             ).format(t=self._t),
             (
-                [row.stream for row in rows],
-                [row.seq for row in rows],
-                [row.id for row in rows],
-                [row.at for row in rows],
-                [row.kind for row in rows],
-                [row.body.decode() for row in rows],
-                [row.checksum for row in rows],
+                streams,
+                seqs,
+                ids,
+                ats,
+                kinds,
+                [body.decode() for body in bodies],
+                sums,
                 self.channel,
                 sorted({batch.stream for batch in batches}),
             ),

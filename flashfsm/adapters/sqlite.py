@@ -204,12 +204,8 @@ def _row(stream: str, event: Event) -> Row:
     return encode_rows(stream, [event])[0]
 
 
-def _token(conn: sqlite3.Connection, batch: EncodedBatch) -> int | None:
-    """The token of the lease row that fences `batch` (inside its transaction; None: no
-    fence, or no row)."""
-    fence = batch.fence
-    if fence is None:
-        return None
+def _token(conn: sqlite3.Connection, fence: str) -> int | None:
+    """The token of the lease row `fence` (inside an append's transaction; None: no row)."""
     row = conn.execute("SELECT token FROM open_streams WHERE stream = ?", (fence,)).fetchone()
     return None if row is None else int(row[0])
 
@@ -234,6 +230,25 @@ def _is_full(exc: BaseException) -> bool:
 
 
 _T = TypeVar("_T")
+
+
+class _Lent:
+    """`SqliteStore._connection()`: a connection borrowed from the pool for the `with`
+    block, and given back after it (a class, not a generator-based context manager: it is
+    on the path of every append and read)."""
+
+    __slots__ = ("conn", "store")
+
+    def __init__(self, store: SqliteStore):
+        self.store = store
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.conn = self.store._borrow()
+        return self.conn
+
+    def __exit__(self, *exc: object) -> None:
+        self.store._give_back(self.conn)
+
 
 # Connections inherited across a fork are kept referenced and never closed by the child:
 # closing them could disturb the parent's locks.
@@ -301,8 +316,11 @@ class SqliteStore:
             conn.execute("PRAGMA fullfsync = ON")
         return conn
 
-    @contextlib.contextmanager
-    def _connection(self) -> Iterator[sqlite3.Connection]:
+    def _connection(self) -> _Lent:
+        """A pooled connection for one operation: `with self._connection() as conn:`."""
+        return _Lent(self)
+
+    def _borrow(self) -> sqlite3.Connection:
         with self._lock:
             if self._closed:
                 raise StoreError(f"{self!r} is closed")
@@ -314,16 +332,16 @@ class SqliteStore:
             conn = self._connect()
             with self._lock:
                 self._all.append(conn)
-        try:
-            yield conn
-        finally:
-            with self._lock:
-                if self._closed or os.getpid() != self._pid:
-                    if conn in self._all:
-                        self._all.remove(conn)
-                    conn.close()
-                elif conn in self._all:  # (not dropped while it was out)
-                    self._idle.append(conn)
+        return conn
+
+    def _give_back(self, conn: sqlite3.Connection) -> None:
+        with self._lock:
+            if self._closed or os.getpid() != self._pid:
+                if conn in self._all:
+                    self._all.remove(conn)
+                conn.close()
+            elif conn in self._all:  # (not dropped while it was out)
+                self._idle.append(conn)
 
     def _drop(self, conn: sqlite3.Connection) -> None:
         """Close a borrowed connection that must not go back to the pool."""
@@ -502,9 +520,13 @@ class SqliteStore:
                 (last,) = conn.execute(
                     "SELECT max(seq) FROM events WHERE stream = ?", (stream,)
                 ).fetchone()
-                batch.check(0 if last is None else last + 1, _token(conn, batch))
+                batch.check(
+                    0 if last is None else last + 1,
+                    None if batch.fence is None else _token(conn, batch.fence),
+                )
                 try:
-                    conn.executemany(_INSERT, batch.rows)
+                    # (plain tuples: sqlite3 binds a tuple subclass by its slower generic path)
+                    conn.executemany(_INSERT, map(tuple, batch.rows))
                 except sqlite3.IntegrityError as exc:
                     raise self._integrity_error(conn, stream, events, expected_seq) from exc
                 _index(conn, batch)
@@ -595,7 +617,10 @@ class SqliteStore:
                 outcomes.append(None)
                 continue
             try:
-                batch.check(next_seq.get(batch.stream, 0), _token(conn, batch))
+                batch.check(
+                    next_seq.get(batch.stream, 0),
+                    None if batch.fence is None else _token(conn, batch.fence),
+                )
             except (StoreError, ValueError) as error:
                 outcomes.append(error)
                 continue
@@ -605,13 +630,14 @@ class SqliteStore:
             outcomes.append(None)
         conn.execute("SAVEPOINT group_insert")
         try:
-            conn.executemany(_INSERT, rows)
+            conn.executemany(_INSERT, map(tuple, rows))
         except sqlite3.IntegrityError:
             conn.execute("ROLLBACK TO group_insert")
             conn.execute("RELEASE group_insert")
             return None
         for batch in taken:
-            _index(conn, batch)
+            if batch.closes or batch.opens is not None:
+                _index(conn, batch)
         conn.execute("RELEASE group_insert")
         return outcomes
 
@@ -626,9 +652,12 @@ class SqliteStore:
             (last,) = conn.execute(
                 "SELECT max(seq) FROM events WHERE stream = ?", (stream,)
             ).fetchone()
-            batch.check(0 if last is None else last + 1, _token(conn, batch))
+            batch.check(
+                0 if last is None else last + 1,
+                None if batch.fence is None else _token(conn, batch.fence),
+            )
             try:
-                conn.executemany(_INSERT, batch.rows)
+                conn.executemany(_INSERT, map(tuple, batch.rows))
             except sqlite3.IntegrityError:
                 error = self._integrity_error(conn, stream, batch.events, batch.expected_seq)
                 conn.execute("ROLLBACK TO batch")

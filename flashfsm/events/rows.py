@@ -51,6 +51,7 @@ from flashfsm.events.models import Event
 OPENED_BY = {"JobSubmitted": "job", "RunStarted": "run"}
 #: Event kinds that close a stream (its verdict).
 CLOSED_BY = frozenset({"Concluded", "RunConcluded"})
+_INDEXED = CLOSED_BY | frozenset(OPENED_BY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +102,11 @@ class Row(NamedTuple):
         return b'%s,"_c":"%08x"}' % (self.body[:-1], self.checksum)
 
 
+#: A tuple subclass made from a tuple in C (a NamedTuple's own `__new__` is a Python call:
+#: on the append path, once per event).
+_make = tuple.__new__
+
+
 def encode_rows(stream: str, events: Sequence[Event]) -> list[Row]:
     """The rows of `events` of `stream`: each one's body encoded once, and its checksum."""
     rows: list[Row] = []
@@ -108,7 +114,7 @@ def encode_rows(stream: str, events: Sequence[Event]) -> list[Row]:
     crc = zlib.crc32
     for event in events:
         body = event.__pydantic_serializer__.to_json(event)
-        keep(Row(stream, event.seq, event.id, event.at, event.kind, body, crc(body)))
+        keep(_make(Row, (stream, event.seq, event.id, event.at, event.kind, body, crc(body))))
     return rows
 
 
@@ -137,6 +143,10 @@ def check_batch(stream: str, events: Sequence[Event], expected_seq: int, next_se
     """Validate a batch against a stream whose next seq is `next_seq` (shared by backends)."""
     if expected_seq != next_seq:
         raise ConcurrencyError(stream, expected_seq, next_seq)
+    if len(events) == 1:  # (the common batch: one observation)
+        event = events[0]
+        if event.stream == stream and event.seq == expected_seq:
+            return
     ids: set[str] = set()
     for offset, event in enumerate(events):
         if event.stream != stream:
@@ -161,14 +171,15 @@ def stale_lease(stream: str, lease: Lease, current: int | None) -> StaleLease | 
     return StaleLease(stream, lease.stream, lease.token, current)
 
 
-@dataclass(slots=True)
-class EncodedBatch:
+class EncodedBatch(NamedTuple):
     """One stream's append, encoded (`encode_batch`): what a backend stores and checks.
 
     `rows`: the events as rows. `opens`: the index row the append adds when the stream has
     none (None: it opens nothing); `closes`: the append closes the stream, so its row and
     its children's go. `fence`: the stream whose lease row's token the backend reads
     inside its transaction and hands to `check` (None: the append is not fenced).
+    `next_seq`: the stream's next seq once the batch is stored. (A tuple: made and read on
+    every append.)
     """
 
     stream: str
@@ -178,23 +189,15 @@ class EncodedBatch:
     rows: list[Row]
     opens: Opened | None
     closes: bool
-
-    @property
-    def fence(self) -> str | None:
-        """The leased stream whose token fences this append (None: no fence)."""
-        lease = self.lease
-        return None if lease is None or lease == HANDOFF else lease.stream
-
-    @property
-    def next_seq(self) -> int:
-        """The stream's next seq once this batch is stored."""
-        return self.expected_seq + len(self.rows)
+    fence: str | None
+    next_seq: int
 
     def check(self, next_seq: int, token: int | None = None) -> None:
         """Refuse the batch (inside the backend's transaction) against the stream as it
         stands: `check_seq(next_seq)`, then `check_fence(token)`."""
         check_batch(self.stream, self.events, self.expected_seq, next_seq)
-        self.check_fence(token)
+        if self.fence is not None and token != self.lease.token:  # type: ignore[union-attr]
+            raise StaleLease(self.stream, self.fence, self.lease.token, token)  # type: ignore[union-attr]
 
     def check_seq(self, next_seq: int) -> None:
         """Refuse the batch when the stream's next seq is not its `expected_seq`
@@ -205,9 +208,8 @@ class EncodedBatch:
     def check_fence(self, token: int | None) -> None:
         """When the batch is fenced, refuse it unless `token` (what the lease row of
         `fence` holds now; None: no row) is its lease's (`StaleLease`)."""
-        lease = self.lease
-        if lease is not None and lease != HANDOFF and token != lease.token:
-            raise StaleLease(self.stream, lease.stream, lease.token, token)
+        if self.fence is not None and token != self.lease.token:  # type: ignore[union-attr]
+            raise StaleLease(self.stream, self.fence, self.lease.token, token)  # type: ignore[union-attr]
 
 
 def encode_batch(
@@ -215,15 +217,32 @@ def encode_batch(
 ) -> EncodedBatch:
     """An append of `events` to `stream` at `expected_seq` (under `lease`), encoded: its
     rows and its index change (see `EncodedBatch`). Nothing is checked yet."""
-    change = index_change(stream, events, lease) if events else None
-    return EncodedBatch(
-        stream,
-        events,
-        expected_seq,
-        lease,
-        encode_rows(stream, events),
-        change if isinstance(change, Opened) else None,
-        change is True,
+    rows: list[Row] = []
+    keep = rows.append
+    crc = zlib.crc32
+    indexed = False
+    for event in events:  # (`encode_rows`, noting on the way whether the index may change)
+        kind = event.kind
+        body = event.__pydantic_serializer__.to_json(event)
+        keep(_make(Row, (stream, event.seq, event.id, event.at, kind, body, crc(body))))
+        if kind in _INDEXED:
+            indexed = True
+    change = index_change(stream, events, lease) if indexed else None
+    opens = change if isinstance(change, Opened) else None
+    fence = None if lease is None or lease == HANDOFF else lease.stream
+    return _make(
+        EncodedBatch,
+        (
+            stream,
+            events,
+            expected_seq,
+            lease,
+            rows,
+            opens,
+            change is True,
+            fence,
+            expected_seq + len(rows),
+        ),
     )
 
 
