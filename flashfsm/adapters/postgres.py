@@ -66,6 +66,11 @@ within the connect timeout is a `StoreError` naming the host and database (never
 password). The timeout is the URL's `connect_timeout=N` (libpq's own parameter, seconds),
 else `connect_timeout_s`, else 10 s; every connection is opened with it, so an unreachable
 host never hangs a process.
+
+Why it is long: it is one backend of the whole store contract (appends and group commit,
+reads, `follow` by LISTEN/NOTIFY, snapshots, the open-streams index and leases), and every
+part shares one locking discipline (advisory locks, row locks in stream order, the idle
+timeout) that is read best in one place.
 """
 
 from __future__ import annotations

@@ -68,6 +68,11 @@ its own connection: when neither a `-wal` nor a `-journal` file exists (no conne
 open, every commit is in the main file) it reads `immutable=1`, which opens nothing else,
 then checks that the file did not change meanwhile (else it reads again); when one exists,
 a writer is about and a plain `mode=ro` connection joins it without creating a file.
+
+Why it is long: it is one backend of the whole store contract (appends and group commit,
+reads, snapshots, the open-streams index and leases, read-only opens and migrations), and
+every part shares one connection discipline (the pool, IMMEDIATE transactions, the
+read-only connections) that is read best in one place.
 """
 
 from __future__ import annotations

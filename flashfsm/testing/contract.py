@@ -24,6 +24,10 @@ Hooks a subclass gives (only `new_store` is required):
   returns False and skips them.
 - `lease_ttl_s` (default 0.3): the shortest lease the store can let expire reliably (the
   lease tests sleep a little longer than that).
+
+Why it is long: it is the one suite of the whole contract, core and every optional
+capability, each test beside the others as a backend's author reads them; a suite split by
+capability would hide which tests a store's declaration turns on.
 """
 
 from __future__ import annotations
