@@ -387,10 +387,10 @@ def written(tmp_path_factory) -> Written:
 def wide_console():
     """Tables wide enough that no cell is folded, so a state reads as one word."""
     console = cli_common.console
-    width = console._width
+    width = console.set_width
     console.width = 250
     yield
-    console._width = width
+    console.width = width
 
 
 # --- the matrix ---------------------------------------------------------------------------

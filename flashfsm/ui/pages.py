@@ -15,19 +15,21 @@ is viewed on its own clock (`flashfsm.views.view_now`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
 import typer
 from jinja2 import Environment, PackageLoader, select_autoescape
+from rich.console import Capture
 
 from flashfsm import render
-from flashfsm.cli.common import console, is_file_source, shown
+from flashfsm.cli.common import PIPED_WIDTH, console, is_file_source, shown
 from flashfsm.cli.cost import print_ledger, total_json, utc_text
 from flashfsm.events.errors import FlashFsmError
 from flashfsm.events.models import Event, HeartbeatObserved
@@ -336,9 +338,23 @@ def _markup(html: str) -> Any:
 _CAPTURE = threading.Lock()
 
 
+@contextlib.contextmanager
+def captured_console() -> Iterator[Capture]:
+    """The CLI's console, captured, one page at a time, its lines as long as they are (the
+    page wraps them), whatever the terminal the view was started from is."""
+    with _CAPTURE:
+        width = console.set_width
+        console.width = PIPED_WIDTH
+        try:
+            with console.capture() as captured:
+                yield captured
+        finally:
+            console.width = width
+
+
 def command_text(command: Callable[..., None], /, **kwargs: Any) -> str:
     """What a CLI command prints, captured (its exit is not an error: the text is)."""
-    with _CAPTURE, console.capture() as captured:
+    with captured_console() as captured:
         try:
             command(**kwargs)
         except (typer.Exit, SystemExit):
@@ -417,7 +433,7 @@ def _cost_line(led: Ledger) -> str:
 
 
 def _ledger_text(led: Ledger) -> str:
-    with _CAPTURE, console.capture() as captured:
+    with captured_console() as captured:
         print_ledger(led, attempts=True)
     return captured.get()
 
@@ -438,7 +454,7 @@ def stream_ledger(index: StoreIndex, entry: Entry, events: list[Event]) -> Ledge
         return entry.ledger
     owner_events = events if owner == entry.name else index.read(owner)
     src = Source(owner, owner_events, index.read, index.url)
-    with _CAPTURE, console.capture():  # (an unreadable log's one-line error goes nowhere)
+    with captured_console():  # (an unreadable log's one-line error goes nowhere)
         try:
             led = source_ledger(src, owner, index.url, None)
         except (typer.Exit, SystemExit, FlashFsmError):
