@@ -1,4 +1,5 @@
-"""flashfsm reaches third-party libraries through their public API only.
+"""flashfsm (its package, tests and benchmarks) reaches other libraries through their public
+API only.
 
 A private attribute (`obj._name`, `getattr(obj, "_name")`, `from lib import _name`) of
 another library is no contract: an upgrade may rename it and break us silently. The scan
@@ -43,8 +44,16 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
 
+#: Where the scan reads: the package, its tests and its benchmarks.
+SCANNED = (PACKAGE, ROOT / "tests", ROOT / "bench")
+
+
 def _trees() -> dict[Path, ast.Module]:
-    return {p: ast.parse(p.read_text(encoding="utf-8")) for p in sorted(PACKAGE.rglob("*.py"))}
+    return {
+        p: ast.parse(p.read_text(encoding="utf-8"))
+        for folder in SCANNED
+        for p in sorted(folder.rglob("*.py"))
+    }
 
 
 def own_private_names(trees: dict[Path, ast.Module]) -> set[str]:
@@ -84,6 +93,10 @@ def _foreign_modules(tree: ast.Module) -> set[str]:
     return names
 
 
+#: The calls that reach an attribute by its name (`monkeypatch.setattr(obj, "_x", …)` too).
+ACCESSORS = frozenset({"getattr", "setattr", "hasattr", "delattr"})
+
+
 def _root(node: ast.expr) -> str | None:
     while isinstance(node, ast.Attribute):
         node = node.value
@@ -119,8 +132,10 @@ def private_uses(path: Path, tree: ast.Module, own: set[str]) -> list[str]:
                         flag(node, part)
         elif (
             isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id in ("getattr", "setattr", "hasattr", "delattr")
+            and (
+                (isinstance(node.func, ast.Name) and node.func.id in ACCESSORS)
+                or (isinstance(node.func, ast.Attribute) and node.func.attr in ACCESSORS)
+            )
             and len(node.args) >= 2
             and isinstance(node.args[1], ast.Constant)
             and isinstance(node.args[1].value, str)
