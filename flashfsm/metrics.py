@@ -61,7 +61,7 @@ from flashfsm.adapters.stores import open_store
 from flashfsm.cli.store import stream_row
 from flashfsm.events.errors import CorruptLogError, EventDecodeError
 from flashfsm.events.models import Event
-from flashfsm.events.store import CLOSED_BY, OpenStream, Replica
+from flashfsm.events.store import CLOSED_BY, OpenStream, Replica, capabilities
 from flashfsm.fsm.snapshot import FOLD_VERSION
 from flashfsm.postmortem.ledger import CAUSES, WASTE_CAUSES, Ledger, newest, store_ledgers
 
@@ -385,10 +385,9 @@ def read_store_facts(url: str, *, price_per_hour: float | None = None) -> StoreF
                 continue
             if events:
                 logs[name] = events
-        listing = getattr(store, "open_streams", None)
-        live = getattr(store, "replicas", None)
-        index = None if listing is None or live is None else listing()
-        replicas = None if index is None or live is None else live()
+        leases = capabilities(store).leases
+        index = None if leases is None else leases.open_streams()
+        replicas = None if leases is None else leases.replicas()
         snapshots = _read_snapshots(store, logs)
     finally:
         store.close()
@@ -408,15 +407,15 @@ def _read_snapshots(
 ) -> dict[str, tuple[int, int]] | None:
     """`(seq, version)` of the snapshot of each stream of `logs` whose last event is no
     verdict (the open job streams among them), or None when the store keeps none."""
-    bulk = getattr(store, "load_snapshots", None)
-    one = getattr(store, "load_snapshot", None)
-    if bulk is None and one is None:
+    caps = capabilities(store)
+    if caps.bulk_reads is None and caps.snapshots is None:
         return None
     names = [n for n, ev in logs.items() if ev[-1].kind not in CLOSED_BY]
-    if bulk is not None:
-        kept = bulk(names)
+    if caps.bulk_reads is not None:
+        kept = caps.bulk_reads.load_snapshots(names)
     else:
-        kept = {name: got for name in names if (got := one(name)) is not None}
+        assert caps.snapshots is not None
+        kept = {n: got for n in names if (got := caps.snapshots.load_snapshot(n)) is not None}
     return {name: (int(seq), int(version)) for name, (seq, version, _body) in kept.items()}
 
 

@@ -45,7 +45,7 @@ from flashfsm.cli.common import (
 )
 from flashfsm.events.errors import FlashFsmError
 from flashfsm.events.models import Event
-from flashfsm.events.store import undriven
+from flashfsm.events.store import capabilities, undriven
 from flashfsm.fsm.job import replay
 from flashfsm.fsm.run import replay_run
 from flashfsm.fsm.state import JobState
@@ -108,14 +108,13 @@ def fleet_notes(opened: Any) -> dict[str, dict[str, str]]:
     by stream: `{"failed_to_start": reason}` for one a replica marked so (its watch failed
     on every claim), `{"waiting": why}` for a run no live replica can drive
     (`flashfsm.events.store.undriven`). Empty for a store that keeps no index. Only reads."""
-    listing = getattr(opened, "open_streams", None)
-    live = getattr(opened, "replicas", None)
-    if listing is None or live is None:
+    leases = capabilities(opened).leases
+    if leases is None:
         return {}
-    rows = listing()
+    rows = leases.open_streams()
     if not rows:
         return {}
-    replicas = live()
+    replicas = leases.replicas()
     notes: dict[str, dict[str, str]] = {}
     for row in rows:
         if row.failed is not None:
@@ -256,13 +255,13 @@ def ls_command(
 
 def _ls_owners(url: str, opened: Any, as_json: bool) -> None:
     """`ls --owner`: the open-streams index, who holds each stream and for how long."""
-    listing = getattr(opened, "open_streams", None)
+    leases = capabilities(opened).leases
     try:
-        if listing is None:
+        if leases is None:
             raise fail(f"{display_url(url)} keeps no open-streams index (SQLite, PostgreSQL do)")
         with UsageErrors():
-            index = listing()
-            replicas = opened.replicas() if index else []
+            index = leases.open_streams()
+            replicas = leases.replicas() if index else []
             rows = [
                 {
                     "stream": o.stream,

@@ -40,7 +40,7 @@ from flashfsm.events.models import (
     RunConcluded,
     WatchStarted,
 )
-from flashfsm.events.store import OpenStream, Replica, undriven
+from flashfsm.events.store import OpenStream, Replica, capabilities, undriven
 from flashfsm.fsm.job import replay
 from flashfsm.fsm.run import replay_run
 from flashfsm.fsm.state import JobState
@@ -127,6 +127,7 @@ class StoreIndex:
         self.url = url
         self.wall = wall
         self._store = open_store(url, read_only=True)
+        self._caps = capabilities(self._store)
         self._lock = threading.RLock()
         self._refreshing = threading.Lock()  # one refresh at a time, whoever asks
         self._entries: dict[str, Entry] = {}
@@ -237,11 +238,11 @@ class StoreIndex:
         return changes
 
     def _tails(self, afters: Mapping[str, int]) -> dict[str, list[Event]]:
-        bulk = getattr(self._store, "read_tails", None)
+        bulk = self._caps.bulk_reads
         out: dict[str, list[Event]] = {}
         if bulk is not None:
             try:
-                return bulk(dict(afters))
+                return bulk.read_tails(dict(afters))
             except (CorruptLogError, EventDecodeError):
                 pass  # one damaged stream: read them one by one to name it
         for name, after in afters.items():
@@ -322,14 +323,13 @@ class StoreIndex:
                 self._entries[job_stream].run = name
 
     def _read_fleet(self) -> None:
-        listing = getattr(self._store, "open_streams", None)
-        live = getattr(self._store, "replicas", None)
-        if listing is None or live is None:
+        leases = self._caps.leases
+        if leases is None:
             self.fleet = FleetView()
             return
         try:
-            rows = listing()
-            replicas = live()
+            rows = leases.open_streams()
+            replicas = leases.replicas()
         except FlashFsmError:
             return
         self.fleet = FleetView(rows, replicas, True)
