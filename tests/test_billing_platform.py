@@ -656,3 +656,32 @@ def test_a_worker_start_a_microsecond_from_the_submission_is_the_submission() ->
     assert MODEL.worker_start(T + 5, T + 30, T + 10) == (T + 10, "platform")  # someone else's
     assert MODEL.worker_start(T + 40, T + 30, T + 10) == (T + 30, "platform")  # never after
     assert MODEL.worker_start(None, T + 30, T + 10) == (T + 30, "pickup")
+
+
+@pytest.mark.regression(
+    reason="CI's profile found it: a longer throttled grace let queue_grace decide at the same "
+    "poll's status instead of the probe after it, and whatif called that 'earlier' (0 s sooner)"
+)
+def test_a_verdict_at_the_same_time_is_not_earlier_whatever_its_seq() -> None:
+    from tests.test_properties import Step, _answer
+
+    graces = (
+        ("stall_after_s", 60.0),
+        ("setup_grace_s", 120.0),
+        ("queue_grace_s", 50.0),
+        ("unhealthy_grace_s", 30.0),
+        ("throttled_grace_s", 40.0),
+    )
+    script = Script(
+        steps=(Step(_answer("IN_QUEUE"), {"workers": {"throttled": 1}}, None),),
+        submitted_at=1_000_000.0,
+        heartbeat_reader=False,
+        failure_reader=None,
+        forced_heartbeat=None,
+        graces=graces,
+    )
+    events = watch_with_workers(script, [0.0], None)
+    recorded = next(e for e in events if isinstance(e, Concluded))
+    w = ex.what_if(events, throttled_grace_s=60.0)
+    assert (recorded.rule, w.verdict.rule, w.at) == ("throttled_worker", "queue_grace", recorded.at)
+    assert w.outcome == "different"

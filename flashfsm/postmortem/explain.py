@@ -557,8 +557,8 @@ def what_if(events: Iterable[Event], **overrides: Any) -> WhatIf:
     if recorded is None:
         outcome = "earlier"
         text = f"with {changes}, the job would conclude {said} at {when}; the log has no verdict"
-    elif instead_of < recorded.seq:
-        outcome = "earlier"
+    elif instead_of < recorded.seq and at < recorded.at:  # (a sooner seq at the same time
+        outcome = "earlier"  # is not sooner: its verdict is weighed like any other)
         text = (
             f"with {changes}, the job would conclude {said} at {when}, "
             f"{secs(recorded.at - at)} s before the recorded {rec}"
