@@ -89,11 +89,12 @@ class DictStore:
         where, fence = self.where, batch.fence
         row = None if fence is None else where.open.get(fence)
         batch.check(len(where.rows.get(batch.stream, ())), None if row is None else row.token)
-        for stored in batch.rows:
-            if stored.id in where.ids:
-                raise DuplicateEventError(batch.stream, stored.id)
+        ids = [row[2] for row in batch.rows]  # (a row: stream, seq, id, at, kind, body, crc)
+        for event_id in ids:
+            if event_id in where.ids:
+                raise DuplicateEventError(batch.stream, event_id)
         where.rows.setdefault(batch.stream, []).extend(batch.rows)
-        where.ids.update(stored.id for stored in batch.rows)
+        where.ids.update(ids)
         if batch.closes:
             for name in [s for s, o in where.open.items() if batch.stream in (s, o.parent)]:
                 del where.open[name]
@@ -103,11 +104,7 @@ class DictStore:
     def read(self, stream: str, after: int | None = None) -> list[Event]:
         with self.where.lock:
             rows = self.where.rows.get(stream, [])[0 if after is None else max(0, after + 1) :]
-        seqs, bodies, sums = (
-            [r.seq for r in rows],
-            [r.body for r in rows],
-            [r.checksum for r in rows],
-        )
+        seqs, bodies, sums = [r[1] for r in rows], [r[5] for r in rows], [r[6] for r in rows]
         return decode_rows("dict store", stream, seqs, bodies, sums, strict=self.strict)
 
     def streams(self) -> list[str]:
@@ -269,7 +266,7 @@ class DictStore:
 
     def drop_closed(self, stream: str) -> bool:
         with self.where.lock:
-            if not any(r.kind in CLOSED_BY for r in self.where.rows.get(stream, ())):
+            if not any(row[4] in CLOSED_BY for row in self.where.rows.get(stream, ())):
                 return False
             gone = [s for s, o in self.where.open.items() if stream in (s, o.parent)]
             for name in gone:
@@ -289,7 +286,8 @@ class TestDictStore(StoreContract):
 
     def damage(self, store: object, stream: str, seq: int) -> bool:
         rows = self.location.rows[stream]
-        rows[seq] = rows[seq]._replace(body=rows[seq].body.replace(b"IN_QUEUE", b"IN_QUEUX"))
+        stream, seq_, id_, at, kind, body, crc = rows[seq]
+        rows[seq] = (stream, seq_, id_, at, kind, body.replace(b"IN_QUEUE", b"IN_QUEUX"), crc)
         return True
 
 

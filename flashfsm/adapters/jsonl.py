@@ -18,7 +18,7 @@ and writes the whole batch with one `write` on an `O_APPEND` descriptor, then `f
 process crash but not a power cut). A new file's directory entry is fsynced too.
 
 Each line is sealed with the CRC-32 of its event's bytes (`codec.seal`: a last member
-`"_c":"<hex>"`; the line is the shared encoding layer's `Row.sealed()`,
+`"_c":"<hex>"`; the line is the shared encoding layer's `sealed(row)`,
 `flashfsm.events.rows`); lines without one (written before checksums) still read, unchecked, and a
 store opened `strict=True` (or a read inside `codec.require_checksums()`) refuses them.
 
@@ -90,7 +90,7 @@ from flashfsm.events.errors import (
 )
 from flashfsm.events.light import light_mode
 from flashfsm.events.models import Event
-from flashfsm.events.rows import check_batch, encode_rows, first_misplaced
+from flashfsm.events.rows import check_batch, encode_rows, first_misplaced, sealed
 
 logger = logging.getLogger(__name__)
 
@@ -415,7 +415,7 @@ class JsonlStore:
             raise StoreError(f"{self!r} was opened read-only")
         if not events:
             return
-        data = b"".join([row.sealed() + b"\n" for row in encode_rows(stream, events)])
+        data = b"".join([sealed(row) + b"\n" for row in encode_rows(stream, events)])
         name = stream_file_name(stream)
         path = self.directory / name
         with self._writer_lock():

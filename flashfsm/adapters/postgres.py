@@ -99,7 +99,7 @@ from flashfsm.events.errors import (
     StoreFullError,
 )
 from flashfsm.events.models import Event
-from flashfsm.events.rows import EncodedBatch, decode_rows, encode_batch
+from flashfsm.events.rows import EncodedBatch, decode_rows, encode_batch, encode_batches
 from flashfsm.events.store import (
     FAILED_REASON_CAP,
     Census,
@@ -382,11 +382,7 @@ class PostgresStore:
         """
         if self.read_only:
             raise StoreError(f"{self!r} was opened read-only")
-        fences = list(leases) if leases is not None else [None] * len(batches)
-        encoded = [
-            encode_batch(stream, events, expected_seq, lease)
-            for (stream, events, expected_seq), lease in zip(batches, fences, strict=True)
-        ]
+        encoded = encode_batches(batches, leases)
         order = sorted(range(len(batches)), key=lambda n: batches[n][0])
         for tries in range(1, 4):  # a deadlock aborts the whole group: it is tried again
             outcomes: list[Exception | None] = [None] * len(batches)
@@ -467,6 +463,7 @@ class PostgresStore:
         }
         outcomes: list[Exception | None] = [None] * len(batches)
         taken: list[EncodedBatch] = []
+        changing: list[str] = []
         for n in order:
             batch = batches[n]
             if not batch.rows:
@@ -481,7 +478,8 @@ class PostgresStore:
                 continue
             next_seq[batch.stream] = batch.next_seq
             taken.append(batch)
-        changing = [b.stream for b in taken if b.closes or b.opens is not None]
+            if batch.closes or batch.opens is not None:
+                changing.append(batch.stream)
         if len(changing) != len(set(changing)):  # (their order matters: one by one)
             return None
         if not taken:
@@ -491,7 +489,8 @@ class PostgresStore:
                 self._insert(conn, taken)
         except psycopg.errors.UniqueViolation:
             return None
-        self._index(conn, taken)
+        if changing:
+            self._index(conn, taken)
         return outcomes
 
     def _append_in(self, conn: psycopg.Connection, batch: EncodedBatch) -> None:

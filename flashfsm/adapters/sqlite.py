@@ -100,7 +100,14 @@ from flashfsm.events.errors import (
     StoreFullError,
 )
 from flashfsm.events.models import Event
-from flashfsm.events.rows import EncodedBatch, Row, decode_rows, encode_batch, encode_rows
+from flashfsm.events.rows import (
+    EncodedBatch,
+    Row,
+    decode_rows,
+    encode_batch,
+    encode_batches,
+    encode_rows,
+)
 from flashfsm.events.store import (
     FAILED_REASON_CAP,
     Census,
@@ -530,8 +537,7 @@ class SqliteStore:
                     None if batch.fence is None else _token(conn, batch.fence),
                 )
                 try:
-                    # (plain tuples: sqlite3 binds a tuple subclass by its slower generic path)
-                    conn.executemany(_INSERT, map(tuple, batch.rows))
+                    conn.executemany(_INSERT, batch.rows)
                 except sqlite3.IntegrityError as exc:
                     raise self._integrity_error(conn, stream, events, expected_seq) from exc
                 _index(conn, batch)
@@ -565,11 +571,7 @@ class SqliteStore:
         outcomes: list[StoreError | ValueError | None] = []
         if not batches:
             return outcomes
-        fences = list(leases) if leases is not None else [None] * len(batches)
-        encoded = [
-            encode_batch(stream, events, expected_seq, lease)
-            for (stream, events, expected_seq), lease in zip(batches, fences, strict=True)
-        ]
+        encoded = encode_batches(batches, leases)
         with self._connection() as conn:
             try:
                 conn.execute("BEGIN IMMEDIATE")
@@ -635,7 +637,7 @@ class SqliteStore:
             outcomes.append(None)
         conn.execute("SAVEPOINT group_insert")
         try:
-            conn.executemany(_INSERT, map(tuple, rows))
+            conn.executemany(_INSERT, rows)
         except sqlite3.IntegrityError:
             conn.execute("ROLLBACK TO group_insert")
             conn.execute("RELEASE group_insert")
@@ -662,7 +664,7 @@ class SqliteStore:
                 None if batch.fence is None else _token(conn, batch.fence),
             )
             try:
-                conn.executemany(_INSERT, map(tuple, batch.rows))
+                conn.executemany(_INSERT, batch.rows)
             except sqlite3.IntegrityError:
                 error = self._integrity_error(conn, stream, batch.events, batch.expected_seq)
                 conn.execute("ROLLBACK TO batch")

@@ -14,7 +14,7 @@ from its thin *recorders*):
   contract says (`ConcurrencyError`, `ValueError` for a malformed batch,
   `DuplicateEventError` for an id repeated inside it, `StaleLease`); then it stores
   `rows`, refuses an id it already holds (`DuplicateEventError`), and applies `opens` /
-  `closes`. A line-based backend stores `Row.sealed()` (the JSONL line, its checksum inside).
+  `closes`. A line-based backend stores `sealed(row)` (the JSONL line, its checksum inside).
 - **Reading.** `decode_rows(where, stream, seqs, bodies, checksums, strict=…)` turns a
   stream's stored rows back into events: every checksum verified (strict mode: a row
   without one is refused), every body decoded — on the light fast path inside
@@ -83,27 +83,21 @@ class Opened(NamedTuple):
     opened_at: float
 
 
-class Row(NamedTuple):
-    """One stored event, as a backend keeps it: the envelope's columns, the body (the
-    codec's exact JSON bytes) and the body's CRC-32. (A tuple in column order, so an SQL
-    backend inserts it as it is.)"""
+#: One stored event, as a backend keeps it, in column order: `(stream, seq, id, at, kind,
+#: body, checksum)` — the envelope, the body (the codec's exact JSON bytes) and the body's
+#: CRC-32. A plain tuple (an SQL backend inserts it as it is; sqlite3 binds a tuple subclass
+#: by a slower path), made once per event on the append path.
+Row = tuple[str, int, str, float, str, bytes, int]
 
-    stream: str
-    seq: int
-    id: str
-    at: float
-    kind: str
-    body: bytes
-    checksum: int
 
-    def sealed(self) -> bytes:
-        """The event as one sealed JSONL line (`codec.seal`, no newline): the body with
-        its checksum as the last member."""
-        return b'%s,"_c":"%08x"}' % (self.body[:-1], self.checksum)
+def sealed(row: Row) -> bytes:
+    """A row as one sealed JSONL line (`codec.seal`, no newline): its body with its checksum
+    as the last member."""
+    return b'%s,"_c":"%08x"}' % (row[5][:-1], row[6])
 
 
 #: A tuple subclass made from a tuple in C (a NamedTuple's own `__new__` is a Python call:
-#: on the append path, once per event).
+#: on the append path, once per batch).
 _make = tuple.__new__
 
 
@@ -114,7 +108,7 @@ def encode_rows(stream: str, events: Sequence[Event]) -> list[Row]:
     crc = zlib.crc32
     for event in events:
         body = event.__pydantic_serializer__.to_json(event)
-        keep(_make(Row, (stream, event.seq, event.id, event.at, event.kind, body, crc(body))))
+        keep((stream, event.seq, event.id, event.at, event.kind, body, crc(body)))
     return rows
 
 
@@ -195,7 +189,14 @@ class EncodedBatch(NamedTuple):
     def check(self, next_seq: int, token: int | None = None) -> None:
         """Refuse the batch (inside the backend's transaction) against the stream as it
         stands: `check_seq(next_seq)`, then `check_fence(token)`."""
-        check_batch(self.stream, self.events, self.expected_seq, next_seq)
+        events = self.events
+        if not (  # (the common batch, one event of its stream at its seq, without a call)
+            next_seq == self.expected_seq
+            and len(events) == 1
+            and events[0].seq == next_seq
+            and events[0].stream == self.stream
+        ):
+            check_batch(self.stream, events, self.expected_seq, next_seq)
         if self.fence is not None and token != self.lease.token:  # type: ignore[union-attr]
             raise StaleLease(self.stream, self.fence, self.lease.token, token)  # type: ignore[union-attr]
 
@@ -217,33 +218,46 @@ def encode_batch(
 ) -> EncodedBatch:
     """An append of `events` to `stream` at `expected_seq` (under `lease`), encoded: its
     rows and its index change (see `EncodedBatch`). Nothing is checked yet."""
-    rows: list[Row] = []
-    keep = rows.append
+    return encode_batches([(stream, events, expected_seq)], None if lease is None else [lease])[0]
+
+
+def encode_batches(
+    batches: Sequence[tuple[str, Sequence[Event], int]],
+    leases: Sequence[Lease | None] | None = None,
+) -> list[EncodedBatch]:
+    """`encode_batch` of each `(stream, events, expected_seq)` of a group commit, under the
+    lease of the same index in `leases` (None: none fenced). One loop for the group: on the
+    group commit's path, once per batch of every commit."""
+    encoded: list[EncodedBatch] = []
+    add = encoded.append
     crc = zlib.crc32
-    indexed = False
-    for event in events:  # (`encode_rows`, noting on the way whether the index may change)
-        kind = event.kind
-        body = event.__pydantic_serializer__.to_json(event)
-        keep(_make(Row, (stream, event.seq, event.id, event.at, kind, body, crc(body))))
-        if kind in _INDEXED:
-            indexed = True
-    change = index_change(stream, events, lease) if indexed else None
-    opens = change if isinstance(change, Opened) else None
-    fence = None if lease is None or lease == HANDOFF else lease.stream
-    return _make(
-        EncodedBatch,
-        (
-            stream,
-            events,
-            expected_seq,
-            lease,
-            rows,
-            opens,
-            change is True,
-            fence,
-            expected_seq + len(rows),
-        ),
-    )
+    make = _make
+    for n, (stream, events, expected_seq) in enumerate(batches):
+        lease = None if leases is None else leases[n]
+        rows: list[Row] = []
+        keep = rows.append
+        indexed = False
+        for event in events:  # (`encode_rows`, noting on the way whether the index changes)
+            kind = event.kind
+            body = event.__pydantic_serializer__.to_json(event)
+            keep((stream, event.seq, event.id, event.at, kind, body, crc(body)))
+            if kind in _INDEXED:
+                indexed = True
+        opens, closes = None, False
+        if indexed:
+            change = index_change(stream, events, lease)
+            closes = change is True
+            if isinstance(change, Opened):
+                opens = change
+        fence = None if lease is None or lease == HANDOFF else lease.stream
+        next_seq = expected_seq + len(rows)
+        add(
+            make(
+                EncodedBatch,
+                (stream, events, expected_seq, lease, rows, opens, closes, fence, next_seq),
+            )
+        )
+    return encoded
 
 
 _SEQ = attrgetter("seq")
