@@ -1,9 +1,8 @@
-"""Helpers of the store tests: backends by kind, event factories, process workers, crashes.
+"""Helpers of the store tests: backends by kind, event factories, crashes.
 
-The worker functions run in processes started with the `spawn` method, so they live in an
-importable module and take only picklable arguments (a store URL, never a store). The
-crash helpers (`KillAfter`, `run_in_child`, `check_reattached`, …) serve the SIGKILL
-tests, which fork their watchers instead.
+The contract's own helpers (its process workers among them) ship with it, in
+`flashfsm.testing.contract`. The crash helpers (`KillAfter`, `run_in_child`,
+`check_reattached`, …) serve the SIGKILL tests, which fork their watchers.
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ from typing import Any
 
 from flashfsm import verify
 from flashfsm.adapters.stores import open_store, path_url
-from flashfsm.events.errors import ConcurrencyError
 from flashfsm.events.models import (
     Concluded,
     Event,
@@ -146,46 +144,6 @@ def run_cleanups(cleanups: list[Callable[[], None]]) -> None:
     """Run cleanups newest first (stores close before their location is removed)."""
     while cleanups:
         cleanups.pop()()
-
-
-def append_with_retry(store: EventStore, stream: str, count: int, *, tag: str) -> list[str]:
-    """Append `count` single-event batches, re-reading the stream after each conflict."""
-    written: list[str] = []
-    for _ in range(count):
-        while True:
-            next_seq = len(store.read(stream))
-            event = make_event(stream, next_seq, tag=tag)
-            try:
-                store.append(stream, [event], next_seq)
-            except ConcurrencyError:
-                continue
-            written.append(event.id)
-            break
-    return written
-
-
-# -- process workers (spawned) -------------------------------------------------------------
-
-
-def writer_process(url: str, stream: str, count: int, tag: str, go: Any, out: Any) -> None:
-    """Open the store, wait for the start signal, race to append, report the ids written."""
-    store = open_store(url)
-    try:
-        go.wait(30)
-        out.put((tag, append_with_retry(store, stream, count, tag=tag)))
-    finally:
-        store.close()
-
-
-def delayed_writer_process(url: str, stream: str, seq: int, ready: Any, delay_s: float) -> None:
-    """Open the store, say so, wait `delay_s`, then append one event stamped with the time."""
-    store = open_store(url)
-    try:
-        ready.set()
-        time.sleep(delay_s)
-        store.append(stream, [make_event(stream, seq)], seq)
-    finally:
-        store.close()
 
 
 # -- crash tests: SIGKILL a watcher after an append, reattach, compare ----------------------
