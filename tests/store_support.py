@@ -13,7 +13,6 @@ import multiprocessing
 import os
 import shutil
 import signal
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -25,12 +24,10 @@ from flashfsm.adapters.stores import open_store, path_url
 from flashfsm.events.models import (
     Concluded,
     Event,
-    HeartbeatObserved,
-    StatusObserved,
     WatchStarted,
 )
 from flashfsm.events.store import EventStore
-from flashfsm.ids import new_id
+from flashfsm.testing.contract import contract_event, contract_events
 
 PG_ENV = "FLASHFSM_TEST_POSTGRES_DSN"
 KINDS = ("memory", "sqlite", "jsonl", "postgres")
@@ -44,29 +41,11 @@ def postgres_dsn() -> str | None:
     return os.environ.get(PG_ENV) or None
 
 
-def make_event(stream: str, seq: int, at: float | None = None, *, tag: str = "") -> Event:
-    """A real event for `stream` at `seq`; odd seqs are heartbeats, even ones statuses.
-
-    Text fields carry a newline, a quote and non-ASCII, which a line-based file must survive.
-    """
-    t = time.time() if at is None else at
-    if seq % 2:
-        return HeartbeatObserved(
-            stream=stream, seq=seq, id=new_id(t), at=t, stage=f"sft_start{tag}", step=seq, ts=t
-        )
-    return StatusObserved(
-        stream=stream,
-        seq=seq,
-        id=new_id(t),
-        at=t,
-        status="IN_QUEUE",
-        stdout_tail=f'line one\nline "two" ünïcødé {tag}',
-    )
-
-
-def make_events(stream: str, first: int, count: int, *, tag: str = "") -> list[Event]:
-    """`count` events of `stream` with seqs `first`, `first + 1`, …"""
-    return [make_event(stream, first + i, tag=tag) for i in range(count)]
+#: The contract suite's event factories (`flashfsm.testing.contract`), by the names these
+#: tests use: real events, odd seqs heartbeats, even ones statuses, text a line-based store
+#: must survive.
+make_event = contract_event
+make_events = contract_events
 
 
 @dataclass
