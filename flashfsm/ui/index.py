@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -423,8 +423,3 @@ def _money_cells(row: dict[str, Any], led: Ledger) -> None:
     row["billed_s"] = led.billed_s
     row["billing_open"] = bool(led.open_attempts)
     row["open_rate_per_hour"] = led.open_rate_per_hour if led.open_attempts else None
-
-
-def index_rows(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Rows by stream name."""
-    return {r["stream"]: r for r in rows}
