@@ -27,7 +27,10 @@ RAW = ("\x1b", "\x07", "\x00", "\r", "\u202e")
 
 
 class Answers:
-    """RunPod, scripted: one poll in progress, then FAILED with an error holding escapes."""
+    """RunPod, scripted: one poll in progress, then FAILED with an error holding escapes
+    (`error`: a subclass may give another)."""
+
+    error = EVIL_ERROR
 
     def __init__(self) -> None:
         self.fetches = 0
@@ -36,7 +39,7 @@ class Answers:
         self.fetches += 1
         if self.fetches < 2:
             return {"status": "IN_PROGRESS"}
-        return {"status": "FAILED", "error": EVIL_ERROR}
+        return {"status": "FAILED", "error": self.error}
 
     def endpoint_health(self, endpoint_id: str) -> dict:
         return {"workers": {"running": 1}}

@@ -33,6 +33,7 @@ from flashfsm.ids import new_id
 from flashfsm.ui.app import UiConfig, create_app
 from flashfsm.ui.index import StoreIndex
 from flashfsm.ui.pages import Frame, fleet_page, row_html, stream_url
+from tests.test_cli_escaping import Answers as EscapingAnswers
 
 runner = CliRunner()
 TOKEN = "t0ken-" + "x" * 26
@@ -49,20 +50,10 @@ def demo_store(tmp_path_factory: pytest.TempPathFactory) -> str:
     return url
 
 
-class Answers:
+class Answers(EscapingAnswers):
     """RunPod, scripted: one poll in progress, then FAILED with a hostile error text."""
 
-    def __init__(self) -> None:
-        self.fetches = 0
-
-    def job_status(self, endpoint_id: str, job_id: str) -> dict:
-        self.fetches += 1
-        if self.fetches < 2:
-            return {"status": "IN_PROGRESS"}
-        return {"status": "FAILED", "error": EVIL_ERROR}
-
-    def endpoint_health(self, endpoint_id: str) -> dict:
-        return {"workers": {"running": 1}}
+    error = EVIL_ERROR
 
 
 def open_run(url: str, name: str, at: float = 1_700_000_000.0, *, handoff: bool = False) -> None:
