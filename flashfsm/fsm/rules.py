@@ -54,7 +54,13 @@ from dataclasses import dataclass, field, replace
 from enum import Enum, StrEnum
 from typing import Protocol
 
-from flashfsm.events.models import Event, HealthObserved, HeartbeatObserved, StatusObserved
+from flashfsm.events.models import (
+    Event,
+    HealthObserved,
+    HeartbeatObserved,
+    StatusFetchFailed,
+    StatusObserved,
+)
 from flashfsm.events.policy import DEFAULT_POLICY
 from flashfsm.fsm.commands import Verdict
 from flashfsm.fsm.findings import Finding, Measure, Point, TimeText, first_line, summarize
@@ -501,6 +507,28 @@ def _elapsed(s: JobState, spec: TimerSpec, at: float) -> tuple[float, str, float
     return at - timer[SINCE], limit[0], limit[1], timer
 
 
+def _judged(
+    m: Measure,
+    *,
+    evidence: tuple[int, ...],
+    state: JobPhase,
+    detail: str,
+    facts: tuple[str, ...] = (),
+) -> Finding:
+    """A threshold rule's finding from its one measure: when `m` fired, the verdict
+    (`state`, `detail`) resting on `evidence`; else `m` and `facts` alone."""
+    if not m.fired:
+        return Finding(False, (m,), facts)
+    return Finding(True, (m,), facts, evidence=evidence, state=state, detail=detail)
+
+
+def _waits_for_fetch(s: JobState, t: TimeText | None, rule: str) -> tuple[str, ...]:
+    """Explaining (`t` set) a rule that judges a status, at a poll whose fetch failed."""
+    if t is not None and s.cycle == "error":
+        return (f"the last status fetch failed: {rule} waits for a good one",)
+    return ()
+
+
 # --- 1: the client deadline -----------------------------------------------------------------
 
 
@@ -517,12 +545,8 @@ def _measure_client_deadline(s: JobState, now: float, t: TimeText | None = None)
     fired = elapsed > deadline
     if not fired and t is None:
         return None
-    m = Measure("time since submission", elapsed, name, deadline, fired)
-    if not fired:
-        return Finding(False, (m,))
-    return Finding(
-        True,
-        (m,),
+    return _judged(
+        Measure("time since submission", elapsed, name, deadline, fired),
         evidence=(anchor[SEQ],),
         state=JobPhase.STALLED,
         detail=f"client-side deadline exceeded: {elapsed:.0f}s since submission "
@@ -557,21 +581,22 @@ def _refusal(s: JobState, codes: frozenset[int], t: TimeText | None) -> Finding 
     return Finding(True, facts=facts, evidence=(err.seq,))
 
 
-def _measure_job_lost(s: JobState, now: float, t: TimeText | None = None) -> Finding | None:
-    """D4: this poll's status fetch answered 404."""
-    if s.cycle != "error":  # (the common case, tried first: most points are no error)
-        return None
-    found = _refusal(s, LOST_STATUSES, t)
-    if found is None:
-        return None
-    err = s.fetch_error
-    assert err is not None
-    return replace(
-        found,
-        state=JobPhase.LOST,
-        detail="job no longer exists on RunPod (HTTP 404 on status: "
-        f"{err.message or err.error_class}); its TTL or result retention passed",
-    )
+def _measure_refusal(
+    codes: frozenset[int], state: JobPhase, detail: Callable[[StatusFetchFailed], str]
+) -> Measuring:
+    """D4 and D6's check: this poll's status fetch answered one of `codes`; firing, the
+    verdict is `state` with `detail` of the failed fetch."""
+
+    def measure(s: JobState, now: float, t: TimeText | None = None) -> Finding | None:
+        if s.cycle != "error":  # (the common case, tried first: most points are no error)
+            return None
+        found = _refusal(s, codes, t)
+        if found is None:
+            return None
+        assert s.fetch_error is not None
+        return replace(found, state=state, detail=detail(s.fetch_error))
+
+    return measure
 
 
 def _refused_at(seen: Seen) -> list[int]:
@@ -579,13 +604,22 @@ def _refused_at(seen: Seen) -> list[int]:
     return list(dict.fromkeys(f.evidence[0] for _, f in seen.history if f.held))
 
 
-def _render_job_lost(p: Point, seen: Seen) -> Finding:
-    if seen.held:
-        return show_now(p, seen)
-    lost = _refused_at(seen)
-    if not lost:
-        return Finding(False, facts=("no status fetch answered HTTP 404",))
-    return Finding(False, facts=(f"the last status fetch was not a 404 (404s at seqs {lost})",))
+def _render_refusal(answers: str, answer: str, answered: str) -> Render:
+    """The words of a refusal rule: the fetch that fired it, else that none answered
+    `answers` (or that the last one did not)."""
+
+    def render(p: Point, seen: Seen) -> Finding:
+        if seen.held:
+            return show_now(p, seen)
+        refused = _refused_at(seen)
+        if not refused:
+            return Finding(False, facts=(f"no status fetch answered HTTP {answers}",))
+        return Finding(
+            False,
+            facts=(f"the last status fetch was not {answer} ({answered} at seqs {refused})",),
+        )
+
+    return render
 
 
 JOB_LOST = Rule(
@@ -594,38 +628,16 @@ JOB_LOST = Rule(
     why="the status route answers 404: the job is gone (TTL or result retention passed).",
     fires="the status route answers HTTP 404",
     verdict="LOST / `lost`",
-    measure=_measure_job_lost,
-    render=_render_job_lost,
+    measure=_measure_refusal(
+        LOST_STATUSES,
+        JobPhase.LOST,
+        lambda err: (
+            "job no longer exists on RunPod (HTTP 404 on status: "
+            f"{err.message or err.error_class}); its TTL or result retention passed"
+        ),
+    ),
+    render=_render_refusal("404", "a 404", "404s"),
 )
-
-
-def _measure_unauthorized(s: JobState, now: float, t: TimeText | None = None) -> Finding | None:
-    """D6: this poll's status fetch answered 401 or 403."""
-    if s.cycle != "error":  # (the common case, tried first)
-        return None
-    found = _refusal(s, AUTH_STATUSES, t)
-    if found is None:
-        return None
-    err = s.fetch_error
-    assert err is not None
-    return replace(
-        found,
-        state=JobPhase.UNAUTHORIZED,
-        detail=f"RunPod refused the API key (HTTP {err.http_status} on status: "
-        f"{err.message or err.error_class}); revoked or without access to this endpoint, "
-        "so no retry can help",
-    )
-
-
-def _render_unauthorized(p: Point, seen: Seen) -> Finding:
-    if seen.held:
-        return show_now(p, seen)
-    refused = _refused_at(seen)
-    if not refused:
-        return Finding(False, facts=("no status fetch answered HTTP 401 or 403",))
-    return Finding(
-        False, facts=(f"the last status fetch was not a 401 or 403 (refusals at seqs {refused})",)
-    )
 
 
 UNAUTHORIZED = Rule(
@@ -634,8 +646,16 @@ UNAUTHORIZED = Rule(
     why="the status route refuses the key (401/403): revoked or wrong, so never retried.",
     fires="the status route answers HTTP 401 or 403, the first time",
     verdict="UNAUTHORIZED / `unauthorized` (not retried)",
-    measure=_measure_unauthorized,
-    render=_render_unauthorized,
+    measure=_measure_refusal(
+        AUTH_STATUSES,
+        JobPhase.UNAUTHORIZED,
+        lambda err: (
+            f"RunPod refused the API key (HTTP {err.http_status} on status: "
+            f"{err.message or err.error_class}); revoked or without access to this endpoint, "
+            "so no retry can help"
+        ),
+    ),
+    render=_render_refusal("401 or 403", "a 401 or 403", "refusals"),
 )
 
 
@@ -958,16 +978,9 @@ def _measure_queue_grace(s: JobState, now: float, t: TimeText | None = None) -> 
     fired = waited > grace
     if not fired and t is None:
         return None
-    m = Measure("IN_QUEUE", waited, name, grace, fired)
-    facts: tuple[str, ...] = ()
-    if t is not None and s.cycle == "error":
-        facts = ("the last status fetch failed: the queue grace waits for a good one",)
-    if not fired:
-        return Finding(False, (m,), facts)
-    return Finding(
-        True,
-        (m,),
-        facts,
+    return _judged(
+        Measure("IN_QUEUE", waited, name, grace, fired),
+        facts=_waits_for_fetch(s, t, "the queue grace"),
         evidence=(queued[SEQ], st.seq),
         state=JobPhase.NO_CAPACITY,
         detail=f"never scheduled: IN_QUEUE for {waited:.0f}s (queue grace {grace:.0f}s), "
@@ -1026,45 +1039,44 @@ def _stuck_worker(
     return Measure(quantity, elapsed, name, grace, fired, note=note), since, h
 
 
-def _measure_unhealthy_worker(s: JobState, now: float, t: TimeText | None = None) -> Finding | None:
-    """Step 8: this poll's probe, unhealthy workers only, against the unhealthy grace."""
-    if s.health is None:  # (the common case, tried first: no probe at this point)
-        return None
-    reading = _stuck_worker(s, UNHEALTHY_TIMER, "worker unhealthy for", t)
-    if reading is None:
-        return None
-    m, since, h = reading
-    if not m.fired:
-        return Finding(False, (m,))
-    return Finding(
-        True,
-        (m,),
-        evidence=(since[SEQ], h.seq),
-        state=JobPhase.STALLED,
-        detail=f"worker unhealthy for {m.value:.0f}s while IN_QUEUE (unhealthy grace "
-        f"{m.limit:.0f}s; likely a crash loop or a failed image pull); retry on a fresh endpoint",
-    )
+def _measure_stuck_worker(
+    spec: TimerSpec, word: str, state: JobPhase, detail: Callable[[Measure], str]
+) -> Measuring:
+    """Step 8's check for one kind of stuck worker (`word`: how a probe names it): this
+    poll's probe against `spec`'s grace; firing, the verdict is `state` with `detail`."""
+    quantity = f"worker {word} for"
+
+    def measure(s: JobState, now: float, t: TimeText | None = None) -> Finding | None:
+        if s.health is None:  # (the common case, tried first: no probe at this point)
+            return None
+        reading = _stuck_worker(s, spec, quantity, t)
+        if reading is None:
+            return None
+        m, since, h = reading
+        return _judged(m, evidence=(since[SEQ], h.seq), state=state, detail=detail(m))
+
+    return measure
 
 
-def _measure_throttled_worker(s: JobState, now: float, t: TimeText | None = None) -> Finding | None:
-    """Step 8: this poll's probe, throttled workers only, against the throttled grace."""
-    if s.health is None:  # (the common case, tried first)
-        return None
-    reading = _stuck_worker(s, THROTTLED_TIMER, "worker THROTTLED for", t)
-    if reading is None:
-        return None
-    m, since, h = reading
-    if not m.fired:
-        return Finding(False, (m,))
-    return Finding(
-        True,
-        (m,),
-        evidence=(since[SEQ], h.seq),
-        state=JobPhase.NO_CAPACITY,
-        detail=f"never scheduled: worker THROTTLED for {m.value:.0f}s while IN_QUEUE "
+_measure_unhealthy_worker = _measure_stuck_worker(
+    UNHEALTHY_TIMER,
+    "unhealthy",
+    JobPhase.STALLED,
+    lambda m: (
+        f"worker unhealthy for {m.value:.0f}s while IN_QUEUE (unhealthy grace "
+        f"{m.limit:.0f}s; likely a crash loop or a failed image pull); retry on a fresh endpoint"
+    ),
+)
+_measure_throttled_worker = _measure_stuck_worker(
+    THROTTLED_TIMER,
+    "THROTTLED",
+    JobPhase.NO_CAPACITY,
+    lambda m: (
+        f"never scheduled: worker THROTTLED for {m.value:.0f}s while IN_QUEUE "
         f"(throttled grace {m.limit:.0f}s), no capacity for this GPU class; "
-        "retry on the next-best GPU",
-    )
+        "retry on the next-best GPU"
+    ),
+)
 
 
 def _render_stuck_worker(word: str, article: str) -> Render:
@@ -1152,16 +1164,9 @@ def _measure_stall(s: JobState, now: float, t: TimeText | None = None) -> Findin
     if not fired and t is None:
         return None
     _, note, name = stall_limit_name(s)
-    m = Measure("no progress for", idle, name, limit, fired, note=note)
-    facts: tuple[str, ...] = ()
-    if t is not None and s.cycle == "error":
-        facts = ("the last status fetch failed: the stall rule waits for a good one",)
-    if not fired:
-        return Finding(False, (m,), facts)
-    return Finding(
-        True,
-        (m,),
-        facts,
+    return _judged(
+        Measure("no progress for", idle, name, limit, fired, note=note),
+        facts=_waits_for_fetch(s, t, "the stall rule"),
         evidence=(progress[SEQ], st.seq),
         state=JobPhase.STALLED,
         detail=f"no worker progress for {idle:.0f}s during {phase} "
