@@ -216,6 +216,18 @@ def _row(stream: str, event: Event) -> Row:
     return encode_rows(stream, [event])[0]
 
 
+def _check_next(conn: sqlite3.Connection, batch: EncodedBatch) -> None:
+    """Refuse `batch` unless it starts at its stream's next seq and its fence (if any) is
+    the lease's current token (inside the writing transaction)."""
+    (last,) = conn.execute(
+        "SELECT max(seq) FROM events WHERE stream = ?", (batch.stream,)
+    ).fetchone()
+    batch.check(
+        0 if last is None else last + 1,
+        None if batch.fence is None else _token(conn, batch.fence),
+    )
+
+
 def _token(conn: sqlite3.Connection, fence: str) -> int | None:
     """The token of the lease row `fence` (inside an append's transaction; None: no row)."""
     row = conn.execute("SELECT token FROM open_streams WHERE stream = ?", (fence,)).fetchone()
@@ -529,13 +541,7 @@ class SqliteStore:
         with self._connection() as conn:
             try:
                 conn.execute("BEGIN IMMEDIATE")
-                (last,) = conn.execute(
-                    "SELECT max(seq) FROM events WHERE stream = ?", (stream,)
-                ).fetchone()
-                batch.check(
-                    0 if last is None else last + 1,
-                    None if batch.fence is None else _token(conn, batch.fence),
-                )
+                _check_next(conn, batch)
                 try:
                     conn.executemany(_INSERT, batch.rows)
                 except sqlite3.IntegrityError as exc:
@@ -656,13 +662,7 @@ class SqliteStore:
         stream = batch.stream
         conn.execute("SAVEPOINT batch")
         try:
-            (last,) = conn.execute(
-                "SELECT max(seq) FROM events WHERE stream = ?", (stream,)
-            ).fetchone()
-            batch.check(
-                0 if last is None else last + 1,
-                None if batch.fence is None else _token(conn, batch.fence),
-            )
+            _check_next(conn, batch)
             try:
                 conn.executemany(_INSERT, batch.rows)
             except sqlite3.IntegrityError:
@@ -996,46 +996,30 @@ class SqliteStore:
 
     def drop_closed(self, stream: str) -> bool:
         """Drop a concluded stream's stale index row (see `LeaseStore.drop_closed`)."""
-        return bool(
-            self._write(
-                lambda conn: (
-                    conn.execute(
-                        "DELETE FROM open_streams WHERE (stream = ? OR parent = ?) AND EXISTS "
-                        "(SELECT 1 FROM events WHERE stream = ? AND kind IN "
-                        "('Concluded', 'RunConcluded'))",
-                        (stream, stream, stream),
-                    ).rowcount
-                )
-            )
+        return self._changes(
+            "DELETE FROM open_streams WHERE (stream = ? OR parent = ?) AND EXISTS "
+            "(SELECT 1 FROM events WHERE stream = ? AND kind IN "
+            "('Concluded', 'RunConcluded'))",
+            (stream, stream, stream),
         )
 
     def mark_failed(self, owner: str, lease: Lease, reason: str) -> bool:
         """Mark a stream `owner` holds as failed to start (see `LeaseStore.mark_failed`)."""
-        return bool(
-            self._write(
-                lambda conn: (
-                    conn.execute(
-                        "UPDATE open_streams SET failed = ? "
-                        "WHERE stream = ? AND token = ? AND owner = ?",
-                        (reason[:FAILED_REASON_CAP], lease.stream, lease.token, owner),
-                    ).rowcount
-                )
-            )
+        return self._changes(
+            "UPDATE open_streams SET failed = ? WHERE stream = ? AND token = ? AND owner = ?",
+            (reason[:FAILED_REASON_CAP], lease.stream, lease.token, owner),
         )
 
     def unmark(self, stream: str) -> bool:
         """Clear a stream's failed mark (see `LeaseStore.unmark`)."""
-        return bool(
-            self._write(
-                lambda conn: (
-                    conn.execute(
-                        "UPDATE open_streams SET failed = NULL "
-                        "WHERE stream = ? AND failed IS NOT NULL",
-                        (stream,),
-                    ).rowcount
-                )
-            )
+        return self._changes(
+            "UPDATE open_streams SET failed = NULL WHERE stream = ? AND failed IS NOT NULL",
+            (stream,),
         )
+
+    def _changes(self, sql: str, params: Sequence[object]) -> bool:
+        """Run one write statement in its own transaction: did it change a row?"""
+        return bool(self._write(lambda conn: conn.execute(sql, params).rowcount))
 
     def _read(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
         """Run the read `work` on a connection (read-only: one that changes nothing)."""
