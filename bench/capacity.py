@@ -33,7 +33,7 @@ if str(HERE) not in sys.path:
 
 from common import Row, Section, print_section  # noqa: E402
 
-from flashfsm import MemoryStore, RunpodClient, supervise_run  # noqa: E402
+from flashfsm import MemoryStore, supervise_run  # noqa: E402
 from flashfsm.adapters.simulator import SimClock, Simulator  # noqa: E402
 from flashfsm.events.models import AttemptStarted, Candidate  # noqa: E402
 from flashfsm.fsm.capacity import job_wait  # noqa: E402
@@ -53,43 +53,37 @@ CANDIDATES = (
 def fleet(runs: int, gap_s: float, memory: bool) -> dict[str, Any]:
     """Run the fleet; return its figures and its store."""
     store = MemoryStore()
-    with Simulator(clock=SimClock(speed=0, start=T0)) as sim:
-        env = sim.env()
-        with RunpodClient(
-            sim.accounts[0].key,
-            endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
-            api_base_url=env["RUNPOD_API_BASE_URL"],
-        ) as client:
+    with Simulator(clock=SimClock(speed=0, start=T0)) as sim, sim.client() as client:
 
-            def deploy(run: Any, attempt: Any, record: Any) -> Deployed:
-                gpu = attempt.started.gpu_class
-                starved = gpu == STARVED and sim.clock.now() < T0 + OUTAGE_S
-                name = attempt.started.endpoint_name
-                scenario = "throttled" if starved else "success"
-                return Deployed(sim.add_endpoint(name, scenario=scenario, check_quota=False), name)
+        def deploy(run: Any, attempt: Any, record: Any) -> Deployed:
+            gpu = attempt.started.gpu_class
+            starved = gpu == STARVED and sim.clock.now() < T0 + OUTAGE_S
+            name = attempt.started.endpoint_name
+            scenario = "throttled" if starved else "success"
+            return Deployed(sim.add_endpoint(name, scenario=scenario, check_quota=False), name)
 
-            adapters = RunpodRunAdapters(
-                client,
-                deploy,
-                lambda run, attempt: {"run": run.started.run_id},
-                budget_s=6 * 3600,
+        adapters = RunpodRunAdapters(
+            client,
+            deploy,
+            lambda run, attempt: {"run": run.started.run_id},
+            budget_s=6 * 3600,
+            clock=sim.clock.now,
+            sleep=sim.clock.sleep,
+        )
+        for n in range(runs):
+            slot = T0 + n * gap_s
+            if sim.clock.now() < slot:
+                sim.clock.sleep(slot - sim.clock.now())
+            supervise_run(
+                f"fleet-{n:03d}",
+                CANDIDATES,
+                adapters,
+                max_retries=2,
+                store=store,
                 clock=sim.clock.now,
                 sleep=sim.clock.sleep,
+                capacity_memory=memory,
             )
-            for n in range(runs):
-                slot = T0 + n * gap_s
-                if sim.clock.now() < slot:
-                    sim.clock.sleep(slot - sim.clock.now())
-                supervise_run(
-                    f"fleet-{n:03d}",
-                    CANDIDATES,
-                    adapters,
-                    max_retries=2,
-                    store=store,
-                    clock=sim.clock.now,
-                    sleep=sim.clock.sleep,
-                    capacity_memory=memory,
-                )
     return {"store": store, **measure(store, runs)}
 
 

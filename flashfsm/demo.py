@@ -310,34 +310,36 @@ def run_demo(
             write_picture(opened, streams, picture, title=f"flashfsm demo {tag}")
 
     try:
-        with (
-            hub_progress_bars_off(),
-            tempfile.TemporaryDirectory(prefix="flashfsm-demo-hub-") as cache,
-            Simulator(speed=0) as sim,
-        ):
-            env = sim.env()
-            client = RunpodClient(
-                sim.accounts[0].key,
-                endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
-                api_base_url=env["RUNPOD_API_BASE_URL"],
-            )
-            with client:
-                for seed, demo in enumerate(runs):
-                    run = _DemoRunner(sim, client, demo, tag, seed, cache, opened)
-                    try:
-                        say(f"{demo.name}: {demo.shows}")
-                        result = run.supervise()
-                        say(f"  → {_outcome(result)} after {result.attempts} attempt(s)")
-                    except KeyboardInterrupt:
-                        cancelled = run.wind_down(say)
-                        draw(cancelled)
-                        raise DemoInterrupted(results, cancelled) from None
-                    results.append(result)
+        with _simulated() as (sim, client, cache):
+            for seed, demo in enumerate(runs):
+                run = _DemoRunner(sim, client, demo, tag, seed, cache, opened)
+                try:
+                    say(f"{demo.name}: {demo.shows}")
+                    result = run.supervise()
+                    say(f"  → {_outcome(result)} after {result.attempts} attempt(s)")
+                except KeyboardInterrupt:
+                    cancelled = run.wind_down(say)
+                    draw(cancelled)
+                    raise DemoInterrupted(results, cancelled) from None
+                results.append(result)
         draw()
     finally:
         if isinstance(store, str):
             opened.close()
     return results
+
+
+@contextlib.contextmanager
+def _simulated() -> Iterator[tuple[Simulator, RunpodClient, str]]:
+    """A simulator at full speed, a RunPod client on its first account, and a scratch
+    heartbeat cache: what every demo runs against (all gone on exit)."""
+    with (
+        hub_progress_bars_off(),
+        tempfile.TemporaryDirectory(prefix="flashfsm-demo-hub-") as cache,
+        Simulator(speed=0) as sim,
+        sim.client() as client,
+    ):
+        yield sim, client, cache
 
 
 def _outcome(result: RunResult) -> str:
@@ -521,49 +523,38 @@ def watch_scenarios(
     streams: list[str] = []
     store = open_store(store_url)
     try:
-        with (
-            hub_progress_bars_off(),
-            tempfile.TemporaryDirectory(prefix="flashfsm-demo-hub-") as cache,
-            Simulator(speed=0) as sim,
-        ):
-            env = sim.env()
-            client = RunpodClient(
-                sim.accounts[0].key,
-                endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
-                api_base_url=env["RUNPOD_API_BASE_URL"],
-            )
-            with client:
-                for seed, (scenario, what) in enumerate(jobs):
-                    name = endpoint_name(run_id, scenario, seed)
-                    endpoint_id = sim.add_endpoint(name, hf_repo=HF_REPO)
-                    job_input = {
-                        "scenario": scenario,
-                        "hf_repo": HF_REPO,
-                        "phase": PHASE,
-                        "run_id": run_id,
-                        "seed": seed,
-                    }
-                    job_id = client.run(endpoint_id, job_input, ttl_s=7 * 24 * 3600)
-                    handle = JobHandle(endpoint_id, name, job_id, submitted_at=sim.clock.now())
-                    prefix = heartbeat_prefix(PHASE, run_id, seed)
-                    hub = {"clock": sim.clock.now, "endpoint": sim.url, "cache_dir": cache}
-                    stream = job_stream(f"{run_id}-{scenario}")
-                    say(f"{scenario}: {what}")
-                    result: PollResult = poll_job(
-                        handle,
-                        heartbeat_reader=make_hf_heartbeat_reader(HF_REPO, prefix, **hub),
-                        failure_detail_reader=make_hf_failure_detail_reader(
-                            HF_REPO, prefix, PHASE, **hub
-                        ),
-                        client=client,
-                        clock=sim.clock.now,
-                        sleep=sim.clock.sleep,
-                        store=store,
-                        stream=stream,
-                    )
-                    outcome = "ok" if result.ok else f"{result.failure} ({result.rule})"
-                    say(f"  → {outcome}")
-                    streams.append(stream)
+        with _simulated() as (sim, client, cache):
+            for seed, (scenario, what) in enumerate(jobs):
+                name = endpoint_name(run_id, scenario, seed)
+                endpoint_id = sim.add_endpoint(name, hf_repo=HF_REPO)
+                job_input = {
+                    "scenario": scenario,
+                    "hf_repo": HF_REPO,
+                    "phase": PHASE,
+                    "run_id": run_id,
+                    "seed": seed,
+                }
+                job_id = client.run(endpoint_id, job_input, ttl_s=7 * 24 * 3600)
+                handle = JobHandle(endpoint_id, name, job_id, submitted_at=sim.clock.now())
+                prefix = heartbeat_prefix(PHASE, run_id, seed)
+                hub = {"clock": sim.clock.now, "endpoint": sim.url, "cache_dir": cache}
+                stream = job_stream(f"{run_id}-{scenario}")
+                say(f"{scenario}: {what}")
+                result: PollResult = poll_job(
+                    handle,
+                    heartbeat_reader=make_hf_heartbeat_reader(HF_REPO, prefix, **hub),
+                    failure_detail_reader=make_hf_failure_detail_reader(
+                        HF_REPO, prefix, PHASE, **hub
+                    ),
+                    client=client,
+                    clock=sim.clock.now,
+                    sleep=sim.clock.sleep,
+                    store=store,
+                    stream=stream,
+                )
+                outcome = "ok" if result.ok else f"{result.failure} ({result.rule})"
+                say(f"  → {outcome}")
+                streams.append(stream)
     finally:
         store.close()
     return streams

@@ -12,22 +12,12 @@ from flashfsm.fleet import Fleet
 
 def async_client(sim: Simulator) -> AsyncRunpodClient:
     """An async RunPod client on the simulator (its first account's key)."""
-    env = sim.env()
-    return AsyncRunpodClient(
-        env["RUNPOD_API_KEY"],
-        endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
-        api_base_url=env["RUNPOD_API_BASE_URL"],
-    )
+    return sim.async_client()
 
 
 def sync_client(sim: Simulator) -> RunpodClient:
     """A RunPod client on the simulator (its first account's key)."""
-    env = sim.env()
-    return RunpodClient(
-        env["RUNPOD_API_KEY"],
-        endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
-        api_base_url=env["RUNPOD_API_BASE_URL"],
-    )
+    return sim.client()
 
 
 def run_replica_until_idle(url: str, sim: Simulator, **options: Any) -> None:

@@ -130,12 +130,7 @@ def fleet() -> Iterator[Fleet]:
         url = f"jsonl:{scratch}/store"
         store = open_store(url)
         with Simulator(clock=SimClock(speed=0, start=START)) as sim:
-            env = sim.env()
-            with RunpodClient(
-                sim.accounts[0].key,
-                endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
-                api_base_url=env["RUNPOD_API_BASE_URL"],
-            ) as client:
+            with sim.client() as client:
                 for run_id in RUNS:
                     _run(sim, client, store, run_id, scratch)
                 _bare_job(sim, client, store, "noteardown", "training_stall")

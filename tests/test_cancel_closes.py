@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from flashfsm.adapters.runpod import RunpodClient
 from flashfsm.adapters.simulator import SimClock, Simulator
 from flashfsm.adapters.sqlite import SqliteStore
 from flashfsm.adapters.stores import open_store
@@ -87,14 +86,8 @@ def assert_closed(store: SqliteStore) -> None:
 @pytest.fixture
 def world(tmp_path: Path):
     store = SqliteStore(tmp_path / "events.db")
-    with Simulator(speed=0) as sim:
-        env = sim.env()
-        with RunpodClient(
-            sim.accounts[0].key,
-            endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
-            api_base_url=env["RUNPOD_API_BASE_URL"],
-        ) as client:
-            yield sim, client, store
+    with Simulator(speed=0) as sim, sim.client() as client:
+        yield sim, client, store
     store.close()
 
 

@@ -110,26 +110,23 @@ def make_examples(directory: Path) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         store = open_store(f"jsonl://{scratch}/store")
         try:
-            with Simulator(clock=SimClock(speed=0, start=START)) as sim:
-                env = sim.env()
-                with RunpodClient(
-                    sim.accounts[0].key,
-                    endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
-                    api_base_url=env["RUNPOD_API_BASE_URL"],
-                ) as client:
-                    for run_id in RUNS:
-                        candidates, adapters = _adapters(sim, client, run_id, f"{scratch}/hf")
-                        supervise_run(
-                            run_id,
-                            candidates,
-                            adapters,
-                            max_retries=2,
-                            phase=PHASE,
-                            seed=0,
-                            store=store,
-                            clock=sim.clock.now,
-                            sleep=sim.clock.sleep,
-                        )
+            with (
+                Simulator(clock=SimClock(speed=0, start=START)) as sim,
+                sim.client() as client,
+            ):
+                for run_id in RUNS:
+                    candidates, adapters = _adapters(sim, client, run_id, f"{scratch}/hf")
+                    supervise_run(
+                        run_id,
+                        candidates,
+                        adapters,
+                        max_retries=2,
+                        phase=PHASE,
+                        seed=0,
+                        store=store,
+                        clock=sim.clock.now,
+                        sleep=sim.clock.sleep,
+                    )
         finally:
             store.close()
         directory.mkdir(parents=True)

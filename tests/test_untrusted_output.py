@@ -25,7 +25,6 @@ from flashfsm import (
     MemoryStore,
     OutputDecodeError,
     PollResult,
-    RunpodClient,
     UntrustedOutputError,
     poll_job,
     replay,
@@ -295,12 +294,7 @@ def test_submit_run_unpickles_the_result_of_the_endpoint_it_deployed(
     assert replay(events).verdict.metrics == METRICS and verify(events).ok
 
     # A reattach from the persisted handle dict keeps the trust (a fresh store re-watches).
-    env = sim.env()
-    with RunpodClient(
-        sim.accounts[0].key,
-        endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
-        api_base_url=env["RUNPOD_API_BASE_URL"],
-    ) as client:
+    with sim.client() as client:
         again = poll_job(
             handles[0],
             client=client,

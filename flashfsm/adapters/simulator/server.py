@@ -50,6 +50,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
+from flashfsm.adapters.runpod import AsyncRunpodClient, RunpodClient
 from flashfsm.adapters.simulator import graphql
 from flashfsm.adapters.simulator.clock import SimClock
 from flashfsm.adapters.simulator.faults import Fault, FaultPlan
@@ -295,6 +296,23 @@ class Simulator:
             env["HF_ENDPOINT"] = url
             env["HF_HUB_DISABLE_TELEMETRY"] = "1"
         return env
+
+    def client(self, account: int = 0, **options: Any) -> RunpodClient:
+        """A RunPod client on this simulator with account `account`'s key, without
+        touching the environment; `options` go to `RunpodClient` (e.g. `sleep`). Close it,
+        or use it in a `with`."""
+        return RunpodClient(self.accounts[account].key, **self._routes(), **options)
+
+    def async_client(self, account: int = 0, **options: Any) -> AsyncRunpodClient:
+        """The async twin of `client`."""
+        return AsyncRunpodClient(self.accounts[account].key, **self._routes(), **options)
+
+    def _routes(self) -> dict[str, Any]:
+        env = self.env(hf=False)
+        return {
+            "endpoint_base_url": env["RUNPOD_ENDPOINT_BASE_URL"],
+            "api_base_url": env["RUNPOD_API_BASE_URL"],
+        }
 
     # ------------------------------------------------------------------ test API
 
