@@ -70,12 +70,11 @@ import json
 import logging
 import math
 import os
-import signal
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, TypeVar
@@ -109,7 +108,7 @@ from flashfsm.fsm.job import JobState
 from flashfsm.naming import attempt_stream, check_stream, job_stream, run_stream
 from flashfsm.runs import RunAdapters, RunpodRunAdapters, supervise_run
 from flashfsm.shell import resolve_store
-from flashfsm.supervisor import JobSpec, Supervisor
+from flashfsm.supervisor import JobSpec, StopsOnSignals, Supervisor
 from flashfsm.watch import JobHandle, recorded_handle, submission
 from flashfsm.writer import JOB, NEWER_WATCH_WINS, Replay, StreamWriter, perform, preload
 
@@ -217,15 +216,7 @@ class JobIntake(BaseModel):
 
     def handle(self) -> JobHandle:
         """The job's handle (JSON-only: `trusted_output` is never handed over)."""
-        return JobHandle(
-            self.endpoint_id,
-            self.endpoint_name,
-            self.job_id,
-            on_last_gpu=self.on_last_gpu,
-            submitted_at=self.submitted_at,
-            gpu_class=self.gpu_class,
-            attempt=self.attempt,
-        )
+        return recorded_handle(self)
 
 
 class RunIntake(BaseModel):
@@ -519,7 +510,7 @@ class _Held:
     worker: Future[None] | None = None
 
 
-class Fleet:
+class Fleet(StopsOnSignals):
     """One replica of a fleet: claims open streams of `store`, watches them, hands them on.
 
     `client` is the async RunPod client the jobs are watched with (see `Supervisor`);
@@ -723,14 +714,6 @@ class Fleet:
         if self._stopping is not None and self._woken is not None:
             self._stopping.set()
             self._woken.set()
-
-    def install_signal_handlers(
-        self, signals: Sequence[int] = (signal.SIGINT, signal.SIGTERM)
-    ) -> None:
-        """Make SIGINT/SIGTERM drain the replica (call from the running loop)."""
-        loop = asyncio.get_running_loop()
-        for sig in signals:
-            loop.add_signal_handler(sig, self.stop)
 
     # -- the keeper (its own thread) ----------------------------------------------------------
 

@@ -290,7 +290,24 @@ class JobSpec:
     allow_pickle: bool | None = None
 
 
-class Supervisor:
+class StopsOnSignals:
+    """`install_signal_handlers` for a driver whose `stop` ends it cleanly from its loop
+    (the supervisor, a fleet replica)."""
+
+    def stop(self) -> None:
+        """End the driver cleanly (see the subclass)."""
+        raise NotImplementedError
+
+    def install_signal_handlers(
+        self, signals: Sequence[int] = (signal.SIGINT, signal.SIGTERM)
+    ) -> None:
+        """Make SIGINT/SIGTERM call `stop` (call from the running loop)."""
+        loop = asyncio.get_running_loop()
+        for sig in signals:
+            loop.add_signal_handler(sig, self.stop)
+
+
+class Supervisor(StopsOnSignals):
     """Watches many jobs concurrently with one client, one committer and shared limits."""
 
     def __init__(
@@ -477,14 +494,6 @@ class Supervisor:
         """Stop every watch at its next await; nothing false is recorded."""
         for task in list(self._tasks):
             task.cancel()
-
-    def install_signal_handlers(
-        self, signals: Sequence[int] = (signal.SIGINT, signal.SIGTERM)
-    ) -> None:
-        """Make SIGINT/SIGTERM stop the supervisor cleanly (call from the running loop)."""
-        loop = asyncio.get_running_loop()
-        for sig in signals:
-            loop.add_signal_handler(sig, self.stop)
 
 
 async def _acall(
