@@ -35,7 +35,7 @@ import os
 import socket
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from flashfsm.adapters import observations as obs
 from flashfsm.errors import WatchStopped
@@ -482,8 +482,28 @@ def submission(handle: JobHandle, policy: GracePolicy) -> dict[str, Any]:
     }
 
 
-def recorded_handle(submitted: JobSubmitted) -> JobHandle:
-    """The handle a `JobSubmitted` records (JSON-only: `trusted_output` is never recorded)."""
+class HandleFacts(Protocol):
+    """What a handle is rebuilt from: a `JobSubmitted`, or a fleet's job intake."""
+
+    @property
+    def endpoint_id(self) -> str: ...
+    @property
+    def endpoint_name(self) -> str: ...
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def on_last_gpu(self) -> bool: ...
+    @property
+    def submitted_at(self) -> float | None: ...
+    @property
+    def gpu_class(self) -> str | None: ...
+    @property
+    def attempt(self) -> int: ...
+
+
+def recorded_handle(submitted: HandleFacts) -> JobHandle:
+    """The handle a `JobSubmitted` (or a fleet's intake) records (JSON-only:
+    `trusted_output` is never recorded)."""
     return JobHandle(
         submitted.endpoint_id,
         submitted.endpoint_name,
