@@ -56,7 +56,7 @@ from flashfsm.events.models import (
     RunStarted,
 )
 from flashfsm.events.policy import stall_kwargs
-from flashfsm.events.store import HANDOFF, EventStore, FencedStore, LeaseStore
+from flashfsm.events.store import HANDOFF, EventStore, FencedStore, capabilities
 from flashfsm.fsm.capacity import DEFAULT_CAPACITY, NO_MEMORY, CapacityPolicy
 from flashfsm.fsm.run import (
     Attempt,
@@ -277,7 +277,7 @@ def supervise_run(
     name = stream or run_stream(run_id)
     target: EventStore = opened
     if detach:
-        if not isinstance(opened, LeaseStore):
+        if capabilities(opened).leases is None:
             raise ValueError(f"{opened!r} cannot hand a run to a fleet: it keeps no leases")
         target = FencedStore(opened, lambda _stream: HANDOFF)
     writer = StreamWriter(target, name, RUN, FOLD_CANCELS)
