@@ -346,15 +346,20 @@ def explain_command(
             }
         )
         raise typer.Exit(exit_for(e.verdict))
-    if e.verdict is None:
-        say(f"{stream}: ", (e.facts[0], "yellow"))
-        for t in e.timers:
-            say(f"  timer {t.text}")
+
+    def _print_evidence_tail() -> None:
+        """What the worker, the run's failed attempts, its walk and its cost add."""
         print_worker(e.worker, e.worker_log)
         _print_failed_workers(src.name, failed)
         _print_walk(src.name, walk)
         if kind == "run":
             print_failure_cost(run_cost(src, source, store))
+
+    if e.verdict is None:
+        say(f"{stream}: ", (e.facts[0], "yellow"))
+        for t in e.timers:
+            say(f"  timer {t.text}")
+        _print_evidence_tail()
         raise typer.Exit(exit_for(None))
     v = e.verdict
     colour = "green" if v.ok else "red"
@@ -373,11 +378,7 @@ def explain_command(
         say(f"  evidence: seq {item.seq} at t+{ex.secs(item.offset)} s: {item.summary}")
     first = v.detail.splitlines()[0] if v.detail else ""
     say(f"  detail: {first}")
-    print_worker(e.worker, e.worker_log)
-    _print_failed_workers(src.name, failed)
-    _print_walk(src.name, walk)
-    if kind == "run":
-        print_failure_cost(run_cost(src, source, store))
+    _print_evidence_tail()
     raise typer.Exit(exit_for(v))
 
 
