@@ -569,34 +569,52 @@ CLIENT_DEADLINE = Rule(
 # --- D4 and D6: the status route refuses ----------------------------------------------------
 
 
-def _refusal(s: JobState, codes: frozenset[int], t: TimeText | None) -> Finding | None:
-    """The failed fetch of this poll, when it answered one of `codes` (else None)."""
+def _refusal(
+    s: JobState,
+    t: TimeText | None,
+    codes: frozenset[int],
+    state: JobPhase,
+    detail: Callable[[StatusFetchFailed], str],
+) -> Finding | None:
+    """D4 and D6's check: this poll's status fetch answered one of `codes`; firing, the
+    verdict is `state` with `detail` of the failed fetch (None: it did not)."""
     err = s.fetch_error
-    if s.cycle != "error" or err is None or err.http_status not in codes:
+    if err is None or err.http_status not in codes:
         return None
     facts: tuple[str, ...] = ()
     if t is not None:
         answered = f"answered HTTP {err.http_status}"
         facts = (f"the status fetch at {t(err.at)} (seq {err.seq}) {answered}",)
-    return Finding(True, facts=facts, evidence=(err.seq,))
+    return Finding(True, facts=facts, evidence=(err.seq,), state=state, detail=detail(err))
 
 
-def _measure_refusal(
-    codes: frozenset[int], state: JobPhase, detail: Callable[[StatusFetchFailed], str]
-) -> Measuring:
-    """D4 and D6's check: this poll's status fetch answered one of `codes`; firing, the
-    verdict is `state` with `detail` of the failed fetch."""
+def _lost_detail(err: StatusFetchFailed) -> str:
+    return (
+        "job no longer exists on RunPod (HTTP 404 on status: "
+        f"{err.message or err.error_class}); its TTL or result retention passed"
+    )
 
-    def measure(s: JobState, now: float, t: TimeText | None = None) -> Finding | None:
-        if s.cycle != "error":  # (the common case, tried first: most points are no error)
-            return None
-        found = _refusal(s, codes, t)
-        if found is None:
-            return None
-        assert s.fetch_error is not None
-        return replace(found, state=state, detail=detail(s.fetch_error))
 
-    return measure
+def _measure_job_lost(s: JobState, now: float, t: TimeText | None = None) -> Finding | None:
+    """D4: this poll's status fetch answered 404."""
+    if s.cycle != "error":  # (the common case, tried first: most points are no error)
+        return None
+    return _refusal(s, t, LOST_STATUSES, JobPhase.LOST, _lost_detail)
+
+
+def _unauthorized_detail(err: StatusFetchFailed) -> str:
+    return (
+        f"RunPod refused the API key (HTTP {err.http_status} on status: "
+        f"{err.message or err.error_class}); revoked or without access to this endpoint, "
+        "so no retry can help"
+    )
+
+
+def _measure_unauthorized(s: JobState, now: float, t: TimeText | None = None) -> Finding | None:
+    """D6: this poll's status fetch answered 401 or 403."""
+    if s.cycle != "error":  # (the common case, tried first)
+        return None
+    return _refusal(s, t, AUTH_STATUSES, JobPhase.UNAUTHORIZED, _unauthorized_detail)
 
 
 def _refused_at(seen: Seen) -> list[int]:
@@ -628,14 +646,7 @@ JOB_LOST = Rule(
     why="the status route answers 404: the job is gone (TTL or result retention passed).",
     fires="the status route answers HTTP 404",
     verdict="LOST / `lost`",
-    measure=_measure_refusal(
-        LOST_STATUSES,
-        JobPhase.LOST,
-        lambda err: (
-            "job no longer exists on RunPod (HTTP 404 on status: "
-            f"{err.message or err.error_class}); its TTL or result retention passed"
-        ),
-    ),
+    measure=_measure_job_lost,
     render=_render_refusal("404", "a 404", "404s"),
 )
 
@@ -646,15 +657,7 @@ UNAUTHORIZED = Rule(
     why="the status route refuses the key (401/403): revoked or wrong, so never retried.",
     fires="the status route answers HTTP 401 or 403, the first time",
     verdict="UNAUTHORIZED / `unauthorized` (not retried)",
-    measure=_measure_refusal(
-        AUTH_STATUSES,
-        JobPhase.UNAUTHORIZED,
-        lambda err: (
-            f"RunPod refused the API key (HTTP {err.http_status} on status: "
-            f"{err.message or err.error_class}); revoked or without access to this endpoint, "
-            "so no retry can help"
-        ),
-    ),
+    measure=_measure_unauthorized,
     render=_render_refusal("401 or 403", "a 401 or 403", "refusals"),
 )
 
@@ -1039,44 +1042,54 @@ def _stuck_worker(
     return Measure(quantity, elapsed, name, grace, fired, note=note), since, h
 
 
-def _measure_stuck_worker(
-    spec: TimerSpec, word: str, state: JobPhase, detail: Callable[[Measure], str]
-) -> Measuring:
-    """Step 8's check for one kind of stuck worker (`word`: how a probe names it): this
-    poll's probe against `spec`'s grace; firing, the verdict is `state` with `detail`."""
-    quantity = f"worker {word} for"
-
-    def measure(s: JobState, now: float, t: TimeText | None = None) -> Finding | None:
-        if s.health is None:  # (the common case, tried first: no probe at this point)
-            return None
-        reading = _stuck_worker(s, spec, quantity, t)
-        if reading is None:
-            return None
-        m, since, h = reading
-        return _judged(m, evidence=(since[SEQ], h.seq), state=state, detail=detail(m))
-
-    return measure
+def _stuck(
+    s: JobState,
+    t: TimeText | None,
+    spec: TimerSpec,
+    quantity: str,
+    state: JobPhase,
+    detail: Callable[[Measure], str],
+) -> Finding | None:
+    """Step 8's check for one kind of stuck worker: this poll's probe against `spec`'s
+    grace; firing, the verdict is `state` with `detail`."""
+    reading = _stuck_worker(s, spec, quantity, t)
+    if reading is None:
+        return None
+    m, since, h = reading
+    return _judged(m, evidence=(since[SEQ], h.seq), state=state, detail=detail(m))
 
 
-_measure_unhealthy_worker = _measure_stuck_worker(
-    UNHEALTHY_TIMER,
-    "unhealthy",
-    JobPhase.STALLED,
-    lambda m: (
+def _unhealthy_detail(m: Measure) -> str:
+    return (
         f"worker unhealthy for {m.value:.0f}s while IN_QUEUE (unhealthy grace "
         f"{m.limit:.0f}s; likely a crash loop or a failed image pull); retry on a fresh endpoint"
-    ),
-)
-_measure_throttled_worker = _measure_stuck_worker(
-    THROTTLED_TIMER,
-    "THROTTLED",
-    JobPhase.NO_CAPACITY,
-    lambda m: (
+    )
+
+
+def _measure_unhealthy_worker(s: JobState, now: float, t: TimeText | None = None) -> Finding | None:
+    """Step 8: this poll's probe, unhealthy workers only, against the unhealthy grace."""
+    if s.health is None:  # (the common case, tried first: no probe at this point)
+        return None
+    return _stuck(
+        s, t, UNHEALTHY_TIMER, "worker unhealthy for", JobPhase.STALLED, _unhealthy_detail
+    )
+
+
+def _throttled_detail(m: Measure) -> str:
+    return (
         f"never scheduled: worker THROTTLED for {m.value:.0f}s while IN_QUEUE "
         f"(throttled grace {m.limit:.0f}s), no capacity for this GPU class; "
         "retry on the next-best GPU"
-    ),
-)
+    )
+
+
+def _measure_throttled_worker(s: JobState, now: float, t: TimeText | None = None) -> Finding | None:
+    """Step 8: this poll's probe, throttled workers only, against the throttled grace."""
+    if s.health is None:  # (the common case, tried first)
+        return None
+    return _stuck(
+        s, t, THROTTLED_TIMER, "worker THROTTLED for", JobPhase.NO_CAPACITY, _throttled_detail
+    )
 
 
 def _render_stuck_worker(word: str, article: str) -> Render:
