@@ -42,6 +42,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import ab
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
@@ -209,16 +211,6 @@ def _child(label: str, servers: dict[str, Any], calls: int, repeats: int, concur
     print(json.dumps(result))
 
 
-def _run_child(label: str, tree: Path, servers: dict[str, Any], args: argparse.Namespace) -> Any:
-    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
-    env["PYTHONPATH"] = os.pathsep.join([str(tree), str(HERE)])
-    argv = [sys.executable, __file__, "--child", label, "--servers", json.dumps(servers)]
-    argv += ["--calls", str(args.calls), "--repeats", str(args.repeats)]
-    argv += ["--concurrency", str(args.concurrency)]
-    out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     """Check the baseline out, run the interleaved comparison, print runs and the summary."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -240,37 +232,25 @@ def main() -> None:
         return
     if args.quick:
         args.calls, args.repeats, args.rounds = 500, 3, 1
-    runs: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
-    with tempfile.TemporaryDirectory(prefix="flashfsm-http-ab-") as tmp:
-        base = Path(tmp) / "base"
-        subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(base), args.base],
-            check=True,
+    argv = ["--calls", str(args.calls), "--repeats", str(args.repeats)]
+    argv += ["--concurrency", str(args.concurrency)]
+    with (
+        tempfile.TemporaryDirectory(prefix="flashfsm-http-ab-") as tmp,
+        ab.baseline(args.base, Path(tmp)) as base,
+        _servers(Path(tmp)) as servers,
+    ):
+        runs = ab.interleaved(
+            args.rounds,
+            base,
+            lambda side, tree: ab.run_child(
+                __file__,
+                tree,
+                ["--child", side, "--servers", json.dumps(servers), *argv],
+                no_proxy=True,
+            ),
         )
-        try:
-            with _servers(Path(tmp)) as servers:
-                for round_ in range(args.rounds):
-                    pair = (("A", base), ("B", ROOT))
-                    for label, tree in pair if round_ % 2 == 0 else pair[::-1]:  # (A B B A ...)
-                        result = _run_child(label, tree, servers, args)
-                        runs[label].append(result)
-                        print(json.dumps(result), flush=True)
-        finally:
-            subprocess.run(
-                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base)], check=True
-            )
-
-    def median(label: str, figure: str) -> float:
-        return statistics.median(run[figure] for run in runs[label])
-
-    summary = {
-        f"{figure} µs/call": {
-            "A": round(median("A", figure), 1),
-            "B": round(median("B", figure), 1),
-            "B/A": round(median("B", figure) / median("A", figure), 3),
-        }
-        for figure in FIGURES
-    }
+    figures = {f"{figure} µs/call": (figure,) for figure in FIGURES}
+    summary = ab.ratios(runs, figures, statistics.median, digits=1)
     config = {k: getattr(args, k) for k in ("calls", "repeats", "rounds", "concurrency")}
     report = {"base": args.base, **config, "summary": summary}
     print(json.dumps(report, indent=1, ensure_ascii=False))

@@ -21,17 +21,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+import ab
 
 
 def _core_us(rounds: int) -> dict[str, float]:
@@ -116,16 +112,6 @@ def _child(label: str, jobs: int, window_s: float) -> None:
     print(json.dumps(result))
 
 
-def _run_child(label: str, tree: Path, jobs: int, window_s: float) -> dict[str, Any]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(tree), str(tree / "bench"), str(HERE)])
-    argv = [sys.executable, __file__, "--child", label, "--jobs", str(jobs)]
-    out = subprocess.run(
-        [*argv, "--window", str(window_s)], env=env, capture_output=True, text=True, check=True
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     """Check the baseline out, run the interleaved comparison, print runs and the summary."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -141,48 +127,23 @@ def main() -> None:
         return
     if args.quick:
         args.jobs, args.window, args.rounds = 300, 10.0, 1
-    with tempfile.TemporaryDirectory(prefix="flashfsm-base-") as tmp:
-        base = Path(tmp) / "base"
-        subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(base), args.base],
-            check=True,
+    argv = ["--jobs", str(args.jobs), "--window", str(args.window)]
+    with (
+        tempfile.TemporaryDirectory(prefix="flashfsm-base-") as tmp,
+        ab.baseline(args.base, Path(tmp)) as base,
+    ):
+        runs = ab.interleaved(
+            args.rounds,
+            base,
+            lambda side, tree: ab.run_child(__file__, tree, ["--child", side, *argv]),
         )
-        try:
-            runs: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
-            for round_ in range(args.rounds):
-                pair = (("A", base), ("B", ROOT))
-                for label, tree in pair if round_ % 2 == 0 else pair[::-1]:  # (A B B A ...)
-                    result = _run_child(label, tree, args.jobs, args.window)
-                    runs[label].append(result)
-                    print(json.dumps(result), flush=True)
-        finally:
-            subprocess.run(
-                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base)], check=True
-            )
-
-    def mean(label: str, *path: str) -> float:
-        values = []
-        for run in runs[label]:
-            value: Any = run
-            for key in path:
-                value = value[key]
-            values.append(float(value))
-        return statistics.fmean(values)
-
     figures = {
         "supervisor µs/event": ("supervisor_us_per_event",),
         "supervisor RSS KiB/job": ("rss_kib_per_job",),
         "core µs/obs, training": ("core_us", "training"),
         "core µs/obs, crash loop": ("core_us", "crash_loop"),
     }
-    summary = {
-        name: {
-            "A": mean("A", *path),
-            "B": mean("B", *path),
-            "B/A": mean("B", *path) / mean("A", *path),
-        }
-        for name, path in figures.items()
-    }
+    summary = ab.ratios(runs, figures, statistics.fmean)
     print(json.dumps({"base": args.base, "jobs": args.jobs, "summary": summary}, indent=1))
 
 
