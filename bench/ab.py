@@ -8,11 +8,13 @@ process whose `PYTHONPATH` puts one tree or the other first, and the runs are in
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,29 @@ def baseline(commit: str, scratch: Path) -> Iterator[Path]:
         yield tree
     finally:
         subprocess.run([*git, "remove", "--force", str(tree)], check=True)
+
+
+def arguments(doc: str, *, rounds: int, quick: str) -> argparse.ArgumentParser:
+    """A parser with what every A/B takes: `--base`, `--rounds`, `--quick` (`quick` says
+    what it shrinks to) and the hidden `--child SIDE` its children run with."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--base", default="HEAD~1", help="the baseline commit (A)")
+    parser.add_argument("--rounds", type=int, default=rounds, help="runs of each side")
+    parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    return parser
+
+
+def compare(commit: str, rounds: int, script: str, argv: list[str]) -> dict[str, list[Any]]:
+    """The whole A/B of `script`: its children (`--child SIDE` and `argv`) on `commit`'s
+    checkout and on this tree, `rounds` a side, interleaved; their results by side."""
+    with (
+        tempfile.TemporaryDirectory(prefix="flashfsm-base-") as tmp,
+        baseline(commit, Path(tmp)) as base,
+    ):
+        return interleaved(
+            rounds, base, lambda side, tree: run_child(script, tree, ["--child", side, *argv])
+        )
 
 
 def run_child(script: str, tree: Path, argv: list[str], *, no_proxy: bool = False) -> Any:

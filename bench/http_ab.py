@@ -213,14 +213,10 @@ def _child(label: str, servers: dict[str, Any], calls: int, repeats: int, concur
 
 def main() -> None:
     """Check the baseline out, run the interleaved comparison, print runs and the summary."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base", default="HEAD~1", help="the baseline commit (A)")
+    parser = ab.arguments(__doc__, rounds=3, quick="500 calls, 3 batches, 1 round")
     parser.add_argument("--calls", type=int, default=2000, help="calls per timed batch")
     parser.add_argument("--repeats", type=int, default=5, help="timed batches per figure")
-    parser.add_argument("--rounds", type=int, default=3, help="runs of each side")
     parser.add_argument("--concurrency", type=int, default=32, help="async calls in flight")
-    parser.add_argument("--quick", action="store_true", help="500 calls, 3 batches, 1 round")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--servers", help=argparse.SUPPRESS)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()

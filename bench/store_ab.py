@@ -18,7 +18,6 @@ git history.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import statistics
@@ -93,13 +92,9 @@ FIGURES = {
 
 def main() -> None:
     """Check the baseline out, run the interleaved comparison, print runs and the summary."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base", default="HEAD~1", help="the baseline commit (A)")
+    parser = ab.arguments(__doc__, rounds=4, quick="20,000 events, 2 s, 1 round")
     parser.add_argument("--events", type=int, default=100_000, help="events in the replayed log")
     parser.add_argument("--seconds", type=float, default=5.0, help="group commit run length")
-    parser.add_argument("--rounds", type=int, default=4, help="runs of each side")
-    parser.add_argument("--quick", action="store_true", help="20,000 events, 2 s, 1 round")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         _child(args.child, args.events, args.seconds)
@@ -107,15 +102,7 @@ def main() -> None:
     if args.quick:
         args.events, args.seconds, args.rounds = 20_000, 2.0, 1
     argv = ["--events", str(args.events), "--seconds", str(args.seconds)]
-    with (
-        tempfile.TemporaryDirectory(prefix="flashfsm-base-") as tmp,
-        ab.baseline(args.base, Path(tmp)) as base,
-    ):
-        runs = ab.interleaved(
-            args.rounds,
-            base,
-            lambda side, tree: ab.run_child(__file__, tree, ["--child", side, *argv]),
-        )
+    runs = ab.compare(args.base, args.rounds, __file__, argv)
     summary = ab.ratios(runs, FIGURES, statistics.median)
     config = {"base": args.base, "events": args.events, "rounds": args.rounds}
     print(json.dumps({**config, "summary": summary}, indent=1, ensure_ascii=False))

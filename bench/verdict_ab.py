@@ -19,7 +19,6 @@ Not part of `bench/run.py`: it compares two trees, so it needs the git history.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import tempfile
@@ -114,13 +113,9 @@ def _child(label: str, jobs: int, window_s: float) -> None:
 
 def main() -> None:
     """Check the baseline out, run the interleaved comparison, print runs and the summary."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base", default="HEAD~1", help="the baseline commit (A)")
+    parser = ab.arguments(__doc__, rounds=2, quick="300 jobs, 10 s windows, 1 round")
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--window", type=float, default=30.0)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--quick", action="store_true", help="300 jobs, 10 s windows, 1 round")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         _child(args.child, args.jobs, args.window)
@@ -128,15 +123,7 @@ def main() -> None:
     if args.quick:
         args.jobs, args.window, args.rounds = 300, 10.0, 1
     argv = ["--jobs", str(args.jobs), "--window", str(args.window)]
-    with (
-        tempfile.TemporaryDirectory(prefix="flashfsm-base-") as tmp,
-        ab.baseline(args.base, Path(tmp)) as base,
-    ):
-        runs = ab.interleaved(
-            args.rounds,
-            base,
-            lambda side, tree: ab.run_child(__file__, tree, ["--child", side, *argv]),
-        )
+    runs = ab.compare(args.base, args.rounds, __file__, argv)
     figures = {
         "supervisor µs/event": ("supervisor_us_per_event",),
         "supervisor RSS KiB/job": ("rss_kib_per_job",),
