@@ -16,7 +16,7 @@ import pytest
 from rich.text import Text
 from typer.testing import CliRunner
 
-from flashfsm import JobHandle, open_store, poll_job
+from flashfsm import JobHandle, PollResult, open_store, poll_job
 from flashfsm.cli import app
 from flashfsm.cli.common import shown, shown_text
 
@@ -45,9 +45,9 @@ class Answers:
         return {"workers": {"running": 1}}
 
 
-@pytest.fixture
-def evil_store(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path}/events.db"
+def watch_scripted_job(url: str, stream: str, client: Answers) -> PollResult:
+    """Watch one job answered by `client` into the store at `url`, as `stream`, on a clock
+    of its own."""
     now = [1_700_000_000.0]
 
     def sleep(seconds: float) -> None:
@@ -55,17 +55,22 @@ def evil_store(tmp_path: Path) -> str:
 
     store = open_store(url)
     try:
-        result = poll_job(
+        return poll_job(
             JobHandle("ep-1", "flash-evil", "job-1", submitted_at=now[0]),
-            client=Answers(),
+            client=client,
             clock=lambda: now[0],
             sleep=sleep,
             store=store,
-            stream=EVIL_STREAM,
+            stream=stream,
         )
     finally:
         store.close()
-    assert result.failure == "job_failed"
+
+
+@pytest.fixture
+def evil_store(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path}/events.db"
+    assert watch_scripted_job(url, EVIL_STREAM, Answers()).failure == "job_failed"
     return url
 
 

@@ -19,7 +19,7 @@ import pytest
 from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
-from flashfsm import JobHandle, open_store, poll_job, replay
+from flashfsm import open_store, replay
 from flashfsm.cli import app as cli
 from flashfsm.events.models import (
     CancelRequested,
@@ -34,6 +34,7 @@ from flashfsm.ui.app import UiConfig, create_app
 from flashfsm.ui.index import StoreIndex
 from flashfsm.ui.pages import Frame, fleet_page, row_html, stream_url
 from tests.test_cli_escaping import Answers as EscapingAnswers
+from tests.test_cli_escaping import watch_scripted_job
 
 runner = CliRunner()
 TOKEN = "t0ken-" + "x" * 26
@@ -78,23 +79,7 @@ def open_run(url: str, name: str, at: float = 1_700_000_000.0, *, handoff: bool 
 def mixed_store(tmp_path: Path) -> str:
     """A hostile job stream (its name and error text hold HTML and escapes) and an open run."""
     url = f"sqlite:///{tmp_path}/events.db"
-    now = [1_700_000_000.0]
-
-    def sleep(seconds: float) -> None:
-        now[0] += seconds
-
-    store = open_store(url)
-    try:
-        poll_job(
-            JobHandle("ep-1", "flash-evil", "job-1", submitted_at=now[0]),
-            client=Answers(),
-            clock=lambda: now[0],
-            sleep=sleep,
-            store=store,
-            stream=EVIL_STREAM,
-        )
-    finally:
-        store.close()
+    watch_scripted_job(url, EVIL_STREAM, Answers())
     open_run(url, "run-open")
     return url
 
