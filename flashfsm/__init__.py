@@ -44,6 +44,7 @@ from flashfsm.fsm.capacity import CapacityPolicy
 from flashfsm.fsm.commands import Verdict
 from flashfsm.fsm.job import JobState, VerifyReport, decide, evolve, replay, verify
 from flashfsm.fsm.table import JobPhase
+from flashfsm.naming import stable_run_id
 from flashfsm.runs import (
     RunpodRunAdapters,
     RunResult,
@@ -124,6 +125,7 @@ __all__ = [
     "replay",
     "replay_job",
     "request_cancel",
+    "stable_run_id",
     "stall_kwargs",
     "submit_run",
     "supervise_run",

@@ -1,9 +1,13 @@
-"""Every name the library makes: RunPod endpoints and the streams of the event log."""
+"""Every name the library makes: RunPod endpoints, the streams of the event log, and run ids
+made from an orchestrator's ids that survive its retries (`stable_run_id`)."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from flashfsm.events.models import NAME_CAP
 
@@ -76,3 +80,129 @@ def sweeper_stream(account: int | None = None) -> str:
     """The idle sweeper's stream: one per account of a key pool (`sweeper-<index>`, never
     the key), or `sweeper` for a single account."""
     return "sweeper" if account is None else f"sweeper-{int(account)}"
+
+
+# --- run ids -----------------------------------------------------------------------------------
+# A run is resumed by calling again on its stream, and its stream is named from its run id: a
+# run id an orchestrator's retry keeps is what makes a retried worker resume rather than deploy
+# and submit again. `stable_run_id` makes one from the ids that survive a retry.
+
+#: The longest run id (`RunSpec.run_id`'s limit): its streams, with a seed and an attempt, and
+#: its endpoint names (`RUN_SLUG_CAP`) stay within their caps.
+RUN_ID_CAP = 100
+#: Hex digits of the hash that ends every run id `stable_run_id` makes.
+RUN_ID_HASH = 12
+#: The longest id value `stable_run_id` takes (Airflow's ids are at most 250 characters).
+ID_VALUE_CAP = 1000
+
+_PART = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+@dataclass(frozen=True)
+class OrchestratorIds:
+    """An orchestrator's ids, for `stable_run_id`: `stable`, the ids a retry keeps (in the
+    run id's order), `required` of them; `changing`, ids a retry changes, each with why."""
+
+    stable: tuple[str, ...]
+    required: frozenset[str]
+    changing: Mapping[str, str]
+
+
+#: Ids that count tries, refused for every orchestrator: a retry changes them.
+TRY_COUNTERS: Mapping[str, str] = {
+    name: "it counts tries, so a retry changes it"
+    for name in ("try_number", "attempt", "attempt_number", "run_count", "retry_count")
+}
+
+#: Which ids survive a retry, per orchestrator (docs/api.md has the table and each call).
+ORCHESTRATORS: Mapping[str, OrchestratorIds] = {
+    "airflow": OrchestratorIds(
+        ("dag_id", "run_id", "task_id", "map_index"),
+        frozenset({"dag_id", "run_id", "task_id", "map_index"}),
+        {
+            name: "an Airflow 3 task instance's id is a new UUID each try"
+            for name in ("id", "ti_id", "task_instance_id")
+        },
+    ),
+    "prefect": OrchestratorIds(
+        ("flow_run_id",),
+        frozenset({"flow_run_id"}),
+        {
+            "task_run_id": "a flow run retried or restarted after a crash runs its tasks "
+            "again as new task runs (pass flow_run_id=flow_run.id)"
+        },
+    ),
+    "dagster": OrchestratorIds(
+        ("root_run_id", "step_key"),
+        frozenset({"root_run_id"}),
+        {
+            "run_id": "a re-execution or run retry is a new run with a new run_id (pass "
+            "root_run_id=context.run.root_run_id or context.run_id)",
+            "parent_run_id": "it names the run before this one: each re-execution changes it",
+        },
+    ),
+    "dbos": OrchestratorIds(("workflow_id",), frozenset({"workflow_id"}), {}),
+    "temporal": OrchestratorIds(
+        ("workflow_id", "activity_id"),
+        frozenset({"workflow_id"}),
+        {
+            name: "a workflow retry, continue-as-new, reset or cron run gets a new run id "
+            "(pass workflow_id)"
+            for name in ("run_id", "workflow_run_id")
+        },
+    ),
+}
+
+
+def stable_run_id(orchestrator: str, /, *, name: str | None = None, **ids: str | int) -> str:
+    """A run id made from the ids of `orchestrator` that survive its retries: the same ids
+    always make the same run id, so a retried worker calling `supervise_run` again resumes
+    the run's stream instead of starting a second run (a second deploy and submit).
+
+    `orchestrator` is one of `ORCHESTRATORS` ("airflow", "prefect", "dagster", "dbos",
+    "temporal"); `ids` are its stable ids by name (`ORCHESTRATORS[...].stable`), and `name`
+    tells apart the runs one piece of orchestrated work supervises (say "sft", "eval").
+    The id reads `<orchestrator>.<id>.<id>….<name>.<hash>`: each value with the characters a
+    run id cannot hold made `-`, cut to fit `RUN_ID_CAP`, and ended by a hash of the exact
+    values, so distinct ids never meet in one run id. It is always a valid `RunSpec.run_id`.
+
+    A `ValueError` refuses an id a retry changes (a try number, a task run's id, an attempt:
+    `TRY_COUNTERS` and the orchestrator's `changing`, with what to pass instead), an id the
+    orchestrator does not have, a missing required one, and an empty, over-long
+    (`ID_VALUE_CAP`) or non-text value.
+    """
+    known = ORCHESTRATORS.get(orchestrator)
+    if known is None:
+        raise ValueError(
+            f"unknown orchestrator {orchestrator!r}: one of {', '.join(sorted(ORCHESTRATORS))}"
+        )
+    for key in ids:
+        why = known.changing.get(key) or TRY_COUNTERS.get(key)
+        if why is not None:
+            raise ValueError(f"{orchestrator} {key} changes on a retry: {why}")
+        if key not in known.stable:
+            raise ValueError(
+                f"{orchestrator} has no stable id {key!r}: pass {', '.join(known.stable)}"
+            )
+    missing = sorted(known.required - set(ids))
+    if missing:
+        raise ValueError(f"{orchestrator} needs {', '.join(missing)}")
+    named = [(key, _id_value(key, ids[key])) for key in known.stable if key in ids]
+    if name is not None:
+        named.append(("name", _id_value("name", name)))
+    digest = hashlib.sha256(json.dumps([orchestrator, named]).encode()).hexdigest()
+    readable = ".".join([orchestrator, *(_PART.sub("-", value) for _, value in named)])
+    room = RUN_ID_CAP - RUN_ID_HASH - 1
+    return f"{readable[:room].rstrip('.-_')}.{digest[:RUN_ID_HASH]}"
+
+
+def _id_value(key: str, value: object) -> str:
+    """One id's value as text: a string or an integer (not a bool), not empty, bounded."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ValueError(f"{key} must be a string or an integer, got {type(value).__name__}")
+    text = str(value)
+    if not text.strip():
+        raise ValueError(f"{key} is empty")
+    if len(text) > ID_VALUE_CAP:
+        raise ValueError(f"{key} is {len(text)} characters: at most {ID_VALUE_CAP}")
+    return text
