@@ -20,7 +20,8 @@ starts, a candidate whose provider is not one of them (`UnsupportedProvider`).
 
 A cancelled run leaves no stream open: its job, cancelled on the platform, is watched on
 to the platform's answer, and a Ctrl-C (`KeyboardInterrupt`) is a cancel too, recorded and
-wound down before it is raised again.
+wound down before it is raised again — unless the caller chose `on_interrupt="detach"`:
+then it records nothing and the run is left to resume.
 
 Every outcome of an attempt — a deploy or submit error, its job's verdict — and a user's
 cancel becomes events through the pure `flashfsm.fsm.run.apply_outcome`; the shell only
@@ -36,7 +37,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from flashfsm.adapters.runpod import policy_for_budget
 from flashfsm.capacity import ranking_for
@@ -83,7 +84,7 @@ from flashfsm.fsm.run import (
 )
 from flashfsm.naming import attempt_stream, endpoint_name, run_stream
 from flashfsm.redact import redact
-from flashfsm.shell import JobHandle, PollResult, poll_job, resolve_store
+from flashfsm.shell import JobHandle, PollResult, opened_store, poll_job, resolve_store
 from flashfsm.writer import FOLD_CANCELS, REBUILD, RUN, TAIL, StreamWriter
 
 logger = logging.getLogger("flashfsm.runs")
@@ -212,6 +213,12 @@ def _capacity_policy(knob: CapacityPolicy | bool) -> CapacityPolicy:
     return DEFAULT_CAPACITY if knob else NO_MEMORY
 
 
+#: What a Ctrl-C (`KeyboardInterrupt`) does to a run `supervise_run` drives: "cancel" (the
+#: CLI's, and the default) cancels it and winds it down; "detach" leaves it to resume.
+OnInterrupt = Literal["cancel", "detach"]
+ON_INTERRUPT: tuple[str, ...] = ("cancel", "detach")
+
+
 def supervise_run(
     run_id: str,
     candidates: Sequence[Candidate],
@@ -231,6 +238,7 @@ def supervise_run(
     on_last_gpu: bool = False,
     capacity_memory: CapacityPolicy | bool = True,
     on_attempt_end: AttemptHook | None = None,
+    on_interrupt: OnInterrupt = "cancel",
     detach: bool = False,
     spec: str | None = None,
 ) -> RunResult:
@@ -241,7 +249,15 @@ def supervise_run(
     handed to it names its attempts' streams as the run recorded them); on a finished run
     it returns the result.
     The stream defaults to `run-<run_id>`; each attempt's job stream is
-    `job-<run_id>-a<n>` (`job-<run_id>-s<seed>-a<n>` with a seed).
+    `job-<run_id>-a<n>` (`job-<run_id>-s<seed>-a<n>` with a seed). An orchestrator's worker
+    names the run by ids its retries keep (`flashfsm.naming.stable_run_id`), so a retried
+    worker resumes the run rather than starting a second one.
+
+    `store` is a store object (the caller's, left open), a URL (opened, and closed on
+    return), or by default the durable default store (`default_store_url()`:
+    `$FLASHFSM_STORE`, else SQLite in the user's data directory), opened and closed by the
+    call, so calling again after a crash resumes; `store="memory://"` asks for a fresh
+    in-memory store (nothing to resume).
 
     `single_attempt=n` records a run of exactly attempt `n` on the first candidate, with
     the caller's `on_last_gpu`: no walk, no retry (what `submit_run` does for a caller
@@ -265,61 +281,73 @@ def supervise_run(
     recorded in the `RunStarted`, for a replica to deploy the run from
     (`flashfsm.submit.supervise_spec(..., detach=True)` records it).
 
-    A cancel (`request_cancel`, or Ctrl-C: a `KeyboardInterrupt` anywhere in the call)
-    closes everything the run opened: its job is cancelled on the platform and watched on
-    to the platform's answer (CANCELLED concludes its stream by `platform_termination`; a
-    platform that cannot be reached, by `poll_errors` once the policy's error budget is
-    spent), its endpoints are deleted and the run concludes `cancelled`. After a Ctrl-C
-    the `KeyboardInterrupt` is raised again once that is done (a second one leaves at
-    once; calling again on the stream finishes the cancel).
+    A cancel (`request_cancel`, or with `on_interrupt="cancel"`, the default, a Ctrl-C: a
+    `KeyboardInterrupt` anywhere in the call) closes everything the run opened: its job is
+    cancelled on the platform and watched on to the platform's answer (CANCELLED concludes
+    its stream by `platform_termination`; a platform that cannot be reached, by
+    `poll_errors` once the policy's error budget is spent), its endpoints are deleted and
+    the run concludes `cancelled`. After a Ctrl-C the `KeyboardInterrupt` is raised again
+    once that is done (a second one leaves at once; calling again on the stream finishes
+    the cancel). With `on_interrupt="detach"` a `KeyboardInterrupt` records nothing,
+    cancels nothing and deletes nothing: it is raised again at once, the job keeps running
+    (and billing) and calling again on the stream resumes the run. Any other value is a
+    `ValueError` before anything is opened or recorded. SIGTERM, under Python's default
+    handler, ends the process at once like SIGKILL: nothing is recorded, and calling again
+    resumes (docs/guarantees.md has the table).
     """
-    opened = resolve_store(store)
-    name = stream or run_stream(run_id)
-    target: EventStore = opened
-    if detach:
-        if capabilities(opened).leases is None:
-            raise ValueError(f"{opened!r} cannot hand a run to a fleet: it keeps no leases")
-        target = FencedStore(opened, lambda _stream: HANDOFF)
-    writer = StreamWriter(target, name, RUN, FOLD_CANCELS)
-    writer.open()
-    say = log or (lambda line: logger.info("%s", line))
-    ended_before = {a.started.attempt for a in writer.state.attempts if a.ended is not None}
-    run = _RunLoop(run_id, seed, adapters, opened, clock, sleep, say, on_attempt_end, ended_before)
-    if writer.state.started is None and not writer.state.done:
-        check_providers(candidates, adapters)
-        at = clock()
-        started = Draft(
-            RunStarted,
-            {
-                "run_id": run_id,
-                "candidates": tuple(candidates),
-                "max_retries": max_retries,
-                "weight_cache": weight_cache,
-                "budget_s": budget_s,
-                "phase": phase,
-                "seed": seed,
-                "single_attempt": single_attempt,
-                "on_last_gpu": on_last_gpu,
-                "spec": spec,
-            },
+    if on_interrupt not in ON_INTERRUPT:
+        raise ValueError(f"on_interrupt must be one of {ON_INTERRUPT}, got {on_interrupt!r}")
+    cancel = on_interrupt == "cancel"
+    with opened_store(store) as opened:
+        name = stream or run_stream(run_id)
+        target: EventStore = opened
+        if detach:
+            if capabilities(opened).leases is None:
+                raise ValueError(f"{opened!r} cannot hand a run to a fleet: it keeps no leases")
+            target = FencedStore(opened, lambda _stream: HANDOFF)
+        writer = StreamWriter(target, name, RUN, FOLD_CANCELS)
+        interrupt_writer = StreamWriter(target, name, RUN, FOLD_CANCELS)  # (opened on a Ctrl-C)
+        writer.open()
+        say = log or (lambda line: logger.info("%s", line))
+        ended_before = {a.started.attempt for a in writer.state.attempts if a.ended is not None}
+        run = _RunLoop(
+            run_id, seed, adapters, opened, clock, sleep, say, on_attempt_end, ended_before
         )
-        drafts = [started]
-        policy = _capacity_policy(capacity_memory)
-        if policy.enabled and single_attempt is None and len(candidates) > 0:
-            ranked = ranking_for(opened, tuple(candidates), at, policy, exclude=(name,))
-            drafts.append(Draft(CandidatesRanked, ranked))
-        with run.cancelled_on_interrupt(StreamWriter(target, name, RUN, FOLD_CANCELS), detach):
-            writer.append(lambda _state: _stamp(writer, drafts, at))
-    recorded = writer.state.started
-    if recorded is not None:  # a resumed run names its attempts as it was recorded to
-        run.run_id, run.seed = recorded.run_id, recorded.seed
-    if detach:
-        if writer.state.done:
-            return RunResult.from_event(writer.state.result)
-        opened.unmark(name)  # (a run a replica marked failed to start is claimed again)
-        return RunResult(False, None, "handed to the fleet", 0, None, name)
-    with run.cancelled_on_interrupt(StreamWriter(target, name, RUN, FOLD_CANCELS)):
-        return run.drive(writer)
+        if writer.state.started is None and not writer.state.done:
+            check_providers(candidates, adapters)
+            at = clock()
+            started = Draft(
+                RunStarted,
+                {
+                    "run_id": run_id,
+                    "candidates": tuple(candidates),
+                    "max_retries": max_retries,
+                    "weight_cache": weight_cache,
+                    "budget_s": budget_s,
+                    "phase": phase,
+                    "seed": seed,
+                    "single_attempt": single_attempt,
+                    "on_last_gpu": on_last_gpu,
+                    "spec": spec,
+                },
+            )
+            drafts = [started]
+            policy = _capacity_policy(capacity_memory)
+            if policy.enabled and single_attempt is None and len(candidates) > 0:
+                ranked = ranking_for(opened, tuple(candidates), at, policy, exclude=(name,))
+                drafts.append(Draft(CandidatesRanked, ranked))
+            with run.cancelled_on_interrupt(interrupt_writer, cancel=not detach and cancel):
+                writer.append(lambda _state: _stamp(writer, drafts, at))
+        recorded = writer.state.started
+        if recorded is not None:  # a resumed run names its attempts as it was recorded to
+            run.run_id, run.seed = recorded.run_id, recorded.seed
+        if detach:
+            if writer.state.done:
+                return RunResult.from_event(writer.state.result)
+            opened.unmark(name)  # (a run a replica marked failed to start is claimed again)
+            return RunResult(False, None, "handed to the fleet", 0, None, name)
+        with run.cancelled_on_interrupt(interrupt_writer, cancel=cancel):
+            return run.drive(writer)
 
 
 #: Who a Ctrl-C's `CancelRequested` names, and its reason.
@@ -436,16 +464,21 @@ class _RunLoop:
 
     @contextlib.contextmanager
     def cancelled_on_interrupt(
-        self, writer: StreamWriter[RunState], detach: bool = False
+        self, writer: StreamWriter[RunState], cancel: bool = True
     ) -> Iterator[None]:
-        """A Ctrl-C in the block cancels the run (`interrupted`, in `writer`'s stream), then
-        goes on (the `KeyboardInterrupt` is raised again); a run handed to a fleet
-        (`detach`) is the fleet's, and is left alone."""
+        """A Ctrl-C (`KeyboardInterrupt`) in the block cancels the run when `cancel`
+        (`interrupted`, in `writer`'s stream), then goes on (it is raised again). Without
+        `cancel` (`on_interrupt="detach"`, or a run handed to a fleet: the fleet's) it
+        records, cancels and deletes nothing: the run is left as it is, to resume."""
         try:
             yield
         except KeyboardInterrupt:
-            if not detach:
+            if cancel:
                 self.interrupted(writer)
+            else:
+                self.say(
+                    f"run {self.run_id}: interrupted; nothing cancelled (calling again resumes)"
+                )
             raise
 
     def interrupted(self, writer: StreamWriter[RunState]) -> None:

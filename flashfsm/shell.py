@@ -9,10 +9,11 @@ log and carries on (a reattach).
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from flashfsm.events.policy import DEFAULT_POLICY, GracePolicy
 from flashfsm.events.store import EventStore
@@ -47,6 +48,9 @@ from flashfsm.writer import (
     run_steps,
     snapshot_interval,
 )
+
+if TYPE_CHECKING:
+    from flashfsm.adapters.runpod import RunpodClient
 
 R = TypeVar("R")
 ClockFn = Callable[[], float]
@@ -188,7 +192,8 @@ def run_watch(
 
 
 def resolve_store(store: EventStore | str | None) -> EventStore:
-    """A store object from a store, a URL, or None (a fresh in-memory store)."""
+    """A store object from a store, a URL, or None (a fresh in-memory store): the caller
+    closes what a URL opened. (`poll_job` and `supervise_run` take theirs by `opened_store`.)"""
     if store is None:
         from flashfsm.adapters.memory import MemoryStore
 
@@ -198,6 +203,26 @@ def resolve_store(store: EventStore | str | None) -> EventStore:
 
         return open_store(store)
     return store
+
+
+@contextlib.contextmanager
+def opened_store(store: EventStore | str | None) -> Iterator[EventStore]:
+    """The store a call works in, as `poll_job` and `supervise_run` take it: a store object
+    is the caller's (used, never closed); a URL is opened here and closed when the block
+    ends; None is the durable default store, `default_store_url()` (`$FLASHFSM_STORE`, else
+    SQLite in the user's data directory), opened and closed likewise, so a call made again
+    after a crash finds its stream and resumes. `memory://` asks for a fresh in-memory store.
+    """
+    if store is not None and not isinstance(store, str):
+        yield store
+        return
+    from flashfsm.adapters.stores import default_store_url, open_store
+
+    opened = open_store(default_store_url() if store is None else store)
+    try:
+        yield opened
+    finally:
+        opened.close()
 
 
 def poll_job(
@@ -235,13 +260,18 @@ def poll_job(
     asked (None: every poll); the pace is kept in the log, so a reattach keeps it.
     `log` receives progress lines.
 
-    `store` (a store or a URL; an in-memory store by default) keeps the stream (default
-    `job-<job_id>`). When the stream already holds a watch of this job, the log is replayed
-    and the watch continues where it stopped (a reattach): its recorded policy stands and
-    the time nobody watched is charged to no timer. When it already holds a verdict, that
-    verdict is returned without any call. Raises `JobOwnedElsewhere` if a newer watch takes
-    the stream over, and `WatchStopped` when `stop()` (asked before each status fetch)
-    says so. `watcher` names who watches in the `WatchStarted` (default: host and process).
+    `store` keeps the stream (default `job-<job_id>`): a store object (the caller's, left
+    open), a URL (opened, and closed on return), or by default the durable default store
+    (`default_store_url()`: `$FLASHFSM_STORE`, else SQLite in the user's data directory),
+    so calling again after a crash resumes; `store="memory://"` asks for a fresh in-memory
+    store (nothing to resume). When the stream already holds a watch of this job, the log
+    is replayed and the watch continues where it stopped (a reattach): its recorded policy
+    stands and the time nobody watched is charged to no timer. When it already holds a
+    verdict, that verdict is returned without any call. A `KeyboardInterrupt` (SIGINT)
+    records nothing and leaves the job running: calling again reattaches. Raises
+    `JobOwnedElsewhere` if a newer watch takes the stream over, and `WatchStopped` when
+    `stop()` (asked before each status fetch) says so. `watcher` names who watches in the
+    `WatchStarted` (default: host and process).
 
     Output is JSON-only unless the handle is `trusted_output` (its endpoint was deployed by
     this run): a Flash envelope holding only a pickle is then recorded as undecodable
@@ -252,8 +282,6 @@ def poll_job(
         handle = JobHandle.from_dict(handle)
     if not (interval_s > 0):
         raise ValueError(f"interval_s must be positive, got {interval_s!r}")
-    if client is None:
-        client = _default_client()
     policy = GracePolicy(
         stall_after_s=stall_after_s,
         setup_grace_s=setup_grace_s,
@@ -264,24 +292,28 @@ def poll_job(
         heartbeat_every_s=heartbeat_every_s,
     )
     readers = Readers(heartbeat_reader, failure_detail_reader)
-    spec = WatchSpec.of(
-        handle,
-        policy,
-        interval_s,
-        stream=stream,
-        heartbeat=heartbeat_reader is not None,
-        failure_detail=failure_detail_reader is not None,
-        allow_pickle=allow_pickle,
-        stoppable=stop is not None,
-        watcher=watcher,
-        snapshot_every=snapshot_interval(resolved := resolve_store(store)),
-        worker=has_worker_reader(client),
-    )
-    io = SyncIO(resolved, client, handle, readers, clock, sleep, stop)
-    return PollResult.from_verdict(drive_watch(watch_steps(spec, make_say(log)), io))
+    with contextlib.ExitStack() as owned:  # what this call opens, it closes
+        if client is None:
+            client = owned.enter_context(_default_client())
+        opened = owned.enter_context(opened_store(store))
+        spec = WatchSpec.of(
+            handle,
+            policy,
+            interval_s,
+            stream=stream,
+            heartbeat=heartbeat_reader is not None,
+            failure_detail=failure_detail_reader is not None,
+            allow_pickle=allow_pickle,
+            stoppable=stop is not None,
+            watcher=watcher,
+            snapshot_every=snapshot_interval(opened),
+            worker=has_worker_reader(client),
+        )
+        io = SyncIO(opened, client, handle, readers, clock, sleep, stop)
+        return PollResult.from_verdict(drive_watch(watch_steps(spec, make_say(log)), io))
 
 
-def _default_client() -> JobClient:
+def _default_client() -> RunpodClient:
     """The RunPod REST client configured from the environment (`RUNPOD_API_KEY`, …)."""
     from flashfsm.adapters.runpod import RunpodClient
 
@@ -296,6 +328,7 @@ __all__ = [
     "SyncIO",
     "attach",
     "drive_watch",
+    "opened_store",
     "poll_job",
     "resolve_store",
     "run_watch",

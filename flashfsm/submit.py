@@ -79,6 +79,7 @@ from flashfsm.redact import redact, register_secrets
 from flashfsm.runs import (
     AttemptHook,
     Deployed,
+    OnInterrupt,
     Recorder,
     RunpodRunAdapters,
     RunResult,
@@ -479,6 +480,7 @@ def submit_run(
     interval_s: float = 10.0,
     allow_pickle: bool | None = None,
     hub_options: Mapping[str, Any] | None = None,
+    on_interrupt: OnInterrupt = "cancel",
 ) -> PollResult:
     """Deploy, submit and watch one attempt of `spec` for `seed`; return the verdict.
 
@@ -504,6 +506,9 @@ def submit_run(
     - `sweep`, `deployer`, `function`, `hub_options`, `allow_pickle`: as for
       `flash_run_adapters`; `clock` and `sleep` drive the deploy waits, the events' times
       and the watch.
+    - `on_interrupt`: what a Ctrl-C does, as for `supervise_run`: "cancel" (the default)
+      cancels the job, deletes the endpoint and raises `KeyboardInterrupt` again;
+      "detach" records and cancels nothing (calling again resumes the attempt).
 
     Raises `ImportError` naming the `deploy` extra when runpod-flash is missing (and the
     default deployer is used), `WorkerDependencyError` / `ValueError` before anything is
@@ -549,6 +554,7 @@ def submit_run(
             log=make_say(log),
             single_attempt=attempt,
             on_last_gpu=on_last_gpu,
+            on_interrupt=on_interrupt,
         )
         return _attempt_result(opened, result, adapters, attempt)
 
@@ -611,14 +617,16 @@ def supervise_spec(
     sleep: Callable[[float], Any] = time.sleep,
     capacity_memory: CapacityPolicy | bool = True,
     on_attempt_end: AttemptHook | None = None,
+    on_interrupt: OnInterrupt = "cancel",
     detach: bool = False,
     **adapter_options: Any,
 ) -> RunResult:
     """Run `spec` for `seed` to a result: the GPU walk over `candidates`, with retries.
 
     The run's stream is `run-<run_id>-s<seed>`; calling this again after a crash resumes
-    the run (see `supervise_run`, which also says what `capacity_memory` and
-    `on_attempt_end` do). Every candidate's provider must be `runpod`
+    the run (see `supervise_run`, which also says what `capacity_memory`, `on_attempt_end`
+    and `on_interrupt` do: by default a Ctrl-C cancels the run; "detach" leaves it to
+    resume). Every candidate's provider must be `runpod`
     (`UnsupportedProvider` otherwise). `adapter_options` go to `flash_run_adapters`.
 
     `detach=True` hands the run to a fleet (`flashfsm.fleet`) instead: the spec is checked
@@ -634,7 +642,9 @@ def supervise_spec(
                 f"{', '.join(sorted(adapter_options))}: not for a run handed to a fleet "
                 "(its replica makes the adapters)"
             )
-        return _hand_off_spec(spec, seed, candidates, max_retries, store, clock, capacity_memory)
+        return _hand_off_spec(
+            spec, seed, candidates, max_retries, store, clock, capacity_memory, on_interrupt
+        )
     with _spec_adapters(spec, seed, store, clock, sleep, adapter_options) as (opened, adapters):
         stream = naming.run_stream(spec.run_id, seed)
         return _walk(
@@ -649,6 +659,7 @@ def supervise_spec(
             max_retries=max_retries,
             capacity_memory=capacity_memory,
             on_attempt_end=on_attempt_end,
+            on_interrupt=on_interrupt,
         )
 
 
@@ -660,6 +671,7 @@ def _hand_off_spec(
     store: EventStore | str | None,
     clock: Callable[[], float],
     capacity_memory: CapacityPolicy | bool,
+    on_interrupt: OnInterrupt,
 ) -> RunResult:
     """`supervise_spec(..., detach=True)`: the run recorded for a fleet, with its spec."""
     deps = _checked_spec(spec, seed)
@@ -687,6 +699,7 @@ def _hand_off_spec(
             stream=naming.run_stream(spec.run_id, seed),
             clock=clock,
             capacity_memory=capacity_memory,
+            on_interrupt=on_interrupt,
             detach=True,
             spec=recorded,
         )

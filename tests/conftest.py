@@ -77,6 +77,19 @@ class ScriptedClient:
         return answer
 
 
+@pytest.fixture(autouse=True)
+def default_store(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test's durable default store (`FLASHFSM_STORE`, what `poll_job`, `supervise_run`
+    and the CLI use without a store): a SQLite file of its own, in a directory of its own
+    (not `tmp_path`, which a test may list), never the user's data directory. A test that
+    sets or unsets `FLASHFSM_STORE` itself overrides it; its child processes inherit it."""
+    from flashfsm.adapters.urls import path_url
+
+    url = path_url("sqlite", tmp_path_factory.mktemp("default-store") / "events.db")
+    monkeypatch.setenv("FLASHFSM_STORE", url)
+    return url
+
+
 @pytest.fixture
 def clock() -> VirtualClock:
     """A fresh virtual clock."""
