@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from flashfsm import Candidate, MemoryStore, open_store, supervise_run
+from flashfsm import Candidate, MemoryStore, open_store, request_cancel, supervise_run
 from flashfsm.events.models import (
     CancelRequested,
     Concluded,
@@ -26,6 +26,7 @@ from flashfsm.events.models import (
     RunConcluded,
     WatchStarted,
 )
+from flashfsm.fsm.job import replay
 from flashfsm.sigint import EXIT_INTERRUPTED
 from flashfsm.submit import supervise_spec
 from tests import test_cancel_closes
@@ -34,6 +35,7 @@ from tests.reattach_support import (
     RUN_STREAM,
     WATCH_STREAM,
     calls_made,
+    resumed_clock,
     supervise_in_child,
     watch_in_child,
 )
@@ -263,3 +265,19 @@ def test_a_signal_to_poll_job_records_nothing_and_calling_again_reattaches(
     events = read_stream(default_store, WATCH_STREAM)
     assert events[: len(cut)] == cut and kinds(events, Concluded) == 1
     assert [e.reattach for e in events if isinstance(e, WatchStarted)] == [False, True]
+
+
+def test_an_orchestrators_cancel_of_a_killed_run_is_carried_out_by_the_next_call(
+    tmp_path, default_store
+):
+    calls = tmp_path / "calls"
+    assert run_in_child(supervise_in_child, calls, 2) == -signal.SIGKILL
+    request_cancel(default_store, RUN_STREAM, by="airflow", clock=resumed_clock(default_store))
+    assert calls_made(calls) == ["deploy", "submit"]  # the cancel waits in the log
+
+    assert run_in_child(supervise_in_child, calls) == 0
+    run = read_stream(default_store, RUN_STREAM)
+    assert isinstance(run[-1], RunConcluded) and run[-1].failure == "cancelled"
+    assert next(e for e in run if isinstance(e, CancelRequested)).by == "airflow"
+    assert calls_made(calls) == ["deploy", "submit", "cancel", "delete"]
+    assert replay(read_stream(default_store, JOB_STREAM)).verdict is not None  # closed
