@@ -1,5 +1,6 @@
-"""A replica's identity: one live replica per name, its runs stopped before they are given
-back, and the attempts it watches named after it.
+"""A replica's identity: one live incarnation per name (a restart under the name takes over
+from a dead one and fences it; a live one refuses the newcomer), its runs stopped before
+they are given back, and the attempts it watches named after it.
 
 Store-level tests run on SQLite and, when `FLASHFSM_TEST_POSTGRES_DSN` is set, on PostgreSQL.
 """
@@ -8,9 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +24,17 @@ from typer.testing import CliRunner
 
 from flashfsm import AsyncRunpodClient
 from flashfsm.adapters.simulator import Simulator
+from flashfsm.adapters.stores import open_store
 from flashfsm.cli import app
+from flashfsm.cli.common import EXIT_FENCED
+from flashfsm.events.errors import StaleLease
 from flashfsm.events.models import Candidate, RunStarted, WatchStarted
-from flashfsm.fleet import Fleet, OwnerInUse, hand_off_job
+from flashfsm.events.store import Census, Incarnation, Lease
+from flashfsm.fleet import Fleet, OwnerInUse, hand_off_job, process_started
 from flashfsm.fsm.run import Attempt, RunState
 from flashfsm.runs import Deployed, RunpodRunAdapters, supervise_run
 from flashfsm.submit import fleet_run_adapters
+from flashfsm.testing.contract import contract_event
 from tests.store_support import make_backend, run_cleanups
 
 runner = CliRunner()
@@ -36,78 +46,226 @@ def sqlite_store(tmp_path: Path) -> tuple[Any, str, list]:
     return backend.open(), backend.url, cleanups
 
 
-# --- one live replica per name ---------------------------------------------------------------
+# --- one live incarnation per name: a dead one is taken over, a live one refuses ------------
+
+HOST = socket.gethostname()
 
 
-def test_a_name_a_live_replica_holds_cannot_join_and_is_free_once_it_left_or_expired(leases):
-    assert leases.join("r1", 30.0) is not None
-    assert leases.join("r1", 30.0) is None  # its heartbeat is live
-    assert leases.join("r2", 30.0) is not None  # another name joins
-    assert leases.beat("r1", 30.0).replicas == 2  # the refusal recorded nothing
-    leases.leave("r1")
-    assert leases.join("r1", 30.0) is not None  # a drained replica's name is free at once
-    leases.join("r3", 0.05)
-    time.sleep(0.15)
-    assert leases.join("r3", 30.0) is not None  # an expired one's too
+def dead_incarnation() -> Incarnation:
+    """The incarnation of a process of this host that ran (its start marker read while it
+    lived) and is gone now."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        started = process_started(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert started, "this host cannot tell when a process started"
+    return Incarnation("dead", HOST, child.pid, started, 10.0)
 
 
-def test_a_live_lease_holds_the_name_even_when_its_heartbeat_is_gone(leases):
+@contextmanager
+def beating(leases: Any, owner: str, incarnation: Incarnation) -> Iterator[None]:
+    """A live holder of `owner` (in a thread): joined, and beating every tick it records."""
+    assert incarnation.tick_s is not None
+    assert isinstance(leases.join(owner, 30.0, ("job",), incarnation), Census)
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(incarnation.tick_s):
+            leases.beat(owner, 30.0, ("job",), incarnation)
+
+    thread = threading.Thread(target=beat)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+def said(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "flashfsm.fleet"]
+
+
+def test_a_replica_restarted_under_its_name_takes_over_at_once_from_a_process_that_is_gone(
+    leases, caplog
+):
+    for n in range(2):
+        hand_off_job({"endpoint_id": "ep", "job_id": f"j{n}"}, leases)
+    old = dead_incarnation()
+    leases.join("r1", 30.0, ("job",), old)
+    held = leases.claim("r1", 30.0, 10, incarnation=old)
+    fleet = Fleet(leases, None, owner="r1", lease_s=30.0)  # (it would watch for 25 s)
+    started = time.monotonic()
+    with caplog.at_level(logging.INFO, logger="flashfsm.fleet"):
+        assert asyncio.run(fleet.join())
+    assert time.monotonic() - started < 5.0
+    assert f"r1: took over from a dead incarnation (pid {old.pid} on host {HOST} is gone)" in (
+        said(caplog)
+    )
+    rows = leases.open_streams()
+    assert [(row.owner, row.token, row.held) for row in rows] == [("r1", 2, False)] * 2
+    assert leases.renew("r1", held, 30.0) == []  # fenced: the old incarnation's renewals fail
+    assert leases.beat("r1", 30.0, None, old) is None
+    taken = leases.claim("r1", 30.0, 10, expired_only=True, incarnation=fleet.incarnation)
+    assert sorted(lease.token for lease in taken) == [3, 3]  # the newcomer claims them at once
+
+
+def test_a_holder_whose_heartbeat_stands_still_is_taken_over_once_watched(leases, caplog):
     hand_off_job({"endpoint_id": "ep", "job_id": "j1"}, leases)
-    [lease] = leases.claim("r1", 30.0, 10)
-    assert lease.stream == "job-j1"
-    assert leases.join("r1", 30.0) is None
+    old = Incarnation("stalled", "another-host", 4242, "boot:1", 0.2)  # (beats every 0.2 s)
+    leases.join("r1", 30.0, ("job",), old)
+    [lease] = leases.claim("r1", 30.0, 10, incarnation=old)
+    fleet = Fleet(leases, None, owner="r1", lease_s=30.0, tick_s=0.2)
+    started = time.monotonic()
+    with caplog.at_level(logging.INFO, logger="flashfsm.fleet"):
+        assert asyncio.run(fleet.join())
+    took = time.monotonic() - started
+    assert 0.8 < took < 5.0, took  # two of its ticks and a margin (1 s) from its last beat
+    [line] = [m for m in said(caplog) if "took over" in m]
+    stood = float(line.rsplit("for ", 1)[1].removesuffix(" s"))
+    assert line.startswith("r1: took over: the holder's heartbeat stood still for ")
+    assert 1.3 <= stood < 5.0, line
+    assert leases.open_streams()[0].token == lease.token + 1  # fenced
+    assert [r.owner for r in leases.replicas()] == ["r1"]
 
 
-def test_concurrent_joins_under_one_name_admit_one(leases):
+def test_a_live_holder_is_refused_and_left_alone(leases, caplog):
+    hand_off_job({"endpoint_id": "ep", "job_id": "j1"}, leases)
+    live = Incarnation("live", "another-host", 4242, "boot:1", 0.1)
+    with beating(leases, "r1", live):
+        [lease] = leases.claim("r1", 30.0, 10, incarnation=live)
+        fleet = Fleet(leases, None, owner="r1", lease_s=30.0, tick_s=0.5)
+        refused = pytest.raises(OwnerInUse, match="'r1' is held by a live replica")
+        with caplog.at_level(logging.INFO, logger="flashfsm.fleet"), refused:
+            asyncio.run(fleet.join())
+        assert "r1: refused: the holder is alive (its heartbeat advanced)" in said(caplog)
+        assert leases.open_streams()[0].token == lease.token  # nothing fenced
+        assert leases.renew("r1", [lease], 30.0) == [lease]
+        assert leases.beat("r1", 30.0, ("job",), live) is not None  # its row is still its own
+
+
+def test_a_second_fleet_of_this_process_under_a_running_one_s_name_is_refused(leases):
+    async def main() -> None:
+        first = Fleet(leases, None, owner="r1", lease_s=30.0, tick_s=0.1)
+        task = asyncio.create_task(first.run())
+        while not first.stats.census:
+            await asyncio.sleep(0.02)
+        # same host, same process, same start: nothing shows the first dead; it beats
+        second = Fleet(leases, None, owner="r1", lease_s=30.0, tick_s=0.1)
+        with pytest.raises(OwnerInUse):
+            await second.join()
+        first.stop()
+        stats = await task
+        assert not stats.fenced
+
+    asyncio.run(main())
+    assert leases.replicas() == []  # the first drained, and left
+
+
+def test_concurrent_joins_under_a_free_name_admit_one(leases):
     barrier = threading.Barrier(4)
     answers: list[object] = []
 
-    def join() -> None:
+    def join(n: int) -> None:
         barrier.wait()
-        answers.append(leases.join("same", 30.0))
+        answers.append(leases.join("same", 30.0, None, Incarnation(f"i{n}")))
 
-    threads = [threading.Thread(target=join) for _ in range(4)]
+    threads = [threading.Thread(target=join, args=(n,)) for n in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert sum(answer is not None for answer in answers) == 1
+    assert sum(isinstance(answer, Census) for answer in answers) == 1
 
 
-def test_a_replica_started_under_a_live_name_refuses_claims_nothing_and_leaves_it_alone(
-    tmp_path: Path,
-):
-    store, _url, cleanups = sqlite_store(tmp_path)
+class Parked:
+    """Run adapters whose deploy waits (on the replica's sleep) until the run is stopped."""
+
+    def __call__(self, started: RunStarted, sleep: Callable[[float], None]) -> Any:
+        class Adapters:
+            providers = frozenset({"runpod"})
+
+            def deploy(self, run: RunState, attempt: Attempt, record: Any) -> Deployed:
+                sleep(600.0)  # stopped here: LeaseLost
+                raise AssertionError("unreachable")
+
+        return Adapters()
+
+
+def test_a_fenced_replica_stops_writes_nothing_more_and_leaves_the_newcomer_alone(leases, caplog):
+    supervise_run("x", [Candidate(gpu_class="L4")], None, store=leases, detach=True)  # type: ignore[arg-type]
+    newcomer = Incarnation("newer")
+
+    async def main() -> Any:
+        fleet = Fleet(leases, None, owner="r1", lease_s=30.0, tick_s=0.1, run_adapters=Parked())
+        task = asyncio.create_task(fleet.run())
+        while not fleet.held:
+            await asyncio.sleep(0.02)
+        [row] = leases.open_streams()
+        old = Lease(row.stream, row.token, row.kind)
+        holder = leases.join("r1", 30.0, ("job",), newcomer)
+        assert isinstance(leases.join("r1", 30.0, ("job",), newcomer, replacing=holder), Census)
+        return old, await asyncio.wait_for(task, 10.0)  # it learns at its next beat
+
+    with caplog.at_level(logging.INFO, logger="flashfsm.fleet"):
+        old, stats = asyncio.run(main())
+    assert stats.fenced and stats.lost == 1
+    assert "r1: fenced by a newer incarnation: stopping" in said(caplog)
+    [row] = leases.open_streams()
+    assert (row.owner, row.token) == ("r1", old.token + 1)  # its drain released nothing
+    assert [r.owner for r in leases.replicas()] == ["r1"]  # nor removed the newcomer's row
+    assert leases.beat("r1", 30.0, ("job",), newcomer) is not None
+    written = leases.read(row.stream)
+    with pytest.raises(StaleLease):  # what it had in flight is refused
+        leases.append(
+            row.stream, [contract_event(row.stream, len(written))], len(written), lease=old
+        )
+    assert leases.read(row.stream) == written
+
+
+def test_supervise_under_a_live_name_is_one_line_and_exit_1(lease_url: str, monkeypatch):
+    store = open_store(lease_url)
     try:
         hand_off_job({"endpoint_id": "ep", "job_id": "j1"}, store)
-        store.join("r1", 30.0)  # a live replica named r1 (it holds nothing yet)
-
-        async def main() -> None:
-            fleet = Fleet(store, None, owner="r1", lease_s=5.0)
-            await fleet.run()
-
-        with pytest.raises(OwnerInUse, match="'r1' is held by a live replica"):
-            asyncio.run(main())
-        [row] = store.open_streams()
-        assert row.owner is None and row.token == 0  # nothing claimed
-        assert store.join("r1", 30.0) is None  # the live replica's heartbeat is still there
-    finally:
-        run_cleanups(cleanups)
-
-
-def test_supervise_under_a_live_name_is_one_line_and_exit_1(tmp_path: Path, monkeypatch):
-    store, url, cleanups = sqlite_store(tmp_path)
-    try:
-        hand_off_job({"endpoint_id": "ep", "job_id": "j1"}, store)
-        store.join("r1", 60.0)
         monkeypatch.setenv("RUNPOD_API_KEY", "rpk-test-key-000001")
-        result = runner.invoke(app, ["supervise", "--owner", "r1", "--store", url])
+        with beating(store, "r1", Incarnation("live", "another-host", 7, "boot:1", 0.1)):
+            result = runner.invoke(app, ["supervise", "--owner", "r1", "--store", lease_url])
         assert result.exit_code == 1, result.output
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: replica name 'r1' is held"), lines
+        assert "pid 7 on host 'another-host'" in lines[0]
         assert [(row.owner, row.token) for row in store.open_streams()] == [(None, 0)]
     finally:
-        run_cleanups(cleanups)
+        store.close()
+
+
+def test_supervise_fenced_by_a_newer_incarnation_exits_8_with_one_line(lease_url: str, monkeypatch):
+    store = open_store(lease_url)
+    monkeypatch.setenv("RUNPOD_API_KEY", "rpk-test-key-000001")
+
+    def take_over() -> None:  # (a newer incarnation of r1, once r1 beats)
+        deadline = time.monotonic() + 30
+        while "r1" not in [r.owner for r in store.replicas()] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        holder = store.join("r1", 30.0, None, Incarnation("newer"))
+        store.join("r1", 30.0, None, Incarnation("newer"), replacing=holder)
+
+    thread = threading.Thread(target=take_over)
+    thread.start()
+    try:
+        args = ["supervise", "--owner", "r1", "--lease", "3", "--store", lease_url]
+        result = runner.invoke(app, args)
+        thread.join()
+        assert result.exit_code == EXIT_FENCED == 8, result.output
+        last = result.output.strip().splitlines()[-1]
+        assert last.startswith("error: fenced: a newer incarnation of this replica's name"), last
+        assert "drained:" not in result.output
+        assert isinstance(store.beat("r1", 30.0, None, Incarnation("newer")), Census)
+    finally:
+        thread.join()
+        store.close()
 
 
 # --- a run given back stops first --------------------------------------------------------------

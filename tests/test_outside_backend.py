@@ -24,11 +24,14 @@ from flashfsm.events.store import (
     CAPABILITIES,
     FAILED_REASON_CAP,
     Census,
+    Holder,
+    Incarnation,
     Lease,
     OpenStream,
     Replica,
     capabilities,
     follow_by_polling,
+    is_mine,
 )
 from flashfsm.testing import StoreContract
 
@@ -66,7 +69,8 @@ class Location:
         self.ids: set[str] = set()
         self.snapshots: dict[str, tuple[int, int, bytes]] = {}
         self.open: dict[str, _Open] = {}
-        self.beats: dict[str, tuple[float, tuple[str, ...] | None]] = {}
+        # (expiry, kinds, incarnation text, last beat) by replica name
+        self.beats: dict[str, tuple[float, tuple[str, ...] | None, str | None, float]] = {}
 
 
 class DictStore:
@@ -175,9 +179,12 @@ class DictStore:
         kinds: Sequence[str] = ("job", "run"),
         *,
         expired_only: bool = False,
+        incarnation: Incarnation | None = None,
     ) -> list[Lease]:
         now = time.time()
         with self.where.lock:
+            if incarnation is not None and not self._mine(owner, incarnation):
+                return []
             rows = sorted(self.where.open.values(), key=lambda o: (o.opened_at, o.stream))
             free = [o for o in rows if o.claimable() and o.kind in kinds and not o.live(now)]
             free = [o for o in free if o.owner is not None or not expired_only][: max(0, limit)]
@@ -202,35 +209,67 @@ class DictStore:
                 if o is not None and o.owner == owner and o.token == lease.token:
                     o.owner = o.expires = None
 
-    def beat(self, owner: str, ttl_s: float, kinds: Sequence[str] | None = None) -> Census:
+    def _mine(self, owner: str, incarnation: Incarnation) -> bool:
+        beat = self.where.beats.get(owner)
+        return beat is not None and is_mine(beat[2], incarnation)
+
+    def beat(
+        self,
+        owner: str,
+        ttl_s: float,
+        kinds: Sequence[str] | None = None,
+        incarnation: Incarnation | None = None,
+    ) -> Census | None:
         now = time.time()
         with self.where.lock:
             beats = self.where.beats
-            beats[owner] = (now + ttl_s, None if kinds is None else tuple(kinds))
-            for name in [n for n, (expires, _) in beats.items() if expires < now - 86400]:
+            if incarnation is not None and owner in beats and not self._mine(owner, incarnation):
+                return None  # the row names another incarnation: this one was fenced
+            text = None if incarnation is None else incarnation.text()
+            beats[owner] = (now + ttl_s, None if kinds is None else tuple(kinds), text, now)
+            for name in [n for n, (expires, *_) in beats.items() if expires < now - 86400]:
                 del beats[name]
             claimable = [o for o in self.where.open.values() if o.claimable()]
             others = [
                 o.expires for o in claimable if o.live(now) and o.owner != owner and o.expires
             ]
             return Census(
-                sum(expires > now for expires, _ in beats.values()),
+                sum(expires > now for expires, *_ in beats.values()),
                 len(claimable),
                 sum(o.owner == owner and o.live(now) for o in claimable),
                 min(others) - now if others else None,
             )
 
-    def join(self, owner: str, ttl_s: float, kinds: Sequence[str] | None = None) -> Census | None:
+    def join(
+        self,
+        owner: str,
+        ttl_s: float,
+        kinds: Sequence[str] | None = None,
+        incarnation: Incarnation | None = None,
+        *,
+        replacing: Holder | None = None,
+    ) -> Census | Holder:
         now = time.time()
         with self.where.lock:
             beat = self.where.beats.get(owner)
-            held = any(o.owner == owner and o.live(now) for o in self.where.open.values())
-            if held or (beat is not None and beat[0] > now):
-                return None
-            return self.beat(owner, ttl_s, kinds)
+            if beat is None or not is_mine(beat[2], incarnation):
+                row = None if beat is None else (beat[2], beat[0], now - beat[3], beat[0] - now)
+                holder = Holder.of(owner, row)
+                mine = [o for o in self.where.open.values() if o.owner == owner]
+                live = (beat is not None and beat[0] > now) or any(o.live(now) for o in mine)
+                if live and not holder.same(replacing):
+                    return holder
+                for o in mine:  # fenced: every lease of an earlier incarnation
+                    o.token, o.expires = o.token + 1, now
+                self.where.beats.pop(owner, None)
+            census = self.beat(owner, ttl_s, kinds, incarnation)
+            assert census is not None
+            return census
 
-    def leave(self, owner: str) -> None:
+    def leave(self, owner: str, incarnation: Incarnation | None = None) -> None:
         with self.where.lock:
+            if incarnation is not None and not self._mine(owner, incarnation):
+                return  # fenced: the name is another incarnation's
             self.where.beats.pop(owner, None)
             for o in self.where.open.values():
                 if o.owner == owner:
@@ -245,7 +284,7 @@ class DictStore:
     def replicas(self) -> list[Replica]:
         now = time.time()
         with self.where.lock:
-            live = sorted((o, k, e - now) for o, (e, k) in self.where.beats.items() if e > now)
+            live = sorted((o, k, e - now) for o, (e, k, *_) in self.where.beats.items() if e > now)
             return [Replica(owner, kinds, left) for owner, kinds, left in live]
 
     def mark_failed(self, owner: str, lease: Lease, reason: str) -> bool:

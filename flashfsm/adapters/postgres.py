@@ -103,9 +103,12 @@ from flashfsm.events.rows import EncodedBatch, decode_rows, encode_batch, encode
 from flashfsm.events.store import (
     FAILED_REASON_CAP,
     Census,
+    Holder,
+    Incarnation,
     Lease,
     OpenStream,
     Replica,
+    is_mine,
     kinds_text,
     parse_kinds,
 )
@@ -125,7 +128,11 @@ DEFAULT_IDLE_IN_TRANSACTION_S = 5.0
 _TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,49}$")
 #: Columns added to the fleet's tables after they were first made: (table suffix, column,
 #: type).
-_ADDED_COLUMNS = (("_open", "failed", "TEXT"), ("_replicas", "kinds", "TEXT"))
+_ADDED_COLUMNS = (
+    ("_open", "failed", "TEXT"),
+    ("_replicas", "kinds", "TEXT"),
+    ("_replicas", "incarnation", "TEXT"),
+)
 
 
 def _columns(conn: Any, table: str) -> set[str]:
@@ -333,7 +340,7 @@ class PostgresStore:
             sql.SQL(
                 "CREATE TABLE IF NOT EXISTS {r} (owner TEXT PRIMARY KEY,"
                 " seen_at DOUBLE PRECISION NOT NULL, expires_at DOUBLE PRECISION NOT NULL,"
-                " kinds TEXT)"
+                " kinds TEXT, incarnation TEXT)"
             ).format(r=self._replicas)
         )
 
@@ -612,10 +619,12 @@ class PostgresStore:
         kinds: Sequence[str] = ("job", "run"),
         *,
         expired_only: bool = False,
+        incarnation: Incarnation | None = None,
     ) -> list[Lease]:
         """Lease free handed-off open streams to `owner` (see `LeaseStore.claim`):
         `SELECT … FOR UPDATE SKIP LOCKED`, so replicas claiming at once never wait on, nor
-        take, the same rows."""
+        take, the same rows. Given an `incarnation`, its heartbeat row is read `FOR SHARE`
+        first: a take-over of the name waits for the claim, and fences what it took."""
         self._refuse_write()
         if limit <= 0:
             return []
@@ -624,16 +633,22 @@ class PostgresStore:
             if expired_only
             else "owner IS NULL OR expires_at <= {now}"
         ).format(now=_NOW)
+        mine, params = sql.SQL("true"), [list(kinds), limit, owner, ttl_s]
+        if incarnation is not None:
+            mine = sql.SQL(
+                "EXISTS (SELECT 1 FROM {r} WHERE owner = %s AND incarnation = %s FOR SHARE)"
+            ).format(r=self._replicas)
+            params[:0] = [owner, incarnation.text()]
         query = sql.SQL(
-            "WITH picked AS (SELECT stream FROM {o} WHERE handoff AND parent IS NULL"
+            "WITH picked AS (SELECT stream FROM {o} WHERE {mine} AND handoff AND parent IS NULL"
             " AND failed IS NULL AND kind = ANY(%s) AND ({free})"
             " ORDER BY opened_at, stream LIMIT %s"
             " FOR UPDATE SKIP LOCKED)"
             " UPDATE {o} AS o SET owner = %s, expires_at = {now} + %s, token = o.token + 1"
             " FROM picked WHERE o.stream = picked.stream RETURNING o.stream, o.token, o.kind"
-        ).format(o=self._open, now=_NOW, free=free)
+        ).format(o=self._open, now=_NOW, free=free, mine=mine)
         with self._lease_pool().connection() as conn:
-            rows = conn.execute(query, (list(kinds), limit, owner, ttl_s)).fetchall()
+            rows = conn.execute(query, params).fetchall()
         return [Lease(stream, int(token), kind) for stream, token, kind in rows]
 
     def renew(self, owner: str, leases: Sequence[Lease], ttl_s: float) -> list[Lease]:
@@ -685,38 +700,86 @@ class PostgresStore:
         streams, tokens = [lease.stream for lease in leases], [lease.token for lease in leases]
         self._retrying(query, (streams, tokens, owner))
 
-    def join(self, owner: str, ttl_s: float, kinds: Sequence[str] | None = None) -> Census | None:
-        """`beat`, unless a live replica holds `owner` (see `LeaseStore.join`): then None."""
+    def join(
+        self,
+        owner: str,
+        ttl_s: float,
+        kinds: Sequence[str] | None = None,
+        incarnation: Incarnation | None = None,
+        *,
+        replacing: Holder | None = None,
+    ) -> Census | Holder:
+        """Join under `owner`, fencing an earlier incarnation (see `LeaseStore.join`)."""
         self._refuse_write()
         with self._lease_pool().connection() as conn, conn.transaction():
             # Two replicas joining under one name at once: one waits for the other's commit.
             conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (owner,))
-            live = conn.execute(
+            row = conn.execute(  # (locked: the holder's beats and claims wait for this)
                 sql.SQL(
-                    "SELECT 1 FROM {r} WHERE owner = %s AND expires_at > {now} UNION ALL "
-                    "SELECT 1 FROM {o} WHERE owner = %s AND expires_at > {now} LIMIT 1"
-                ).format(r=self._replicas, o=self._open, now=_NOW),
-                (owner, owner),
+                    "SELECT incarnation, expires_at, {now} - seen_at, expires_at - {now}"
+                    " FROM {r} WHERE owner = %s FOR UPDATE"
+                ).format(r=self._replicas, now=_NOW),
+                (owner,),
             ).fetchone()
-            return None if live is not None else self._beat(conn, owner, ttl_s, kinds)
+            if row is None or not is_mine(row[0], incarnation):
+                holder = Holder.of(owner, row)
+                live = (row is not None and row[3] > 0) or conn.execute(
+                    sql.SQL("SELECT 1 FROM {o} WHERE owner = %s AND expires_at > {now}").format(
+                        o=self._open, now=_NOW
+                    ),
+                    (owner,),
+                ).fetchone() is not None
+                if live and not holder.same(replacing):
+                    return holder
+                conn.execute(  # (fenced: every lease of an earlier incarnation, in stream order)
+                    sql.SQL(
+                        "WITH f AS (SELECT stream FROM {o} WHERE owner = %s ORDER BY stream"
+                        " FOR UPDATE) UPDATE {o} AS o SET token = o.token + 1, expires_at = {now}"
+                        " FROM f WHERE o.stream = f.stream"
+                    ).format(o=self._open, now=_NOW),
+                    (owner,),
+                )
+            census = self._beat(conn, owner, ttl_s, kinds, incarnation, replace=True)
+            assert census is not None
+            return census
 
-    def beat(self, owner: str, ttl_s: float, kinds: Sequence[str] | None = None) -> Census:
+    def beat(
+        self,
+        owner: str,
+        ttl_s: float,
+        kinds: Sequence[str] | None = None,
+        incarnation: Incarnation | None = None,
+    ) -> Census | None:
         """Record `owner`'s heartbeat (see `LeaseStore.beat`)."""
         self._refuse_write()
         with self._lease_pool().connection() as conn, conn.transaction():
-            return self._beat(conn, owner, ttl_s, kinds)
+            return self._beat(conn, owner, ttl_s, kinds, incarnation)
 
-    def _beat(self, conn: Any, owner: str, ttl_s: float, kinds: Sequence[str] | None) -> Census:
-        """(In `conn`'s transaction.) Record `owner`'s heartbeat; the census."""
-        conn.execute(
+    def _beat(
+        self,
+        conn: Any,
+        owner: str,
+        ttl_s: float,
+        kinds: Sequence[str] | None,
+        incarnation: Incarnation | None,
+        *,
+        replace: bool = False,
+    ) -> Census | None:
+        """(In `conn`'s transaction.) Record `owner`'s heartbeat; the census (None: the row
+        names another incarnation, unless `replace`)."""
+        text = None if incarnation is None else incarnation.text()
+        if not conn.execute(
             sql.SQL(
-                "INSERT INTO {r} (owner, seen_at, expires_at, kinds)"
-                " VALUES (%s, {now}, {now} + %s, %s)"
+                "INSERT INTO {r} (owner, seen_at, expires_at, kinds, incarnation)"
+                " VALUES (%s, {now}, {now} + %s, %s, %s)"
                 " ON CONFLICT (owner) DO UPDATE SET seen_at = excluded.seen_at,"
-                " expires_at = excluded.expires_at, kinds = excluded.kinds"
+                " expires_at = excluded.expires_at, kinds = excluded.kinds,"
+                " incarnation = excluded.incarnation WHERE %s OR excluded.incarnation IS NULL"
+                " OR {r}.incarnation = excluded.incarnation"
             ).format(r=self._replicas, now=_NOW),
-            (owner, ttl_s, kinds_text(kinds)),
-        )
+            (owner, ttl_s, kinds_text(kinds), text, replace),
+        ).rowcount:
+            return None  # (the row names another incarnation: this one was fenced)
         conn.execute(
             sql.SQL("DELETE FROM {r} WHERE expires_at < {now} - 86400").format(
                 r=self._replicas, now=_NOW
@@ -739,19 +802,24 @@ class PostgresStore:
             int(replicas), int(claimable), int(held), None if soonest is None else float(soonest)
         )
 
-    def leave(self, owner: str) -> None:
+    def leave(self, owner: str, incarnation: Incarnation | None = None) -> None:
         """Forget `owner` and free its leases (see `LeaseStore.leave`)."""
         self._refuse_write()
+        text = None if incarnation is None else incarnation.text()
         with self._lease_pool().connection() as conn, conn.transaction():
-            conn.execute(
-                sql.SQL("DELETE FROM {r} WHERE owner = %s").format(r=self._replicas), (owner,)
-            )
-            conn.execute(
-                sql.SQL("UPDATE {o} SET owner = NULL, expires_at = NULL WHERE owner = %s").format(
-                    o=self._open
-                ),
-                (owner,),
-            )
+            gone = conn.execute(
+                sql.SQL(
+                    "DELETE FROM {r} WHERE owner = %s AND (%s::text IS NULL OR incarnation = %s)"
+                ).format(r=self._replicas),
+                (owner, text, text),
+            ).rowcount
+            if gone or incarnation is None:  # (else: fenced, the name is another's)
+                conn.execute(
+                    sql.SQL(
+                        "UPDATE {o} SET owner = NULL, expires_at = NULL WHERE owner = %s"
+                    ).format(o=self._open),
+                    (owner,),
+                )
 
     def drop_closed(self, stream: str) -> bool:
         """Drop a concluded stream's stale index row (see `LeaseStore.drop_closed`)."""

@@ -111,10 +111,13 @@ from flashfsm.events.rows import (
 from flashfsm.events.store import (
     FAILED_REASON_CAP,
     Census,
+    Holder,
+    Incarnation,
     Lease,
     OpenStream,
     Replica,
     follow_by_polling,
+    is_mine,
     kinds_text,
     parse_kinds,
 )
@@ -175,11 +178,16 @@ CREATE TABLE IF NOT EXISTS replicas (
     owner TEXT PRIMARY KEY,
     seen_at REAL NOT NULL,
     expires_at REAL NOT NULL,
-    kinds TEXT
+    kinds TEXT,
+    incarnation TEXT
 ) WITHOUT ROWID
 """
 #: Columns added to the fleet's tables after they were first made: (table, column, type).
-_ADDED_COLUMNS = (("open_streams", "failed", "TEXT"), ("replicas", "kinds", "TEXT"))
+_ADDED_COLUMNS = (
+    ("open_streams", "failed", "TEXT"),
+    ("replicas", "kinds", "TEXT"),
+    ("replicas", "incarnation", "TEXT"),
+)
 # Streams opened and not closed when the index is first made (whoever opened them watches
 # them: none is handed to a fleet).
 _FILL_OPEN = """
@@ -889,6 +897,7 @@ class SqliteStore:
         kinds: Sequence[str] = ("job", "run"),
         *,
         expired_only: bool = False,
+        incarnation: Incarnation | None = None,
     ) -> list[Lease]:
         """Lease free handed-off open streams to `owner` (see `LeaseStore.claim`)."""
         if limit <= 0:
@@ -899,13 +908,17 @@ class SqliteStore:
             if expired_only
             else (f"owner IS NULL OR expires_at <= {_NOW}")
         )
+        mine: tuple[str, ...] = ()
+        if incarnation is not None:  # (only while the name's heartbeat row names it)
+            free += " AND EXISTS (SELECT 1 FROM replicas WHERE owner = ? AND incarnation = ?)"
+            mine = (owner, incarnation.text())
         rows = self._write(
             lambda conn: conn.execute(
                 f"UPDATE open_streams SET owner = ?, expires_at = {_NOW} + ?, token = token + 1 "
                 "WHERE stream IN (SELECT stream FROM open_streams WHERE handoff = 1 "
                 f"AND parent IS NULL AND failed IS NULL AND kind IN ({marks}) AND ({free}) "
                 "ORDER BY opened_at, stream LIMIT ?) RETURNING stream, token, kind",
-                (owner, ttl_s, *kinds, limit),
+                (owner, ttl_s, *kinds, *mine, limit),
             ).fetchall()
         )
         return [Lease(stream, token, kind) for stream, token, kind in rows]
@@ -938,35 +951,73 @@ class SqliteStore:
             )
         )
 
-    def join(self, owner: str, ttl_s: float, kinds: Sequence[str] | None = None) -> Census | None:
-        """`beat`, unless a live replica holds `owner` (see `LeaseStore.join`): then None."""
+    def join(
+        self,
+        owner: str,
+        ttl_s: float,
+        kinds: Sequence[str] | None = None,
+        incarnation: Incarnation | None = None,
+        *,
+        replacing: Holder | None = None,
+    ) -> Census | Holder:
+        """Join under `owner`, fencing an earlier incarnation (see `LeaseStore.join`)."""
 
-        def join(conn: sqlite3.Connection) -> Census | None:
-            live = conn.execute(
-                f"SELECT 1 FROM replicas WHERE owner = ? AND expires_at > {_NOW} UNION ALL "
-                f"SELECT 1 FROM open_streams WHERE owner = ? AND expires_at > {_NOW} LIMIT 1",
-                (owner, owner),
+        def join(conn: sqlite3.Connection) -> Census | Holder:
+            row = conn.execute(
+                f"SELECT incarnation, expires_at, {_NOW} - seen_at, expires_at - {_NOW} "
+                "FROM replicas WHERE owner = ?",
+                (owner,),
             ).fetchone()
-            return None if live is not None else beat(conn)
+            if row is None or not is_mine(row[0], incarnation):
+                holder = Holder.of(owner, row)
+                live = (row is not None and row[3] > 0) or conn.execute(
+                    f"SELECT 1 FROM open_streams WHERE owner = ? AND expires_at > {_NOW} LIMIT 1",
+                    (owner,),
+                ).fetchone() is not None
+                if live and not holder.same(replacing):
+                    return holder
+                conn.execute(  # (fenced: every lease of an earlier incarnation)
+                    f"UPDATE open_streams SET token = token + 1, expires_at = {_NOW} "
+                    "WHERE owner = ?",
+                    (owner,),
+                )
+            census = self._beat(owner, ttl_s, kinds, incarnation, replace=True)(conn)
+            assert census is not None
+            return census
 
-        beat = self._beat(owner, ttl_s, kinds)
         return self._write(join)
 
-    def beat(self, owner: str, ttl_s: float, kinds: Sequence[str] | None = None) -> Census:
+    def beat(
+        self,
+        owner: str,
+        ttl_s: float,
+        kinds: Sequence[str] | None = None,
+        incarnation: Incarnation | None = None,
+    ) -> Census | None:
         """Record `owner`'s heartbeat (see `LeaseStore.beat`)."""
-        return self._write(self._beat(owner, ttl_s, kinds))
+        return self._write(self._beat(owner, ttl_s, kinds, incarnation))
 
     def _beat(
-        self, owner: str, ttl_s: float, kinds: Sequence[str] | None
-    ) -> Callable[[sqlite3.Connection], Census]:
-        def beat(conn: sqlite3.Connection) -> Census:
-            conn.execute(
-                "INSERT INTO replicas (owner, seen_at, expires_at, kinds) "
-                f"VALUES (?, {_NOW}, {_NOW} + ?, ?) ON CONFLICT (owner) DO UPDATE SET "
+        self,
+        owner: str,
+        ttl_s: float,
+        kinds: Sequence[str] | None,
+        incarnation: Incarnation | None,
+        *,
+        replace: bool = False,
+    ) -> Callable[[sqlite3.Connection], Census | None]:
+        text = None if incarnation is None else incarnation.text()
+
+        def beat(conn: sqlite3.Connection) -> Census | None:
+            if not conn.execute(
+                "INSERT INTO replicas (owner, seen_at, expires_at, kinds, incarnation) "
+                f"VALUES (?, {_NOW}, {_NOW} + ?, ?, ?) ON CONFLICT (owner) DO UPDATE SET "
                 "seen_at = excluded.seen_at, expires_at = excluded.expires_at, "
-                "kinds = excluded.kinds",
-                (owner, ttl_s, kinds_text(kinds)),
-            )
+                "kinds = excluded.kinds, incarnation = excluded.incarnation WHERE ? "
+                "OR excluded.incarnation IS NULL OR replicas.incarnation = excluded.incarnation",
+                (owner, ttl_s, kinds_text(kinds), text, replace),
+            ).rowcount:
+                return None  # (the row names another incarnation: this one was fenced)
             conn.execute(f"DELETE FROM replicas WHERE expires_at < {_NOW} - 86400")
             (replicas,) = conn.execute(
                 f"SELECT count(*) FROM replicas WHERE expires_at > {_NOW}"
@@ -983,14 +1034,20 @@ class SqliteStore:
 
         return beat
 
-    def leave(self, owner: str) -> None:
+    def leave(self, owner: str, incarnation: Incarnation | None = None) -> None:
         """Forget `owner` and free its leases (see `LeaseStore.leave`)."""
 
         def leave(conn: sqlite3.Connection) -> None:
-            conn.execute("DELETE FROM replicas WHERE owner = ?", (owner,))
-            conn.execute(
-                "UPDATE open_streams SET owner = NULL, expires_at = NULL WHERE owner = ?", (owner,)
-            )
+            text = None if incarnation is None else incarnation.text()
+            gone = conn.execute(
+                "DELETE FROM replicas WHERE owner = ? AND (? IS NULL OR incarnation = ?)",
+                (owner, text, text),
+            ).rowcount
+            if gone or incarnation is None:  # (else: fenced, the name is another's)
+                conn.execute(
+                    "UPDATE open_streams SET owner = NULL, expires_at = NULL WHERE owner = ?",
+                    (owner,),
+                )
 
         self._write(leave)
 

@@ -223,6 +223,7 @@ EXIT_SWEEP_ERRORS = 4  # `sweep` ran, but a listing, a health read or a delete f
 EXIT_NO_VERDICT = 5  # the log holds no verdict yet
 EXIT_GATE = 6  # `whatif --all`: a `--fail-if` threshold was crossed
 EXIT_DAMAGED = 7  # a store-wide command skipped damaged streams (each flagged: `read_all_streams`)
+EXIT_FENCED = 8  # `supervise`: a newer incarnation of the replica's name took over
 
 #: Exit code of a command that reports a verdict, by failure kind (None: success).
 EXIT_CODES: dict[str | None, int] = {
@@ -263,6 +264,7 @@ EXIT_CODE_TABLE: tuple[ExitCode, ...] = (
     ExitCode(
         EXIT_DAMAGED, "damaged", "a store-wide command skipped damaged streams (each flagged)"
     ),
+    ExitCode(EXIT_FENCED, "fenced", "supervise: a newer incarnation of its --owner took over"),
     *(
         ExitCode(code, str(kind), _FAILURE_MEANINGS[kind])
         for kind, code in EXIT_CODES.items()

@@ -19,6 +19,7 @@ import typer
 
 from flashfsm.adapters.urls import display_url
 from flashfsm.cli.common import (
+    EXIT_FENCED,
     JsonOption,
     StoreOption,
     UsageErrors,
@@ -72,7 +73,8 @@ class _LogLines(logging.Handler):
         self.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
 
     def emit(self, record: logging.LogRecord) -> None:
-        say(self.format(record), err=True)
+        if not getattr(record, "raised", False):  # (else the error line says it, once)
+            say(self.format(record), err=True)
 
 
 @contextmanager
@@ -211,9 +213,20 @@ def supervise_command(
         for server in served:
             server.close()
         opened.close()
+    if stats.fenced:  # (a newer incarnation of its name took over: exit 8, one line)
+        say(("error:", "red"), f" {_fenced_line(stats)}", err=True)
+        raise typer.Exit(EXIT_FENCED)
     say(
         f"drained: {stats.claimed} claimed, {stats.finished} finished, {stats.lost} lost, "
         f"{stats.failed} failed"
+    )
+
+
+def _fenced_line(stats: FleetStats) -> str:
+    """What a fenced replica says as it exits (one line)."""
+    return (
+        "fenced: a newer incarnation of this replica's name took over, and this one stopped "
+        f"({stats.claimed} claimed, {stats.finished} finished, {stats.lost} lost)"
     )
 
 

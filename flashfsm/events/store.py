@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import json
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ __all__ = [
     "CLOSED_BY",
     "FAILED_REASON_CAP",
     "HANDOFF",
+    "INCARNATION_CAP",
     "OPENED_BY",
     "BulkReads",
     "Capabilities",
@@ -53,6 +55,8 @@ __all__ = [
     "EventStore",
     "FencedStore",
     "GroupCommit",
+    "Holder",
+    "Incarnation",
     "LazyReads",
     "Lease",
     "LeaseStore",
@@ -69,6 +73,7 @@ __all__ = [
     "first_misplaced",
     "follow_by_polling",
     "index_change",
+    "is_mine",
     "iter_events",
     "kinds_text",
     "parse_kinds",
@@ -206,7 +211,10 @@ class BulkReads(Protocol):
 # A stream whose watch fails as it starts on every claim is *marked* (`mark_failed`): its
 # row keeps the reason, and no replica claims it again until it is handed off anew, which
 # clears the mark (`unmark`). Each replica's heartbeat row says what it drives (`kinds`),
-# so a reader can tell a handed-off run that no live replica can drive.
+# so a reader can tell a handed-off run that no live replica can drive, and which
+# incarnation of its name wrote it (`Incarnation`): a replica restarted under its name
+# fences the one before (`LeaseStore.join`), whose heartbeat, claims and leaving then change
+# nothing.
 
 #: The longest reason a stream's failed mark keeps (`LeaseStore.mark_failed`).
 FAILED_REASON_CAP = 500
@@ -280,6 +288,86 @@ def undriven(row: OpenStream, replicas: Sequence[Replica]) -> str | None:
     return None
 
 
+#: The longest incarnation text a heartbeat row keeps (`Incarnation.text`); a longer or
+#: malformed one reads as an unknown incarnation.
+INCARNATION_CAP = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Incarnation:
+    """One start of a replica under its name: `id` (unique per start) and what lets a
+    newcomer under the same name tell whether it still runs — `host` (its host name),
+    `pid`, `started` (a marker of the process's start, so a reused pid is not taken for
+    it; "" when unknown) — and how often it beats (`tick_s`). Kept in the replica's
+    heartbeat row as `text()`."""
+
+    id: str
+    host: str = ""
+    pid: int = 0
+    started: str = ""
+    tick_s: float | None = None
+
+    def text(self) -> str:
+        """The incarnation as its heartbeat row keeps it (JSON)."""
+        return json.dumps([self.id, self.host, self.pid, self.started, self.tick_s])
+
+    @staticmethod
+    def parse(text: str | None) -> Incarnation | None:
+        """`text()`'s inverse; None for no text, or one that is not an incarnation's."""
+        if text is None or len(text) > INCARNATION_CAP:
+            return None
+        try:
+            id_, host, pid, started, tick_s = json.loads(text)
+        except (ValueError, TypeError):
+            return None
+        fields = (id_, host, started)
+        if not all(isinstance(f, str) for f in fields) or type(pid) is not int:
+            return None
+        if tick_s is not None and not (isinstance(tick_s, int | float) and 0 < tick_s < 1e9):
+            return None
+        return Incarnation(id_, host, pid, started, None if tick_s is None else float(tick_s))
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """The replica holding a name that `LeaseStore.join` was asked to join under: its
+    heartbeat row's `incarnation` (None: the row names none, an older library's replica,
+    or there is no row and a live lease holds the name), `heartbeat` (the row's expiry as
+    the store keeps it: every beat moves it; None without a row), and, by the store's
+    clock, `silent_s` since its last beat and `expires_in` (negative: expired; both None
+    without a row). Pass it back as `join(..., replacing=holder)` to take the name over
+    if the row still shows exactly this."""
+
+    owner: str
+    incarnation: Incarnation | None
+    heartbeat: float | None
+    silent_s: float | None = None
+    expires_in: float | None = None
+
+    @staticmethod
+    def of(owner: str, row: Sequence[Any] | None) -> Holder:
+        """The holder of `owner` from its heartbeat row as a backend reads it:
+        `(incarnation text, expiry, seconds since its last beat, seconds left)`, or None."""
+        if row is None:
+            return Holder(owner, None, None)
+        text, heartbeat, silent_s, expires_in = row
+        return Holder(
+            owner, Incarnation.parse(text), float(heartbeat), float(silent_s), float(expires_in)
+        )
+
+    def same(self, other: Holder | None) -> bool:
+        """Whether `other` shows this holder as it was: its incarnation, its heartbeat."""
+        mine = None if self.incarnation is None else self.incarnation.id
+        theirs = None if other is None or other.incarnation is None else other.incarnation.id
+        return other is not None and mine == theirs and self.heartbeat == other.heartbeat
+
+
+def is_mine(row_text: str | None, incarnation: Incarnation | None) -> bool:
+    """Whether a heartbeat row's incarnation text names `incarnation` (None names none)."""
+    found = Incarnation.parse(row_text)
+    return incarnation is not None and found is not None and found.id == incarnation.id
+
+
 @dataclass(frozen=True, slots=True)
 class Census:
     """What one replica's heartbeat learns: live replicas (itself included), open streams
@@ -301,10 +389,20 @@ class LeaseStore(Protocol):
     hand-off flag, `opened_at`, lease owner, expiry, fencing token and failed mark), changed
     only by appends (`flashfsm.events.rows.EncodedBatch`: `opens` adds a row unless the
     stream has one, `closes` removes it and its children's) and by the methods below, and
-    one heartbeat row per replica (owner, expiry, kinds). A stream is *claimable* when it
-    is handed off, has no parent and no failed mark; it is *free* when it has no owner or
-    its lease expired. Times of leases and heartbeats come from the store's clock, never a
-    replica's; `ttl_s` is counted from when the store runs the call.
+    one heartbeat row per replica name (owner, expiry, kinds, incarnation). A stream is
+    *claimable* when it is handed off, has no parent and no failed mark; it is *free* when
+    it has no owner or its lease expired. Times of leases and heartbeats come from the
+    store's clock, never a replica's; `ttl_s` is counted from when the store runs the call.
+
+    Incarnations. A replica restarted under its name is a new `Incarnation` of it. `join`
+    records the newcomer's incarnation in the name's heartbeat row and *fences* every lease
+    still recorded under the name (each stream's token bumped and its lease expired: the
+    old incarnation's appends are refused, its renewals and releases change nothing, and
+    the newcomer claims the streams at once); it refuses while another incarnation is shown
+    alive, and takes the name over from one the caller judged dead (`replacing`) only if
+    the row still shows it as it was. `beat`, `claim` and `leave` given an incarnation
+    change nothing once the row names another. (None: an anonymous caller, as an older
+    library's replica: never refused, never fenced.)
     """
 
     def append(
@@ -324,12 +422,14 @@ class LeaseStore(Protocol):
         kinds: Sequence[str] = ("job", "run"),
         *,
         expired_only: bool = False,
+        incarnation: Incarnation | None = None,
     ) -> list[Lease]:
         """Lease to `owner` for `ttl_s` at most `limit` claimable streams of `kinds` that
         are free (`expired_only`: only those whose lease expired, not those never held),
         oldest first (`opened_at`, then name), each with its token increased by one: the
         leases (stream, new token, kind). A replica claiming at the same time never gets
-        the same stream."""
+        the same stream. Given an `incarnation`, nothing is claimed unless `owner`'s
+        heartbeat row names it (a claim and a take-over of the name never interleave)."""
         ...
 
     def renew(self, owner: str, leases: Sequence[Lease], ttl_s: float) -> list[Lease]:
@@ -339,24 +439,45 @@ class LeaseStore(Protocol):
 
     def release(self, owner: str, leases: Sequence[Lease]) -> None:
         """Give the leases back (a replica draining or shedding load): each stream `owner`
-        holds under the lease's token is left with no owner."""
+        holds under the lease's token is left with no owner (a fenced incarnation's leases
+        carry stale tokens: its releases change nothing)."""
         ...
 
-    def beat(self, owner: str, ttl_s: float, kinds: Sequence[str] | None = None) -> Census:
+    def beat(
+        self,
+        owner: str,
+        ttl_s: float,
+        kinds: Sequence[str] | None = None,
+        incarnation: Incarnation | None = None,
+    ) -> Census | None:
         """Record that `owner` is alive for `ttl_s`, and the kinds of stream it drives
         (`kinds`: None records nothing said); the fleet as it stands: live replicas,
         claimable streams (held or not), those `owner` holds unexpired, and the soonest
-        expiry of a lease another replica holds. A heartbeat expired for a day is dropped."""
+        expiry of a lease another replica holds. A heartbeat expired for a day is dropped.
+        Given an `incarnation`: None, and nothing recorded, when the row names another one
+        (this incarnation was fenced: a newer one holds the name)."""
         ...
 
-    def join(self, owner: str, ttl_s: float, kinds: Sequence[str] | None = None) -> Census | None:
-        """`beat` for a replica starting under the name `owner`, in one transaction with
-        the check that no live replica holds that name (an unexpired heartbeat or lease of
-        `owner`): None, and nothing recorded, when one does."""
+    def join(
+        self,
+        owner: str,
+        ttl_s: float,
+        kinds: Sequence[str] | None = None,
+        incarnation: Incarnation | None = None,
+        *,
+        replacing: Holder | None = None,
+    ) -> Census | Holder:
+        """`beat` for `incarnation` starting under the name `owner`, in one transaction
+        with the check of who holds the name. Free (no unexpired heartbeat, no unexpired
+        lease of `owner`), already this incarnation's, or held by `replacing` exactly as
+        it shows (same incarnation, same heartbeat): the row is this incarnation's, every
+        lease still under the name is fenced (its token bumped, its lease expired), and the
+        census is returned. Otherwise the `Holder` as it is now, and nothing recorded."""
         ...
 
-    def leave(self, owner: str) -> None:
-        """Forget `owner`'s heartbeat and release every lease it holds."""
+    def leave(self, owner: str, incarnation: Incarnation | None = None) -> None:
+        """Forget `owner`'s heartbeat and release every lease it holds; given an
+        `incarnation`, only while the heartbeat row names it (else nothing)."""
         ...
 
     def open_streams(self) -> list[OpenStream]:

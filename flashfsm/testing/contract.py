@@ -69,8 +69,11 @@ from flashfsm.events.models import (
 from flashfsm.events.store import (
     FAILED_REASON_CAP,
     HANDOFF,
+    Census,
     EventStore,
     FencedStore,
+    Holder,
+    Incarnation,
     Lease,
     LeaseStore,
     append_many,
@@ -981,20 +984,94 @@ class StoreContract:
         every = [stream for got in won.values() for stream in got]
         assert len(every) == len(set(every)) == 30
 
-    def test_a_live_replica_s_name_cannot_join_until_it_left_or_expired(self) -> None:
-        leases = self.leases()
-        assert leases.join("r1", 30.0) is not None
-        assert leases.join("r1", 30.0) is None  # its heartbeat is live
-        assert leases.join("r2", 30.0, ("run",)) is not None
-        assert leases.beat("r1", 30.0).replicas == 2  # the refusal recorded nothing
-        leases.leave("r1")
-        assert leases.join("r1", 30.0) is not None  # a drained replica's name is free
-        leases.join("r3", 0.05)
-        time.sleep(0.15)
-        assert leases.join("r3", 30.0) is not None  # an expired one's too
+    def test_a_live_incarnation_s_name_is_refused_to_another_until_it_left_or_expired(
+        self,
+    ) -> None:
+        leases, a, b = self.leases(), Incarnation("a", "h", 1, "s", 1.0), Incarnation("b")
+        assert isinstance(leases.join("r1", 30.0, None, a), Census)
+        assert isinstance(leases.join("r1", 30.0, None, a), Census)  # its own: joined again
+        held = leases.join("r1", 30.0, ("run",), b)
+        assert isinstance(held, Holder) and held.incarnation == a and held.owner == "r1"
+        assert held.heartbeat is not None and 25 < (held.expires_in or 0) <= 30
+        assert 0 <= (held.silent_s or 0) < 5
+        assert leases.beat("r2", 30.0).replicas == 2  # the refusal recorded nothing
+        assert leases.beat("r1", 30.0, None, a) is not None  # a still beats
+        leases.leave("r1", b)  # not b's: nothing
+        assert [r.owner for r in leases.replicas()] == ["r1", "r2"]
+        leases.leave("r1", a)
+        assert isinstance(leases.join("r1", 30.0, None, b), Census)  # a drained name is free
+        leases.join("r3", self.lease_ttl_s, None, a)
+        time.sleep(self.lease_ttl_s + 0.15)
+        assert isinstance(leases.join("r3", 30.0, None, b), Census)  # an expired one's too
         self._hand_off("job-a")
-        leases.claim("r4", 30.0, 10)
-        assert leases.join("r4", 30.0) is None  # a live lease holds the name too
+        leases.claim("r4", 30.0, 10)  # a live lease holds the name too
+        held = leases.join("r4", 30.0, None, b)
+        assert isinstance(held, Holder) and held.incarnation is held.heartbeat is None
+
+    def test_a_take_over_fences_every_lease_of_the_name_and_the_old_incarnation_changes_nothing(
+        self,
+    ) -> None:
+        leases, old, new = self.leases(), Incarnation("old"), Incarnation("new")
+        for stream in ("job-a", "job-b"):
+            self._hand_off(stream)
+        leases.join("r1", 30.0, None, old)
+        a, b = sorted(leases.claim("r1", 30.0, 10, incarnation=old), key=lambda x: x.stream)
+        holder = leases.join("r1", 30.0, None, new)
+        assert isinstance(holder, Holder) and holder.incarnation == old
+        assert isinstance(leases.join("r1", 30.0, ("job",), new, replacing=holder), Census)
+        rows = self._open()
+        assert [(rows[s].owner, rows[s].token, rows[s].held) for s in ("job-a", "job-b")] == [
+            ("r1", 2, False),
+            ("r1", 2, False),
+        ]  # fenced: a new token, expired
+        with raises(StaleLease):
+            leases.append("job-a", [contract_event("job-a", 1)], 1, lease=a)
+        assert leases.renew("r1", [a, b], 30.0) == []
+        assert leases.beat("r1", 30.0, None, old) is None  # it learns it was fenced
+        assert leases.claim("r1", 30.0, 10, incarnation=old, expired_only=True) == []
+        taken = leases.claim("r1", 30.0, 10, incarnation=new, expired_only=True)
+        assert sorted((x.stream, x.token) for x in taken) == [("job-a", 3), ("job-b", 3)]
+        leases.release("r1", [a, b])  # the old incarnation drains: nothing of the new changes
+        leases.leave("r1", old)
+        rows = self._open()
+        assert all(rows[s].owner == "r1" and rows[s].held for s in ("job-a", "job-b"))
+        assert [(r.owner, r.kinds) for r in leases.replicas()] == [("r1", ("job",))]
+        assert leases.beat("r1", 30.0, None, new) is not None
+        leases.append("job-a", [contract_event("job-a", 1)], 1, lease=taken[0])
+
+    def test_a_take_over_happens_only_if_the_holder_shows_as_it_was(self) -> None:
+        leases, old, new = self.leases(), Incarnation("old"), Incarnation("new")
+        self._hand_off("job-a")
+        leases.join("r1", 30.0, None, old)
+        [lease] = leases.claim("r1", 30.0, 10, incarnation=old)
+        seen = leases.join("r1", 30.0, None, new)
+        assert isinstance(seen, Holder)
+        time.sleep(0.01)
+        assert leases.beat("r1", 30.0, None, old) is not None  # the holder beats: alive
+        now = leases.join("r1", 30.0, None, new, replacing=seen)
+        assert isinstance(now, Holder) and now.incarnation == old
+        assert now.heartbeat != seen.heartbeat and not now.same(seen)
+        assert self._open()["job-a"].token == lease.token  # nothing fenced
+        assert leases.renew("r1", [lease], 30.0) == [lease]
+        assert leases.beat("r1", 30.0, None, old) is not None
+
+    def test_concurrent_newcomers_under_one_name_admit_one(self) -> None:
+        leases = self.leases()
+        leases.join("r1", 30.0, None, Incarnation("dead"))
+        seen = leases.join("r1", 30.0, None, Incarnation("probe"))
+        assert isinstance(seen, Holder)
+        barrier, answers = threading.Barrier(4), []
+
+        def join(n: int) -> None:
+            barrier.wait()
+            answers.append(leases.join("r1", 30.0, None, Incarnation(f"n{n}"), replacing=seen))
+
+        threads = [threading.Thread(target=join, args=(n,)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert sum(isinstance(answer, Census) for answer in answers) == 1, answers
 
     def test_a_mark_is_fenced_by_the_lease_and_a_marked_stream_is_not_claimable(self) -> None:
         leases = self.leases()
