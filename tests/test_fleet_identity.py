@@ -29,13 +29,14 @@ from flashfsm.cli import app
 from flashfsm.cli.common import EXIT_FENCED
 from flashfsm.events.errors import StaleLease
 from flashfsm.events.models import Candidate, RunStarted, WatchStarted
-from flashfsm.events.store import Census, Incarnation, Lease
+from flashfsm.events.store import Census, Holder, Incarnation, Lease
 from flashfsm.fleet import Fleet, OwnerInUse, hand_off_job, process_started
 from flashfsm.fsm.run import Attempt, RunState
 from flashfsm.runs import Deployed, RunpodRunAdapters, supervise_run
 from flashfsm.submit import fleet_run_adapters
 from flashfsm.testing.contract import contract_event
 from tests.store_support import make_backend, run_cleanups
+from tests.test_fleet_marks import columns, execute
 
 runner = CliRunner()
 
@@ -265,6 +266,33 @@ def test_supervise_fenced_by_a_newer_incarnation_exits_8_with_one_line(lease_url
         assert isinstance(store.beat("r1", 30.0, None, Incarnation("newer")), Census)
     finally:
         thread.join()
+        store.close()
+
+
+def test_a_store_made_before_incarnations_opens_read_only_unchanged_and_a_writer_adds_them(
+    lease_url: str,
+):
+    store = open_store(lease_url)
+    try:
+        store.join("old-replica", 600.0, ("job",))  # what an older library recorded
+        execute(store, "ALTER TABLE {replicas} DROP COLUMN incarnation")
+    finally:
+        store.close()
+    reader = open_store(lease_url, read_only=True)
+    try:  # a read reads it as it is, and adds nothing
+        assert [r.owner for r in reader.replicas()] == ["old-replica"]
+        assert "incarnation" not in columns(reader, "replicas")
+    finally:
+        reader.close()
+    store = open_store(lease_url)  # a writer open adds the column
+    try:
+        assert "incarnation" in columns(store, "replicas")
+        held = store.join("old-replica", 30.0, None, Incarnation("new"))
+        assert isinstance(held, Holder) and held.incarnation is None  # it names none
+        assert isinstance(
+            store.join("old-replica", 30.0, None, Incarnation("new"), replacing=held), Census
+        )
+    finally:
         store.close()
 
 
