@@ -165,6 +165,34 @@ def test_a_second_fleet_of_this_process_under_a_running_one_s_name_is_refused(le
     assert leases.replicas() == []  # the first drained, and left
 
 
+def test_claims_racing_a_take_over_leave_the_old_incarnation_no_lease_unfenced(leases):
+    for n in range(60):
+        hand_off_job({"endpoint_id": "ep", "job_id": f"j{n}"}, leases)
+    old, new = Incarnation("old"), Incarnation("new")
+    leases.join("r1", 30.0, None, old)
+    got: list[Lease] = []
+    late: list[Lease] = []  # (claimed by calls made once the take-over had returned)
+    started, taken = threading.Event(), threading.Event()
+
+    def claim() -> None:  # the old incarnation's loop, claiming one stream at a time
+        while len(late) < 20:
+            after = taken.is_set()
+            claimed = leases.claim("r1", 30.0, 1, incarnation=old)
+            (late if after else got).extend(claimed or [Lease("none", 0)] * after)
+            started.set()
+
+    thread = threading.Thread(target=claim)
+    thread.start()
+    started.wait(30)
+    holder = leases.join("r1", 30.0, None, new)
+    assert isinstance(leases.join("r1", 30.0, None, new, replacing=holder), Census)
+    taken.set()
+    thread.join(60)
+    tokens = {row.stream: row.token for row in leases.open_streams()}
+    assert got and set(late) == {Lease("none", 0)}  # it claimed before, and nothing after
+    assert [lease for lease in got if tokens[lease.stream] == lease.token] == []  # all fenced
+
+
 def test_concurrent_joins_under_a_free_name_admit_one(leases):
     barrier = threading.Barrier(4)
     answers: list[object] = []

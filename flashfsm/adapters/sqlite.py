@@ -910,7 +910,9 @@ class SqliteStore:
         )
         mine: tuple[str, ...] = ()
         if incarnation is not None:  # (only while the name's heartbeat row names it)
-            free += " AND EXISTS (SELECT 1 FROM replicas WHERE owner = ? AND incarnation = ?)"
+            free = (  # (the OR above in parentheses: AND binds tighter)
+                f"({free}) AND EXISTS (SELECT 1 FROM replicas WHERE owner = ? AND incarnation = ?)"
+            )
             mine = (owner, incarnation.text())
         rows = self._write(
             lambda conn: conn.execute(
