@@ -89,6 +89,10 @@ ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ("success", "failed", "no_capacity", "crash_loop", "worker_death", "timed_out")
 
 
+#: Workers per endpoint: more than the jobs any test gives one endpoint.
+WORKERS_MAX = 500
+
+
 @dataclass
 class Outcome:
     """One stream of a finished fleet run, as the log and the triggers tell it."""
@@ -149,11 +153,17 @@ class FleetHarness:
 
         self.store = PostgresStore(self.dsn, table=self.table)
         self._record_writers()
-        self.sim = Simulator(speed=self.speed, worker_quota=10 * max(1, self.runs))
+        quota = len(SCENARIOS) * WORKERS_MAX + 10 * max(1, self.runs)  # (the runs' own endpoints)
+        self.sim = Simulator(speed=self.speed, worker_quota=quota)
         self.sim.__enter__()
         self.env = {**os.environ, **self.sim.env(hf=False), "PYTHONUNBUFFERED": "1"}
         self.endpoints = {
-            s: self.sim.add_endpoint(f"flash-{s}", scenario=s, check_quota=False) for s in SCENARIOS
+            # (every job of a scenario on one endpoint, each with a worker: none waits behind
+            # another in the endpoint's queue, so a job's verdict is its scenario's)
+            s: self.sim.add_endpoint(
+                f"flash-{s}", scenario=s, check_quota=False, workers_max=WORKERS_MAX
+            )
+            for s in SCENARIOS
         }
         return self
 

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from flashfsm.adapters.observations import heartbeat_fields
 from flashfsm.adapters.simulator import (
     QUOTA_MESSAGE,
     Scenario,
@@ -22,9 +23,13 @@ from flashfsm.adapters.simulator import (
     Simulator,
     Step,
     builtin_scenarios,
+    end_record,
+    finished,
     heartbeat,
 )
 from flashfsm.adapters.simulator import graphql as gql
+from flashfsm.adapters.simulator.scenarios import METRICS
+from flashfsm.events.models import END_STAGE
 
 KEY = "sim-test-key-5678"
 
@@ -148,7 +153,8 @@ def test_scenarios_progress_as_scripted_on_the_sim_clock(sim, http, scenario, ti
 
 
 def test_every_builtin_scenario_runs_to_its_end(sim, http):
-    endpoint = sim.add_endpoint(hf_repo="team/runs", check_quota=False)
+    every = len(builtin_scenarios())  # one worker each: none waits for another's
+    endpoint = sim.add_endpoint(hf_repo="team/runs", check_quota=False, workers_max=every)
     jobs = {}
     for name in builtin_scenarios():
         payload = {"scenario": name, "phase": "rl", "run_id": name, "seed": 0}
@@ -169,7 +175,7 @@ def test_every_builtin_scenario_runs_to_its_end(sim, http):
 
 
 def test_completed_answers_carry_outputs_and_errors(sim, http):
-    endpoint = sim.add_endpoint()
+    endpoint = sim.add_endpoint(workers_max=4)
     runs = {
         name: http.post(f"/v2/{endpoint}/run", json={"input": {"scenario": name}}).json()["id"]
         for name in ("success", "completed_error", "completed_no_output", "failed")
@@ -210,7 +216,7 @@ def test_a_registered_custom_scenario_is_selectable(sim, http):
 
 
 def test_job_policy_sets_ttl_and_execution_timeout(sim, http):
-    endpoint = sim.add_endpoint(scenario="training")
+    endpoint = sim.add_endpoint(scenario="training", workers_max=2)
     short = {"input": {}, "policy": {"ttl": 300_000}}
     capped = {"input": {}, "policy": {"executionTimeout": 200_000}}
     a = http.post(f"/v2/{endpoint}/run", json=short).json()["id"]
@@ -225,7 +231,7 @@ def test_job_policy_sets_ttl_and_execution_timeout(sim, http):
 
 
 def test_cancel_retry_purge_runsync_and_worker_requeue_counts(sim, http):
-    endpoint = sim.add_endpoint(scenario="no_capacity")
+    endpoint = sim.add_endpoint(scenario="no_capacity", workers_max=3)
     queued = [http.post(f"/v2/{endpoint}/run", json={"input": {}}).json()["id"] for _ in range(3)]
     cancel = http.post(f"/v2/{endpoint}/cancel/{queued[0]}").json()
     assert cancel == {"id": queued[0], "status": "CANCELLED"}
@@ -266,7 +272,7 @@ def test_health_counts_standing_workers_and_jobs(sim, http):
 
 
 def test_a_thousand_concurrent_jobs_stay_cheap(sim):
-    endpoint = sim.add_endpoint(scenario="training", check_quota=False)
+    endpoint = sim.add_endpoint(scenario="training", check_quota=False, workers_max=1000)
     jobs = [sim.submit(endpoint, {"i": i}) for i in range(1000)]
     sim.clock.advance(600)
 
@@ -654,6 +660,75 @@ def test_runpod_flash_deploys_and_deletes_through_the_simulator(tmp_path):
 
 def test_heartbeat_helper_shapes():
     assert heartbeat("train", 5, retriable=True) == {"stage": "train", "step": 5, "retriable": True}
+
+
+def test_the_end_record_helpers_shape_a_done_heartbeat_on_the_completed_step():
+    record = end_record(300, {"reward": 0.5})
+    assert record == {"stage": END_STAGE, "step": 300, "metrics": {"reward": 0.5}}
+    step = finished(1920, 300, {"reward": 0.5})
+    assert (step.at, step.status, step.output) == (1920, "COMPLETED", {"reward": 0.5})
+    assert step.heartbeat == record
+    assert finished(90, 20).output == METRICS == finished(90, 20).heartbeat["metrics"]
+
+
+def _hub_json(sim: Simulator, repo: str, path: str) -> dict[str, Any]:
+    answer = httpx.get(f"{sim.url}/datasets/{repo}/resolve/main/{path}")
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def test_the_training_scenario_s_last_heartbeat_is_its_end_record_at_completed(sim, http):
+    endpoint = sim.add_endpoint(hf_repo="team/runs", scenario="training")
+    payload = {"phase": "train", "run_id": "r1", "seed": 0}
+    job = http.post(f"/v2/{endpoint}/run", json={"input": payload}).json()["id"]
+    submitted, path = sim.clock(), "train/r1/seed0/heartbeat.json"
+
+    sim.clock.advance(1919)  # the last training heartbeat, a minute before the end
+    assert status_at(sim, http, endpoint, job) == "IN_PROGRESS"
+    assert _hub_json(sim, "team/runs", path) == {
+        "stage": "train",
+        "step": 290,
+        "retriable": False,
+        "ts": submitted + 1860,
+    }
+
+    sim.clock.advance(1)  # 1920 s: the worker writes its end record as the job COMPLETES
+    answer = http.get(f"/v2/{endpoint}/status/{job}").json()
+    assert answer["status"] == "COMPLETED" and answer["output"] == METRICS
+    end = _hub_json(sim, "team/runs", path)
+    assert end == {"stage": "done", "step": 300, "metrics": METRICS, "ts": submitted + 1920}
+    assert answer["delayTime"] + answer["executionTime"] == (end["ts"] - submitted) * 1000
+    read = heartbeat_fields(end)  # what a watcher records of it
+    assert (read["stage"], read["step"], read["metrics"]) == (END_STAGE, 300, METRICS)
+
+    sim.clock.advance(3600)  # nothing is written after it: it stays the worker's last word
+    assert _hub_json(sim, "team/runs", path) == end
+    worker = answer["workerId"]
+    log = http.get(f"/v2/serverless/{endpoint}/workers/{worker}/logs", params={"tail": 5000})
+    assert "training done at step 300; metrics written" in log.text
+
+
+def _trains(scenario: Scenario) -> bool:
+    return any((s.heartbeat or {}).get("stage") == "train" for s in scenario.steps)
+
+
+@pytest.mark.parametrize("name", sorted(builtin_scenarios()))
+def test_a_scenario_that_trains_to_completed_ends_with_the_end_record(name):
+    """Invariant: a built-in scenario that trains and then COMPLETES with its metrics writes
+    the end record on its COMPLETED step, as its last heartbeat; no other writes one."""
+    scenario = builtin_scenarios()[name]
+    beats = [s for s in scenario.steps if s.heartbeat is not None]
+    done = [s for s in beats if s.heartbeat["stage"] == END_STAGE]
+    completed = [s for s in scenario.steps if s.status == "COMPLETED"]
+    succeeds = completed and isinstance(completed[-1].output, dict)
+    succeeds = succeeds and "error" not in completed[-1].output
+    if _trains(scenario) and succeeds:
+        assert done == [beats[-1]] == [completed[-1]], name
+        assert done[0].heartbeat["metrics"] == completed[-1].output
+        trained = [s.heartbeat["step"] for s in beats if s.heartbeat["stage"] == "train"]
+        assert done[0].heartbeat["step"] > max(trained)  # it trained on after its last beat
+    else:
+        assert done == [], name
 
 
 def test_the_python_api_raises_value_errors(sim):

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from flashfsm.adapters.simulator import DEFAULT_KEY, Simulator, builtin_scenarios
+from flashfsm.adapters.simulator import DEFAULT_KEY, Simulator, builtin_scenarios, read_usage
 from flashfsm.adapters.simulator.faults import KINDS
 from flashfsm.adapters.simulator.serve import (
     FAULT_ROUTES,
@@ -118,7 +118,15 @@ def test_a_second_process_runs_submit_run_to_a_verdict_against_the_printed_expor
         verdict = json.loads(child.stdout.strip().splitlines()[-1])
         beat = verdict.pop("heartbeat")
         assert verdict == {"state": "SUCCEEDED", "failure": None, "rule": "completed", "ok": True}
-        assert beat["stage"] == "train" and isinstance(beat["ts"], float)  # the Hub, remotely
+        assert beat["stage"] == "done" and isinstance(beat["ts"], float)  # the Hub, remotely
+        assert beat["metrics"]["reward"] == 0.82  # the worker's end record
+        usage = read_usage(url)  # what the platform created and billed, read remotely
+        [endpoint] = usage.endpoints  # one deploy, one submit, one worker that idled out
+        assert endpoint.submitted == 1 and len(usage.workers) == 1
+        [worker] = usage.workers
+        assert (worker.endpoint_id, worker.job_id) == (endpoint.id, endpoint.jobs[0])
+        assert worker.stop_reason == "idle timeout" and worker.stopped_at is not None
+        assert usage.worker_seconds == worker.stopped_at - worker.started_at >= 90
     finally:
         assert served.stop() == 0
     opened = open_store(store)
@@ -166,7 +174,7 @@ def test_a_wrong_key_is_refused_and_the_startup_lines_say_what_is_served(tmp_pat
         # the fault fires once; then the keys decide (the second account's key is one too)
         assert (fault.status_code, wrong.status_code, after.status_code) == (503, 401, 404)
         text = "\n".join(served.comments)
-        assert "manual clock" in text and "POST /_sim/clock" in text
+        assert "manual clock" in text and "POST /_sim/clock" in text and "GET /_sim/usage" in text
         assert f"{KEY}, sk-test-456" in text
         for name, scenario in builtin_scenarios().items():
             assert f"#   {name} " in text and scenario.description in text
@@ -264,9 +272,10 @@ def test_parse_fault_reads_every_setting_and_knows_every_route():
     assert fault.retry_after == "1.5"
     slow = parse_fault("status=slow,delay_s=0.25,handled=1")
     assert (slow.kind, slow.delay_s, slow.handled, slow.times) == ("slow", 0.25, True, 1)
-    # every route the server answers can be named (the generic names are split by method)
-    generic = {"endpoint", "networkvolumes", "networkvolume", "sim_clock"}
-    served = {name for _, _, name, _ in Simulator._ROUTES} - generic
+    # every route the server answers can be named (the generic names are split by method;
+    # no fault fires on a control route)
+    generic = {"endpoint", "networkvolumes", "networkvolume"}
+    served = {name for _, plane, name, _ in Simulator._ROUTES if plane != "control"} - generic
     assert served <= set(FAULT_ROUTES)
 
 

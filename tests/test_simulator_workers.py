@@ -213,7 +213,7 @@ def test_a_cancel_releases_the_worker_to_its_idle_timeout(sim, http):
 
 
 def test_deleting_the_endpoint_stops_its_workers_at_once(sim, http):
-    endpoint = sim.add_endpoint(scenario="training", idleTimeout=600)
+    endpoint = sim.add_endpoint(scenario="training", idleTimeout=600, workers_max=2)
     jobs = [run(http, endpoint) for _ in range(2)]
     sim.configure_endpoint(endpoint, idle=1)
     at(sim, 200)
@@ -287,8 +287,9 @@ def test_a_worker_that_died_stops_and_a_new_one_takes_the_requeued_job(sim, http
     assert any("exit" in line and "137" in line for line in lines(http, endpoint, first))
 
 
-def test_the_list_and_health_agree_for_every_scenario_at_every_moment(sim, http):
-    endpoint = sim.add_endpoint(check_quota=False, idleTimeout=15)
+@pytest.mark.parametrize("workers_max", [1, 3, 20], ids=["queued", "some-queued", "none-queued"])
+def test_the_list_and_health_agree_for_every_scenario_at_every_moment(sim, http, workers_max):
+    endpoint = sim.add_endpoint(check_quota=False, idleTimeout=15, workers_max=workers_max)
     sim.configure_endpoint(endpoint, idle=1, ready=1)
     for name in builtin_scenarios():
         run(http, endpoint, {"scenario": name})
@@ -303,7 +304,8 @@ def test_the_list_and_health_agree_for_every_scenario_at_every_moment(sim, http)
 
 
 def test_every_scenario_s_workers_have_a_plausible_log(sim, http):
-    endpoint = sim.add_endpoint(check_quota=False)
+    every = len(builtin_scenarios())
+    endpoint = sim.add_endpoint(check_quota=False, workers_max=every)
     jobs = {name: run(http, endpoint, {"scenario": name}) for name in builtin_scenarios()}
     at(sim, 125)  # every worker that will take its job took it (a stopped one's log is read)
     for name, job in jobs.items():

@@ -40,7 +40,13 @@ def _fleet(sim: Simulator, jobs: int, *, per_endpoint: int = 50) -> list[tuple[s
         scenario = scenarios[n % len(scenarios)]
         pool = endpoints[scenario]
         if len(pool) <= (n // len(scenarios)) // per_endpoint:  # this scenario's next endpoint
-            pool.append(sim.add_endpoint(f"flash-fleet-{scenario}-{len(pool)}", check_quota=False))
+            pool.append(
+                sim.add_endpoint(
+                    f"flash-fleet-{scenario}-{len(pool)}",
+                    check_quota=False,
+                    workers_max=per_endpoint,  # (its jobs run at once, none queued)
+                )
+            )
         endpoint_id = pool[-1]
         job_id = sim.submit(endpoint_id, {"scenario": scenario})
         handle = JobHandle(endpoint_id, f"flash-fleet-{scenario}", job_id)

@@ -11,9 +11,10 @@ The asyncio `Supervisor` takes the sim clock's `async_sleep`:
 
 See `server.py` for the routes, `scenarios.py` for the scripted job lives, `workers.py`
 for the workers that run them (RunPod's worker list and each worker's log), `faults.py`
-for fault injection and `hub.py` for the fake Hub. `flashfsm simulator` (or its delegate
-`python -m flashfsm.adapters.simulator`; both are `serve.py`) runs one for another
-process, printing the `export` lines that point it there.
+for fault injection, `hub.py` for the fake Hub and `usage.py` for what the platform
+created and billed (`sim.usage()`, `GET /_sim/usage`, `read_usage(url)`). `flashfsm
+simulator` (or its delegate `python -m flashfsm.adapters.simulator`; both are `serve.py`)
+runs one for another process, printing the `export` lines that point it there.
 """
 
 from flashfsm.adapters.simulator.clock import SimClock
@@ -24,17 +25,21 @@ from flashfsm.adapters.simulator.scenarios import (
     Scenario,
     Step,
     builtin_scenarios,
+    end_record,
+    finished,
     heartbeat,
     key_revoked,
     training,
 )
 from flashfsm.adapters.simulator.server import DEFAULT_KEY, RecordedRequest, Simulator
+from flashfsm.adapters.simulator.usage import EndpointUsage, Usage, WorkerUsage, read_usage
 from flashfsm.adapters.simulator.world import QUOTA_MESSAGE
 
 __all__ = [
     "DEFAULT_KEY",
     "KEEP",
     "QUOTA_MESSAGE",
+    "EndpointUsage",
     "Fault",
     "HubStore",
     "RecordedRequest",
@@ -42,8 +47,13 @@ __all__ = [
     "SimClock",
     "Simulator",
     "Step",
+    "Usage",
+    "WorkerUsage",
     "builtin_scenarios",
+    "end_record",
+    "finished",
     "heartbeat",
     "key_revoked",
+    "read_usage",
     "training",
 ]

@@ -17,6 +17,12 @@ On top of the script the simulator applies RunPod's own rules to every job: a TT
 execution timeout (`policy.executionTimeout` or the endpoint's) turns a long
 IN_PROGRESS into TIMED_OUT, and a finished job's result is deleted after `retention_s`.
 
+A training worker ends as a real one does: as its training finishes it writes its *end
+record*, a last heartbeat at stage `done` (`END_STAGE`) with the step its training ended at
+and the metrics it returns (`end_record`), and the job is COMPLETED with those metrics
+(`finished`, the step that does both: `success`, `training`, `slow_cold_start`,
+`worker_death` and `key_revoked` end with it).
+
 A job picks its scenario from its input (`{"scenario": "throttled"}` or
 `{"sim": {"scenario": ...}}`), else from its endpoint, else the simulator's default.
 """
@@ -27,6 +33,8 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from flashfsm.events.models import END_STAGE
 
 DAY_S = 24 * 3600.0
 
@@ -101,6 +109,21 @@ def heartbeat(stage: str, step: int | None = None, *, retriable: bool = False) -
     return {"stage": stage, "step": step, "retriable": retriable}
 
 
+def end_record(step: int, metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """A worker's end record, as a heartbeat body (the simulator adds `ts`): the last
+    heartbeat it writes, as its training ends, at stage `done` (`END_STAGE`), with the step
+    its training ended at and the metrics it returns. What a watcher that finds the job
+    forgotten by RunPod reads to know the training finished, and with what."""
+    return {"stage": END_STAGE, "step": step, "metrics": dict(metrics)}
+
+
+def finished(at: float, step: int, metrics: Mapping[str, Any] = METRICS) -> Step:
+    """The step at which a training worker finishes, as a real one does: at `at` it writes
+    its end record (`end_record(step, metrics)`) and the job is COMPLETED with `metrics` as
+    its output."""
+    return Step(at, status="COMPLETED", output=dict(metrics), heartbeat=end_record(step, metrics))
+
+
 def training(start: float, stop: float, every: float, *, first_step: int = 0) -> list[Step]:
     """Training heartbeats from `start` to `stop` (exclusive), one every `every` seconds."""
     steps, t, n = [], start, first_step
@@ -126,7 +149,7 @@ def key_revoked(revoke_at: float = 180.0, name: str = "key_revoked") -> Scenario
         Step(40, heartbeat=heartbeat("rl_train_start", 0)),
         training(60, 600, 60),
         Step(revoke_at, revoke_key=True),
-        Step(600, status="COMPLETED", output=METRICS),
+        finished(600, 90, METRICS),
     )
 
 
@@ -177,19 +200,19 @@ def builtin_scenarios() -> dict[str, Scenario]:
     scenarios = [
         _scenario(
             "success",
-            "cold start, a few heartbeats, COMPLETED with metrics after 90 s",
+            "cold start, a few heartbeats, then the end record and COMPLETED with metrics at 90 s",
             _cold_start(),
             Step(40, heartbeat=heartbeat("rl_train_start", 0)),
             training(50, 90, 20),
-            Step(90, status="COMPLETED", output=METRICS),
+            finished(90, 20, METRICS),
         ),
         _scenario(
             "training",
-            "a 30-minute training run with a heartbeat every minute, then COMPLETED",
+            "a 30-minute training run, a heartbeat every minute, then the end record, COMPLETED",
             _cold_start(),
             Step(60, heartbeat=heartbeat("rl_train_start", 0)),
             training(120, 1920, 60),
-            Step(1920, status="COMPLETED", output=METRICS),
+            finished(1920, 300, METRICS),
         ),
         _scenario(
             "completed_envelope",
@@ -214,12 +237,12 @@ def builtin_scenarios() -> dict[str, Scenario]:
         ),
         _scenario(
             "slow_cold_start",
-            "40 minutes of setup heartbeats (longer than the stall window), then training",
+            "40 minutes of setup heartbeats (longer than the stall window), training, COMPLETED",
             _cold_start(120),
             Step(900, heartbeat=heartbeat("sft_model_load")),
             Step(2100, heartbeat=heartbeat("rl_train_start", 0)),
             training(2400, 3000, 60),
-            Step(3000, status="COMPLETED", output=METRICS),
+            finished(3000, 100, METRICS),
             startup_s=120.0,  # the worker starts as the job is queued: a 2-minute cold start
         ),
         _scenario(
@@ -237,7 +260,7 @@ def builtin_scenarios() -> dict[str, Scenario]:
             Step(120, status="IN_QUEUE", workers=STARTING, requeued=True),
             Step(180, status="IN_PROGRESS", workers=RUNNING, heartbeat=heartbeat("boot")),
             training(200, 300, 20, first_step=100),
-            Step(300, status="COMPLETED", output=METRICS),
+            finished(300, 150, METRICS),
         ),
         _scenario(
             "completed_error",

@@ -192,6 +192,8 @@ def describe(sim: Simulator, options: ServeOptions) -> list[str]:
     lines = [
         f"# flashfsm simulator on {sim.url}; {clock}",
         f"# accepted RunPod keys (test keys, one account of {options.quota} workers each): {keys}",
+        "# GET /_sim/usage: every endpoint created (deleted ones too), its jobs, every worker"
+        " and the worker-seconds billed",
         '# a job runs the scenario its input names ({"scenario": NAME}), else its endpoint\'s,'
         f" else {options.scenario!r}:",
     ]
@@ -258,13 +260,15 @@ def serve(
 
 
 def queue_fleet(sim: Simulator, jobs: int, per_endpoint: int, scenario: str) -> list[str]:
-    """Queue `jobs` jobs of `scenario`, `per_endpoint` to an endpoint; one JSON line each."""
+    """Queue `jobs` jobs of `scenario`, `per_endpoint` to an endpoint (whose `workersMax`
+    is `per_endpoint`: every job has a worker, none waits for another's); one JSON line
+    each."""
     lines: list[str] = []
     endpoint_id = name = ""
     for n in range(jobs):
         if n % per_endpoint == 0:
             name = f"flash-fleet-{n // per_endpoint}"
-            endpoint_id = sim.add_endpoint(name, check_quota=False)
+            endpoint_id = sim.add_endpoint(name, check_quota=False, workers_max=per_endpoint)
         job_id = sim.submit(endpoint_id, {"scenario": scenario})
         lines.append(
             json.dumps({"endpoint_id": endpoint_id, "endpoint_name": name, "job_id": job_id})

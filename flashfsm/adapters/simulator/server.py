@@ -18,8 +18,12 @@ in a child process judges by the simulator's time and its waits move that time:
     GET  {url}/_sim/clock                       → {"now": <sim epoch seconds>}
     POST {url}/_sim/clock  {"advance": <s ≥ 0>}  → {"now": <the new time>}
 
-It needs no API key, no fault ever fires on it, and a clock that runs by itself
-(`speed > 0`) refuses it with 409: only a manual clock is a clock a client may move.
+A clock that runs by itself (`speed > 0`) refuses it with 409: only a manual clock is a
+clock a client may move. Another reads what the platform created and billed (`usage.py`):
+
+    GET  {url}/_sim/usage                       → `Simulator.usage()` as JSON
+
+Control routes need no API key and no fault ever fires on them.
 
 One route streams: a worker's log (`GET /v2/serverless/{id}/workers/{worker}/logs`) is
 Server-Sent Events sent in HTTP chunks, written outside the lock, so a fault can make it
@@ -56,6 +60,7 @@ from flashfsm.adapters.simulator.clock import SimClock
 from flashfsm.adapters.simulator.faults import Fault, FaultPlan
 from flashfsm.adapters.simulator.hub import HubStore
 from flashfsm.adapters.simulator.scenarios import Scenario
+from flashfsm.adapters.simulator.usage import Usage, usage_of
 from flashfsm.adapters.simulator.workers import (
     LOG_SOURCES,
     LOG_TAIL_DEFAULT,
@@ -441,6 +446,15 @@ class Simulator:
             body = {"input": job_input, **({"policy": policy} if policy else {})}
             return self.world.submit(self.world.endpoint(None, endpoint_id), body).id
 
+    def usage(self) -> Usage:
+        """What the platform created and billed up to now (see `usage.py`): every endpoint
+        ever created (deleted ones too) with the ids of the jobs submitted to it, and every
+        worker it started, with its start, its stop and the seconds it was billed. What a
+        test of a bill compares with; `GET /_sim/usage` answers the same as JSON."""
+        with self._lock:
+            self.world.tick()
+            return usage_of(self.world, self.clock.now())
+
     def job(self, job_id: str) -> Job:
         """A job's live record (read it under no assumptions of stability)."""
         with self._lock:
@@ -747,6 +761,7 @@ class Simulator:
         ),
         (r"/api/telemetry/.*", "misc", "hub_telemetry", {"GET": "_ok", "HEAD": "_ok"}),
         (r"/_sim/clock", "control", "sim_clock", {"GET": "_sim_clock", "POST": "_sim_clock"}),
+        (r"/_sim/usage", "control", "sim_usage", {"GET": "_sim_usage"}),
     )
     _COMPILED = tuple((re.compile(p + r"/?"), *rest) for p, *rest in _ROUTES)
 
@@ -831,6 +846,10 @@ class Simulator:
                 return _json_reply(400, {"error": 'expected {"advance": <seconds >= 0>}'})
             self.clock.advance(seconds)
         return _json_reply(200, {"now": self.clock.now()})
+
+    def _sim_usage(self, method: str, body: bytes) -> Reply:
+        """What the platform created and billed (`usage()`), as JSON."""
+        return _json_reply(200, self.usage().model_dump(mode="json"))
 
     # ------------------------------------------------------------------ data plane
 

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+from flashfsm.events.models import END_STAGE
+
 #: A worker starts this long before it picks its job up, unless the job's input
 #: (`{"sim": {"startup_s": s}}`), its endpoint (`startup_s=`) or its scenario says otherwise.
 DEFAULT_STARTUP_S = 20.0
@@ -266,6 +268,8 @@ def heartbeat_line(heartbeat: Any) -> str:
         return "boot: loading the model and the datasets"
     if stage == "train" and isinstance(step, int):
         return f"train step {step}: loss {2.0 / (1 + step / 50):.4f}"
+    if stage == END_STAGE:  # the end record
+        return f"training done at step {step}; metrics written"
     return f"{stage}: step {step}" if step is not None else f"{stage}"
 
 

@@ -17,6 +17,15 @@ stops at once; deleting the endpoint stops them all at once; a requeue (the work
 stops the worker that had the job and hires a new one. `/health` counts the same workers
 the list shows (plus the standing workers a test set, which are workers too).
 
+The queue is RunPod's: an endpoint runs at most `workersMax` jobs at once. A job submitted
+(or retried) while that many others hold a worker slot waits IN_QUEUE in its endpoint's
+`queue`, with no script running and no worker (`Job.waiting`); when a job ends its slot goes
+to the oldest waiting job (`_vacate`, `_admit_waiting`), whose script begins then (`_begin`):
+a worker the ended job left idling takes it at once (the script's queue and cold start are
+skipped), else its script runs as written from that moment. Its TTL still counts from its
+submission. `tick()` replays due moments in time order across jobs, so one job's end lets
+the next one in at the right moment however far the clock jumped.
+
 Every method here is called with the simulator's lock held and returns plain data; the
 HTTP layer (`server.py`) turns it into answers.
 
@@ -30,7 +39,7 @@ import heapq
 import itertools
 import json
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -182,6 +191,9 @@ class Endpoint:
     standing_workers: list[Worker] = field(default_factory=list)  # those workers
     active: dict[str, Job] = field(default_factory=dict)  # unfinished or holding a worker
     counts: Counter = field(default_factory=Counter)  # completed, failed, retried
+    queue: deque[Job] = field(default_factory=deque)  # jobs waiting for a worker, oldest first
+    busy: int = 0  # jobs holding one of its `workersMax` worker slots
+    deleted_at: float | None = None  # when it was deleted (None: it exists)
     version: int = 0
     workers: dict[str, Worker] = field(default_factory=dict)  # every worker it had, by id
     clock: SimClock | None = field(default=None, repr=False)  # its world's (views' default now)
@@ -312,6 +324,8 @@ class Job:
     crew: list[Worker] = field(default_factory=list)  # its workers by slot (0 takes the job)
     leaving: list[Worker] = field(default_factory=list)  # released: idle until their stop
     generation: int = 0  # how many times its worker was replaced (a requeue, a retry)
+    waiting: bool = False  # queued behind its endpoint's busy workers: no script, no worker
+    holds: bool = False  # its script runs: it holds one of its endpoint's worker slots
     taken_by: str | None = None  # the worker that took it last (the status's workerId)
     started_at: float | None = None  # first IN_PROGRESS
     in_progress_since: float | None = None
@@ -349,7 +363,7 @@ class Job:
         options: list[tuple[float, int]] = []
         if not self.gone and not self.terminal:
             steps = self.scenario.steps
-            if self.cursor < len(steps):
+            if self.cursor < len(steps) and not self.waiting:
                 options.append((self.anchor + steps[self.cursor].at, 0))
             if self.in_progress_since is not None and self.execution_timeout_s:
                 options.append((self.in_progress_since + self.execution_timeout_s, 1))
@@ -382,6 +396,7 @@ class World:
         self.volume_rejecting_datacenters = set(volume_rejecting_datacenters)
         self.gpu_stock = "High"
         self.endpoints: dict[str, Endpoint] = {}
+        self.created_endpoints: dict[str, Endpoint] = {}  # every one ever, deleted ones too
         self.templates: dict[str, Template] = {}
         self.volumes: dict[str, Volume] = {}
         self.jobs: dict[str, Job] = {}
@@ -392,14 +407,23 @@ class World:
     # ------------------------------------------------------------------ time
 
     def tick(self, now: float | None = None) -> None:
-        """Replay everything due up to `now`."""
+        """Replay everything due up to `now`, in time order across jobs (a job is replayed
+        up to the next job's due moment: one job's end frees a worker slot for another)."""
         now = self.clock.now() if now is None else now
-        while self._heap and self._heap[0][0] <= now:
-            _, _, version, job_id = heapq.heappop(self._heap)
+        while self._next_due() <= now:
+            _, _, _, job_id = heapq.heappop(self._heap)
+            self._advance(self.jobs[job_id], now, in_order=True)
+
+    def _next_due(self) -> float:
+        """The time of the earliest due moment in the heap (stale entries dropped)."""
+        heap = self._heap
+        while heap:
+            _, _, version, job_id = heap[0]
             job = self.jobs.get(job_id)
-            if job is None or job.version != version:
-                continue
-            self._advance(job, now)
+            if job is not None and job.version == version:
+                return heap[0][0]
+            heapq.heappop(heap)
+        return float("inf")
 
     def _schedule(self, job: Job) -> None:
         job.version += 1
@@ -409,10 +433,12 @@ class World:
         elif not job.crew and not job.leaving and (job.terminal or job.gone):
             job.endpoint.active.pop(job.id, None)
 
-    def _advance(self, job: Job, now: float) -> None:
+    def _advance(self, job: Job, now: float, *, in_order: bool = False) -> None:
+        """Replay the job's due moments up to `now`; `in_order`: only while none of another
+        job is due first (the tick's replay, in time order across jobs)."""
         while True:
             due = job.due()
-            if due is None or due[0] > now:
+            if due is None or due[0] > (min(now, self._next_due()) if in_order else now):
                 break
             at, kind = due
             if kind == 0:
@@ -429,8 +455,7 @@ class World:
                 job.gone = True  # the result retention passed
             else:
                 job.leaving = [w for w in job.leaving if (w.stopped_at or 0.0) > at]
-                stops = [w.stopped_at for w in job.leaving if w.stopped_at is not None]
-                job.release_at = min(stops) if stops else None
+                self._next_release(job)
         self._schedule(job)
 
     def _apply(self, job: Job, step: Step, at: float) -> None:
@@ -483,7 +508,9 @@ class World:
         elif status in ("FAILED", "TIMED_OUT"):
             job.endpoint.counts["failed"] += 1
         self._say_ending(job, status, at)
-        if not keep_workers:
+        if keep_workers:
+            self._vacate(job, at)
+        else:
             self._release(job, at)
 
     def _say_ending(self, job: Job, status: str, at: float) -> None:
@@ -523,8 +550,69 @@ class World:
             else:
                 self._stop(worker, at, "no job left to take")
         job.crew = []
+        self._next_release(job)
+        self._vacate(job, at)
+
+    @staticmethod
+    def _next_release(job: Job) -> None:
         stops = [w.stopped_at for w in job.leaving if w.stopped_at is not None]
         job.release_at = min(stops) if stops else None
+
+    # ------------------------------------------------------------------ the queue
+
+    def _enter(self, job: Job, at: float) -> None:
+        """The job joins its endpoint's queue at `at`; its script begins at once if a worker
+        slot is free (a job waits while `workersMax` others hold one)."""
+        job.waiting = True
+        job.endpoint.queue.append(job)
+        self._admit_waiting(job.endpoint, at)
+
+    def _admit_waiting(self, endpoint: Endpoint, at: float) -> None:
+        """Begin the scripts of waiting jobs, oldest first, while a slot is free (a job
+        cancelled, purged or past its TTL while it waited is dropped from the queue)."""
+        queue = endpoint.queue
+        while queue and endpoint.busy < endpoint.workers_max:
+            job = queue.popleft()
+            if job.waiting and not (job.gone or job.terminal) and at < job.created_at + job.ttl_s:
+                self._begin(job, at)
+                self._schedule(job)
+
+    def _begin(self, job: Job, at: float) -> None:
+        """The job's script begins at `at`: it holds a worker slot until it ends. A warm
+        worker (idle in its idle timeout) takes it at once if its script has a pickup: the
+        steps before that pickup (its queue and cold start) are skipped, and the rest keep
+        their times from the pickup. Else the script runs as written from `at`."""
+        job.waiting, job.holds, job.anchor = False, True, at
+        job.endpoint.busy += 1
+        pickup = self._pickup_index(job)
+        warm = self._warm_worker(job.endpoint, at) if pickup is not None else None
+        if pickup is None or warm is None:
+            return
+        owner, worker = warm
+        owner.leaving.remove(worker)
+        self._next_release(owner)
+        self._schedule(owner)
+        worker.cut(at)  # its idle-timeout stop, written ahead, never happens
+        worker.stopped_at = worker.stop_reason = None
+        job.crew = [worker]
+        job.cursor, job.anchor = pickup, at - job.scenario.steps[pickup].at
+        self._plant_input_lines(job, worker, at)
+
+    @staticmethod
+    def _warm_worker(endpoint: Endpoint, at: float) -> tuple[Job, Worker] | None:
+        """An idle worker of the endpoint still in its idle timeout, and the job it left."""
+        for owner in endpoint.active.values():
+            for worker in owner.leaving:
+                if worker.status == "idle" and worker.listed(at):
+                    return owner, worker
+        return None
+
+    def _vacate(self, job: Job, at: float) -> None:
+        """The job gives its worker slot back (it ended); the oldest waiting job takes it."""
+        if job.holds:
+            job.holds = False
+            job.endpoint.busy -= 1
+            self._admit_waiting(job.endpoint, at)
 
     # ------------------------------------------------------------------ workers
 
@@ -538,13 +626,15 @@ class World:
         return DEFAULT_STARTUP_S
 
     @staticmethod
-    def _next_pickup(job: Job) -> float | None:
-        """The script time of the job's next pickup, if its next status change is one."""
-        for step in job.scenario.steps[job.cursor :]:
+    def _pickup_index(job: Job) -> int | None:
+        """The index of the job's next pickup step, if its next status change is one."""
+        steps = job.scenario.steps
+        for index in range(job.cursor, len(steps)):
+            step = steps[index]
             if step.requeued:
                 return None
             if step.status is not None and step.status != "IN_QUEUE":
-                return step.at if step.status == "IN_PROGRESS" else None
+                return index if step.status == "IN_PROGRESS" else None
         return None
 
     def _staff(self, job: Job, share: Mapping[str, int] | None, at: float, *, pickup: bool) -> None:
@@ -587,10 +677,13 @@ class World:
         if pickup:
             started, ready_at = at - startup, at
         elif slot == 0 and state == "initializing":
-            pickup_in = self._next_pickup(job)
-            if pickup_in is not None:  # in script time, so a 20 s pickup - 20 s is exactly 0
+            index = self._pickup_index(job)
+            if index is not None:  # in script time, so a 20 s pickup - 20 s is exactly 0
+                pickup_in = job.scenario.steps[index].at
                 started = job.anchor + (pickup_in - startup)
                 ready_at = job.anchor + pickup_in
+        if job.anchor > job.created_at:  # it waited or was retried: no start before its script
+            started = max(started, job.anchor)
         worker_id = job.worker_id(slot)
         if worker_id in endpoint.workers:  # two job ids that share their first 8 characters
             worker_id = f"w-{job.id[:13]}{worker_id[10:]}"
@@ -806,6 +899,7 @@ class World:
             clock=self.clock,
         )
         self.endpoints[endpoint.id] = endpoint
+        self.created_endpoints[endpoint.id] = endpoint
         return endpoint
 
     def endpoint(self, account: Account | None, endpoint_id: str) -> Endpoint:
@@ -830,6 +924,8 @@ class World:
         for worker in endpoint.standing_workers:
             self._stop(worker, now, "endpoint deleted")
         endpoint.standing_workers = []
+        endpoint.queue.clear()
+        endpoint.deleted_at = now
         del self.endpoints[endpoint.id]
 
     def save_endpoint(self, account: Account, data: Mapping[str, Any]) -> Endpoint:
@@ -853,6 +949,8 @@ class World:
             if isinstance(template, Mapping):
                 endpoint.template_id = self._save_template(account, template).id
             endpoint.version += 1
+            self._admit_waiting(endpoint, self.clock.now())  # a raised workersMax
+            self.tick()
             return endpoint
         name = data.get("name")
         if not isinstance(name, str) or not name.strip():
@@ -961,6 +1059,7 @@ class World:
         )
         self.jobs[job.id] = job
         endpoint.active[job.id] = job
+        self._enter(job, now)
         self._advance(job, now)
         return job
 
@@ -974,6 +1073,7 @@ class World:
         if not job.terminal:
             self._finish(job, "CANCELLED", self.clock.now())
             self._schedule(job)
+            self.tick()  # a job it let out of the queue may be picked up now
 
     def retry(self, job: Job) -> None:
         if job.status not in ("FAILED", "TIMED_OUT"):
@@ -987,9 +1087,11 @@ class World:
         job.requeues += 1
         job.endpoint.counts["retried"] += 1
         job.endpoint.active[job.id] = job
+        self._enter(job, now)
         self._advance(job, now)
 
     def purge(self, endpoint: Endpoint) -> int:
+        """Delete the endpoint's queued jobs (waiting or in their scripted queue)."""
         removed = 0
         now = self.clock.now()
         for job in list(endpoint.active.values()):
