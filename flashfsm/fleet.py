@@ -407,8 +407,7 @@ def _record_hand_off(store: EventStore, intake: JobIntake, clock: Callable[[], f
     writer.record(
         JobSubmitted,
         clock(),
-        **submission(job, intake.policy or GracePolicy()),
-        hub=intake.hub,
+        **submission(job, intake.policy or GracePolicy()),  # (its hub with it)
         interval_s=intake.interval_s,
     )
 

@@ -27,6 +27,17 @@ Every outcome of an attempt — a deploy or submit error, its job's verdict — 
 cancel becomes events through the pure `flashfsm.fsm.run.apply_outcome`; the shell only
 stamps and appends them. A new walk first records its ranking (`CandidatesRanked`) from
 the store's capacity memory (`flashfsm.capacity`), unless `capacity_memory` turns it off.
+
+Restarts pay once: the intent of each paid call (`DeployIntended`, `SubmitIntended`) is
+recorded before the call, so a resume that finds an intent without its answer looks the
+endpoint up by its recorded name (`RunAdapters.find_endpoints`) and adopts or deletes it,
+and a lost submit tears its attempt down before anything is submitted again
+(`flashfsm.fsm.run` decides; this module performs).
+
+Why it is long: it holds the one driver of a run and the one production adapter set
+(`RunpodRunAdapters`) the driver's protocol describes; each of the driver's steps is a small
+function, and splitting the adapter from the protocol it implements would leave two halves
+that change together.
 """
 
 from __future__ import annotations
@@ -48,18 +59,25 @@ from flashfsm.events.models import (
     AttemptStarted,
     Candidate,
     CandidatesRanked,
+    DeployIntended,
     EndpointDeleted,
     EndpointDeployed,
+    EndpointsLookedUp,
     EventBase,
+    FoundEndpoint,
+    HubLocation,
     JobCancelled,
     JobQueued,
     RunConcluded,
     RunStarted,
+    SubmitIntended,
 )
 from flashfsm.events.policy import stall_kwargs
 from flashfsm.events.store import HANDOFF, EventStore, FencedStore, capabilities
 from flashfsm.fsm.capacity import DEFAULT_CAPACITY, NO_MEMORY, CapacityPolicy
 from flashfsm.fsm.run import (
+    LOOKUP_UNSUPPORTED,
+    AdoptEndpoint,
     Attempt,
     AttemptOutcome,
     CancelJob,
@@ -70,6 +88,7 @@ from flashfsm.fsm.run import (
     Draft,
     EndAttempt,
     JobVerdict,
+    LookUpEndpoint,
     RunFinished,
     RunState,
     StartAttempt,
@@ -78,13 +97,15 @@ from flashfsm.fsm.run import (
     UserCancel,
     WaitRun,
     WatchJob,
+    adopt_drafts,
     apply_outcome,
     cancel_drafts,
     decide_run,
 )
+from flashfsm.fsm.sweep import bare_name
 from flashfsm.naming import attempt_stream, endpoint_name, run_stream
 from flashfsm.redact import redact
-from flashfsm.shell import JobHandle, PollResult, opened_store, poll_job, resolve_store
+from flashfsm.shell import JobHandle, PollResult, opened_store, poll_job
 from flashfsm.writer import FOLD_CANCELS, REBUILD, RUN, TAIL, StreamWriter
 
 logger = logging.getLogger("flashfsm.runs")
@@ -121,7 +142,15 @@ class RunAdapters(Protocol):
     """
 
     def deploy(self, run: RunState, attempt: Attempt, record: Recorder) -> Deployed:
-        """Deploy the attempt's endpoint (record deploy steps through `record`)."""
+        """Deploy the attempt's endpoint under `attempt.started.endpoint_name` (record
+        deploy steps through `record`)."""
+        ...
+
+    def find_endpoints(self, run: RunState, attempt: Attempt) -> Sequence[Deployed]:
+        """The endpoints that exist under the attempt's endpoint name (as the platform's
+        records say: id, account, idle timeout): asked when a deploy was intended and the
+        process stopped before its outcome was recorded. Adapters without it cannot
+        resume such a deploy: the attempt ends, and nothing is deployed blind."""
         ...
 
     def submit(self, run: RunState, attempt: Attempt) -> tuple[str, float]:
@@ -176,14 +205,16 @@ def request_cancel(
     """Ask a run to stop (from any process): it wins over everything that follows.
 
     The `CancelRequested` is stamped with `clock()` (inject the run's clock: a virtual one
-    in tests and the simulator) and built by the pure `cancel_drafts`.
+    in tests and the simulator) and built by the pure `cancel_drafts`. A URL `store` is
+    opened and closed by the call; a store object stays the caller's.
     """
     policy = dataclasses.replace(REBUILD, tries=CANCEL_TRIES)
-    writer = StreamWriter(resolve_store(store), stream, TAIL, policy)
-    writer.open()
-    at = clock()
-    drafts = cancel_drafts(None, UserCancel(by=by, reason=reason))
-    writer.append(lambda _tail: _stamp(writer, drafts, at))
+    with opened_store(store) as opened:
+        writer = StreamWriter(opened, stream, TAIL, policy)
+        writer.open()
+        at = clock()
+        drafts = cancel_drafts(None, UserCancel(by=by, reason=reason))
+        writer.append(lambda _tail: _stamp(writer, drafts, at))
 
 
 def _stamp(writer: StreamWriter[Any], drafts: Sequence[Draft], at: float) -> list[EventBase]:
@@ -241,6 +272,7 @@ def supervise_run(
     on_interrupt: OnInterrupt = "cancel",
     detach: bool = False,
     spec: str | None = None,
+    retry_lost_unverified: bool = False,
 ) -> RunResult:
     """Run one training job to a result: the GPU walk, retries, cleanup; every step an event.
 
@@ -273,6 +305,11 @@ def supervise_run(
     evidence (`CandidatesRanked`) before the first attempt. `on_attempt_end(run, attempt)`
     is called after each attempt's end is recorded by this call (an exception from it
     stops the call; calling again resumes the run).
+
+    `retry_lost_unverified` lets the walk retry an attempt whose job ended
+    `lost_unverified` (RunPod forgot it while nobody watched, and no evidence says whether it
+    finished: a retry may train it a second time); off by default. It is recorded, so a
+    resumed run keeps it.
 
     `detach=True` hands the run to a fleet (`flashfsm.fleet`): its `RunStarted` (and
     ranking) is recorded as a hand-off and the call returns at once with a pending result
@@ -329,6 +366,7 @@ def supervise_run(
                     "single_attempt": single_attempt,
                     "on_last_gpu": on_last_gpu,
                     "spec": spec,
+                    "retry_lost_unverified": retry_lost_unverified,
                 },
             )
             drafts = [started]
@@ -390,6 +428,10 @@ class _RunLoop:
             at = clock()
             writer.append(lambda state: _stamp(writer, apply_outcome(state, outcome), at))
 
+        def record_drafts(drafts: Sequence[Draft]) -> None:
+            at = clock()
+            writer.append(lambda _state: _stamp(writer, drafts, at))
+
         def cancelled() -> bool:  # asked before each status fetch of a watch
             writer.catch_up()
             return writer.state.cancel_requested
@@ -412,6 +454,7 @@ class _RunLoop:
                         f"run {run_id}: attempt {plan.attempt} on {where}{plan.gpu_class}"
                         f"{' (last GPU)' if plan.on_last_gpu else ''}"
                         f"{' without the weight cache' if plan.cache_dropped else ''}"
+                        f"{' (a redo: the last submit was lost)' if plan.redo else ''}"
                     )
                     record(
                         AttemptStarted,
@@ -423,12 +466,29 @@ class _RunLoop:
                         cache_dropped=plan.cache_dropped,
                         bonus=plan.bonus,
                         weight_cache=plan.weight_cache,
+                        redo=plan.redo,
                         endpoint_name=endpoint,
                         job_stream=attempt_stream(run_id, plan.attempt, seed),
                     )
+                case LookUpEndpoint(attempt=attempt):
+                    _look_up(writer.state, record, adapters, attempt, say)
+                case AdoptEndpoint(attempt=attempt, found=found):
+                    record_drafts(adopt_drafts(attempt, found))
+                    name = attempt.started.endpoint_name
+                    say(f"run {run_id}: adopted {found.endpoint_id} ({name})")
                 case Deploy(attempt=attempt):
+                    record(
+                        DeployIntended,
+                        attempt=attempt.started.attempt,
+                        endpoint_name=attempt.started.endpoint_name,
+                    )
                     _deploy(writer.state, record, record_outcome, adapters, attempt)
                 case Submit(attempt=attempt):
+                    record(
+                        SubmitIntended,
+                        attempt=attempt.started.attempt,
+                        endpoint_id=attempt.endpoint_id,
+                    )
                     _submit(writer.state, record, record_outcome, adapters, attempt, say)
                 case WatchJob(attempt=attempt) if writer.state.cancel_requested:
                     # (a cancelled run's job, cancelled on the platform: its watch must reach
@@ -440,8 +500,15 @@ class _RunLoop:
                     _watch(writer, record_outcome, adapters, attempt, self.store, _never, say)
                 case WatchJob(attempt=attempt):
                     _watch(writer, record_outcome, adapters, attempt, self.store, cancelled, say)
-                case EndAttempt(attempt=number, failure=failure, detail=detail):
-                    record(AttemptEnded, attempt=number, ok=False, failure=failure, detail=detail)
+                case EndAttempt(attempt=number, failure=failure, detail=detail, rule=rule):
+                    record(
+                        AttemptEnded,
+                        attempt=number,
+                        ok=False,
+                        failure=failure,
+                        rule=rule,
+                        detail=detail,
+                    )
                 case CancelJob(attempt=attempt):
                     ok = _quietly(adapters.cancel_job, writer.state, attempt)
                     number, job_id = attempt.started.attempt, attempt.job_id
@@ -514,6 +581,39 @@ def _quietly(fn: Callable[..., bool], *args: Any) -> bool:
     except Exception as exc:  # a failed cleanup is recorded (ok=False), never fatal
         logger.warning("cleanup %s failed: %s", getattr(fn, "__name__", fn), redact(str(exc)))
         return False
+
+
+def _look_up(
+    run: RunState,
+    record: Recorder,
+    adapters: RunAdapters,
+    attempt: Attempt,
+    say: Callable[[str], Any],
+) -> None:
+    """Ask the platform what an interrupted deploy made, and record it (or why it cannot)."""
+    name = attempt.started.endpoint_name
+    find = getattr(adapters, "find_endpoints", None)
+    fields: dict[str, Any] = {"attempt": attempt.started.attempt, "endpoint_name": name}
+    if find is None:
+        fields.update(
+            error_class=LOOKUP_UNSUPPORTED,
+            message=f"{type(adapters).__name__} has no find_endpoints",
+        )
+    else:
+        try:
+            found = find(run, attempt)
+        except Exception as exc:
+            fields.update(_error(exc))
+        else:
+            fields["found"] = tuple(
+                FoundEndpoint(
+                    endpoint_id=d.endpoint_id, account=d.account, idle_timeout_s=d.idle_timeout_s
+                )
+                for d in found
+            )
+    record(EndpointsLookedUp, **fields)
+    ids = [f.endpoint_id for f in fields.get("found", ())]
+    say(f"deploy of {name} was interrupted: the platform has {ids or 'no such endpoint'}")
 
 
 def _deploy(
@@ -643,6 +743,12 @@ class RunpodRunAdapters:
     watcher: str | None = None
     #: The providers these adapters deploy to: RunPod only.
     providers: frozenset[str] = frozenset({"runpod"})
+    #: The accounts (of the key pool `client_for` serves) an endpoint may be on: where an
+    #: interrupted deploy's endpoint is looked for.
+    accounts: tuple[int, ...] = (0,)
+    #: Where an attempt's worker writes its heartbeat and artifacts (recorded with its job,
+    #: so a verdict can say where the artifacts of a result RunPod forgot are).
+    hub: Callable[[RunState, Attempt], HubLocation | None] | None = None
 
     def _client(self, account: int) -> Any:
         return self.client if self.client_for is None else self.client_for(account)
@@ -654,6 +760,21 @@ class RunpodRunAdapters:
         except Exception as exc:
             self.errors[attempt.started.attempt] = exc
             raise
+
+    def find_endpoints(self, run: RunState, attempt: Attempt) -> list[Deployed]:
+        """The endpoints named like the attempt's (runpod-flash's `live-` form too) on each
+        of `accounts`, with the idle timeout each one's record says."""
+        name = attempt.started.endpoint_name
+        found = []
+        for account in self.accounts:
+            for record in self._client(account).list_endpoints():
+                if not isinstance(record, dict) or bare_name(str(record.get("name"))) != name:
+                    continue
+                endpoint_id, idle = record.get("id"), record.get("idleTimeout")
+                if isinstance(endpoint_id, str) and endpoint_id:
+                    idle_s = idle if isinstance(idle, int) and not isinstance(idle, bool) else None
+                    found.append(Deployed(endpoint_id, name, account, idle_timeout_s=idle_s))
+        return found
 
     def submit(self, run: RunState, attempt: Attempt) -> tuple[str, float]:
         """Queue the job with the run's budget as its TTL and execution timeout."""
@@ -668,7 +789,7 @@ class RunpodRunAdapters:
             self.errors[attempt.started.attempt] = exc
             raise
 
-    def handle(self, attempt: Attempt) -> JobHandle:
+    def handle(self, attempt: Attempt, run: RunState | None = None) -> JobHandle:
         """The handle of the attempt's job (trusted: this run deployed its endpoint)."""
         assert attempt.endpoint_id is not None and attempt.job_id is not None
         started = attempt.started
@@ -681,13 +802,14 @@ class RunpodRunAdapters:
             gpu_class=started.gpu_class,
             attempt=started.attempt,
             trusted_output=True,  # the endpoint of the run's own EndpointDeployed
+            hub=None if self.hub is None or run is None else self.hub(run, attempt),
         )
 
     def watch(
         self, run: RunState, attempt: Attempt, store: EventStore, stop: Callable[[], bool]
     ) -> PollResult:
         """`poll_job` on the attempt's job stream, tuned for the attempt."""
-        handle = self.handle(attempt)
+        handle = self.handle(attempt, run)
         if self.on_handle is not None:
             self.on_handle(handle.to_dict())
         heartbeat, failure_detail = self.readers(run, attempt) if self.readers else (None, None)

@@ -60,7 +60,6 @@ from flashfsm.adapters.runpod import (
     RunpodClient,
     policy_for_budget,
 )
-from flashfsm.adapters.stores import default_store_url
 from flashfsm.errors import RunpodApiError, WatchStopped
 from flashfsm.events.models import (
     NAME_CAP,
@@ -86,7 +85,7 @@ from flashfsm.runs import (
     check_providers,
     supervise_run,
 )
-from flashfsm.shell import PollResult, resolve_store
+from flashfsm.shell import PollResult, opened_store
 from flashfsm.watch import Log, make_say
 
 logger = logging.getLogger("flashfsm.submit")
@@ -436,10 +435,15 @@ def flash_run_adapters(
             system_dependencies=deps.system,
         )
 
-    def readers(run: RunState, attempt: Attempt) -> tuple[Any, Any]:
+    def hub(run: RunState, attempt: Attempt) -> HubLocation | None:
         if not spec.hf_repo:
+            return None
+        return HubLocation(hf_repo=spec.hf_repo, phase=spec.phase, run_id=spec.run_id, seed=seed)
+
+    def readers(run: RunState, attempt: Attempt) -> tuple[Any, Any]:
+        where = hub(run, attempt)
+        if where is None:
             return None, None
-        where = HubLocation(hf_repo=spec.hf_repo, phase=spec.phase, run_id=spec.run_id, seed=seed)
         return hub_readers(where, **{"clock": clock, **dict(hub_options or {})})
 
     return RunpodRunAdapters(
@@ -455,6 +459,8 @@ def flash_run_adapters(
         allow_pickle=allow_pickle,
         client_for=None if client is not None else AccountClients(pool),
         on_handle=on_handle,
+        accounts=(0,) if client is not None else tuple(range(len(pool))),
+        hub=hub,
     )
 
 
@@ -560,21 +566,22 @@ def submit_run(
 
 
 def _check_unrecorded(store: EventStore, stream: str, job_stream: str, attempt: int) -> None:
-    """Refuse an attempt already recorded, unless its run is unfinished (then it resumes)."""
+    """Refuse an attempt recorded by anything but this attempt's own run. The attempt's own
+    run resumes (an orchestrator's retry after a kill: no second deploy or submit), or,
+    once it is done, answers from its record."""
+    events = store.read(stream)
+    if events:
+        started = replay_run(events).started
+        if started is None or started.single_attempt != attempt:
+            raise ValueError(
+                f"run stream {stream!r} already records another run: submit a new attempt, "
+                "or name another run_stream"
+            )
+        return
     if store.read(job_stream):
         raise ValueError(
-            f"job stream {job_stream!r} already holds attempt {attempt}: reattach with "
-            "poll_job, or submit a new attempt"
-        )
-    events = store.read(stream)
-    if not events:
-        return
-    run = replay_run(events)
-    started = run.started
-    if started is None or started.single_attempt != attempt or run.done:
-        raise ValueError(
-            f"run stream {stream!r} already records a run: submit a new attempt, or "
-            "name another run_stream"
+            f"job stream {job_stream!r} already holds attempt {attempt} outside a run: "
+            "reattach with poll_job, or submit a new attempt"
         )
 
 
@@ -683,9 +690,7 @@ def _hand_off_spec(
     recorded = spec.to_json()
     if len(recorded) > SPEC_CAP:
         raise ValueError(f"the spec is {len(recorded)} characters as JSON: at most {SPEC_CAP}")
-    owns_store = store is None or isinstance(store, str)
-    opened = resolve_store(store if store is not None else default_store_url())
-    try:
+    with opened_store(store) as opened:
         return supervise_run(
             spec.run_id,
             candidates,
@@ -703,9 +708,6 @@ def _hand_off_spec(
             detach=True,
             spec=recorded,
         )
-    finally:
-        if owns_store:
-            opened.close()
 
 
 #: What `hand_off_spec` reads beside the spec's own fields.
@@ -798,9 +800,7 @@ def _spec_adapters(
     """
     if adapter_options.get("deployer", deploy_endpoint) is deploy_endpoint:
         require_sdk()
-    owns_store = store is None or isinstance(store, str)
-    opened = resolve_store(store if store is not None else default_store_url())
-    try:
+    with opened_store(store) as opened:
         adapters = flash_run_adapters(
             spec, seed, store=opened, clock=clock, sleep=sleep, **adapter_options
         )
@@ -808,9 +808,6 @@ def _spec_adapters(
             yield opened, adapters
         finally:
             adapters.close()
-    finally:
-        if owns_store:
-            opened.close()
 
 
 def _walk(

@@ -37,6 +37,8 @@ from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from pydantic import ValidationError
+
 from flashfsm.adapters import observations as obs
 from flashfsm.errors import WatchStopped
 from flashfsm.events.errors import ConcurrencyError
@@ -47,6 +49,7 @@ from flashfsm.events.models import (
     HealthObserved,
     HealthProbeFailed,
     HeartbeatObserved,
+    HubLocation,
     JobSubmitted,
     StatusFetchFailed,
     StatusObserved,
@@ -100,9 +103,11 @@ class JobHandle:
     gpu_class: str | None = None
     attempt: int = 0
     trusted_output: bool = False
+    hub: HubLocation | None = None  # where its worker writes heartbeat and artifacts
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (what an orchestrator persists)."""
+        """A JSON-ready dict (what an orchestrator persists); `hub` only when known."""
+        hub = {} if self.hub is None else {"hub": self.hub.model_dump()}
         return {
             "provider": "runpod",
             "endpoint_id": self.endpoint_id,
@@ -113,13 +118,15 @@ class JobHandle:
             "gpu_class": self.gpu_class,
             "attempt": self.attempt,
             "trusted_output": self.trusted_output,
+            **hub,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> JobHandle:
         """Rebuild a handle; unknown keys are ignored and optional ones default.
 
-        `trusted_output` is honoured only as the boolean `True` (what `to_dict` writes).
+        `trusted_output` is honoured only as the boolean `True` (what `to_dict` writes); a
+        `hub` that is not a `HubLocation`'s fields is a `ValueError`.
         """
         missing = [k for k in ("endpoint_id", "job_id") if not data.get(k)]
         if missing:
@@ -143,7 +150,19 @@ class JobHandle:
             if isinstance(attempt, int) and not isinstance(attempt, bool) and attempt >= 0
             else 0,
             trusted_output=data.get("trusted_output") is True,
+            hub=_hub_of(data.get("hub")),
         )
+
+
+def _hub_of(value: Any) -> HubLocation | None:
+    """A handle dict's `hub` (None when absent); `ValueError` naming the field otherwise."""
+    if value is None or isinstance(value, HubLocation):
+        return value
+    try:
+        return HubLocation.model_validate(value)
+    except ValidationError as exc:
+        detail = exc.errors()[0]["msg"]
+        raise ValueError(f"a job handle's hub is not a Hub location: {detail}") from None
 
 
 def unpickling_allowed(handle: JobHandle, allow_pickle: bool | None = None) -> bool:
@@ -479,6 +498,7 @@ def submission(handle: JobHandle, policy: GracePolicy) -> dict[str, Any]:
         "on_last_gpu": handle.on_last_gpu,
         "policy": policy,
         "submitted_at": handle.submitted_at,
+        **({} if handle.hub is None else {"hub": handle.hub}),
     }
 
 
@@ -499,6 +519,8 @@ class HandleFacts(Protocol):
     def gpu_class(self) -> str | None: ...
     @property
     def attempt(self) -> int: ...
+    @property
+    def hub(self) -> HubLocation | None: ...
 
 
 def recorded_handle(submitted: HandleFacts) -> JobHandle:
@@ -512,6 +534,7 @@ def recorded_handle(submitted: HandleFacts) -> JobHandle:
         submitted_at=submitted.submitted_at,
         gpu_class=submitted.gpu_class,
         attempt=submitted.attempt,
+        hub=submitted.hub,
     )
 
 

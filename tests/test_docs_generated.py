@@ -123,7 +123,7 @@ def test_every_failure_kind_is_explained():
     assert set(docs.FAILURE_NOTES) == {kind.value for kind in FailureKind}
 
 
-@pytest.mark.parametrize("divergence", ["D1", "D2", "D3", "D4", "D5"])
+@pytest.mark.parametrize("divergence", ["D1", "D2", "D3", "D4", "D5", "D6", "D7", "D8", "D9"])
 def test_the_divergences_page_documents_each_divergence(divergence: str):
     assert f"**{divergence}**" in page("divergences.md")
 

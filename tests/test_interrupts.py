@@ -196,10 +196,11 @@ def test_supervise_spec_and_submit_run_pass_on_interrupt_through(
         assert kinds(store.read(stream), CancelRequested, JobCancelled) == 0
     assert len(sim.endpoints()) == 1  # left running
 
-    if entry is walk:  # calling again resumes the run: no second deploy or submit
-        assert walk(sim, store, tmp_path, on_interrupt="detach").ok
-        run = store.read("run-run-42-s0")
-        assert kinds(run, EndpointDeployed) == 1 and kinds(run, JobQueued) == 1
+    # calling again (an orchestrator's retry) resumes the run: no second deploy or submit
+    assert entry(sim, store, tmp_path, on_interrupt="detach").ok
+    run = store.read("run-run-42-s0" if entry is walk else "run-run-42-s0-a0")
+    assert kinds(run, EndpointDeployed) == 1 and kinds(run, JobQueued) == 1
+    assert len(sim.requests_for("run")) == 1
 
 
 # --- what each signal does, and what calling again does -----------------------------------------

@@ -94,6 +94,26 @@ FIRING: dict[str, tuple[Callable[[int], Any], Any, dict[str, Any]]] = {
         None,
         {},
     ),
+    # D9: the first watch comes an hour after the submission, and RunPod has forgotten the
+    # job: the worker's end record says it finished, or nothing says anything
+    "result_expired": (
+        lambda _: RunpodApiError("gone", status_code=404, route="status"),
+        None,
+        {
+            "late_s": 3600.0,
+            "heartbeat_reader": lambda force=False: {
+                "stage": "done",
+                "step": 300,
+                "ts": START + 1800.0,
+                "metrics": {"loss": 0.1},
+            },
+        },
+    ),
+    "lost_unverified": (
+        lambda _: RunpodApiError("gone", status_code=404, route="status"),
+        None,
+        {"late_s": 3600.0},
+    ),
     "unauthorized": (
         _after(2, RUNNING, RunpodApiError("revoked", status_code=401, route="status")),
         None,
@@ -129,7 +149,8 @@ FIRING: dict[str, tuple[Callable[[int], Any], Any, dict[str, Any]]] = {
 
 def _firing_log(rule: str) -> list[Event]:
     status, health, options = FIRING[rule]
-    clock, store = VirtualClock(START), MemoryStore()
+    options = dict(options)
+    clock, store = VirtualClock(START + options.pop("late_s", 0.0)), MemoryStore()
     poll_job(
         JobHandle("ep", "flash-ep", f"job-{rule}", submitted_at=START),
         interval_s=10.0,

@@ -298,7 +298,13 @@ def test_every_read_a_rule_waits_for_is_one_the_fold_can_have_pending() -> None:
     assert set(READ_COMMANDS) == set(Read) - {Read.STATUS}
     for rule in RULES:
         assert rule.waits_for <= set(Read) and rule.forces <= rule.waits_for
-        judges_a_failed_fetch = rule.name in {"job_lost", "unauthorized", "poll_errors"}
+        judges_a_failed_fetch = rule.name in {
+            "job_lost",
+            "unauthorized",
+            "poll_errors",
+            "result_expired",  # D9: a 404 after a blind gap
+            "lost_unverified",
+        }
         assert rule.before_fetch or Read.STATUS in rule.waits_for or judges_a_failed_fetch
 
 

@@ -30,7 +30,7 @@ from flashfsm import (
     stall_kwargs,
     verify,
 )
-from flashfsm.events.models import Concluded, HeartbeatObserved
+from flashfsm.events.models import Concluded, HeartbeatObserved, HubLocation, JobSubmitted
 from flashfsm.fsm.commands import ReadHeartbeat, Wait
 from flashfsm.fsm.job import decide
 from flashfsm.postmortem.explain import explain, why_not
@@ -1285,6 +1285,25 @@ def test_handle_dict_round_trip() -> None:
     data = handle.to_dict()
     assert json.loads(json.dumps(data)) == data
     assert JobHandle.from_dict(data) == handle
+
+
+def test_a_handle_with_its_hub_round_trips_and_records_it_on_the_job() -> None:
+    hub = HubLocation(hf_repo="my-org/runs", phase="sft", run_id="r", seed=0)
+    handle = JobHandle("ep", "flash-ep", "j", submitted_at=1_700_000_000.0, hub=hub)
+    data = handle.to_dict()
+    assert json.loads(json.dumps(data)) == data and JobHandle.from_dict(data) == handle
+    assert "hub" not in JobHandle("ep", "flash-ep", "j").to_dict()  # as before, when unknown
+    store = MemoryStore()
+    watch(
+        VirtualClock(),
+        lambda t, i: {"status": "COMPLETED", "output": {}},
+        handle=handle,
+        store=store,
+    )
+    submitted = store.read("job-j")[0]
+    assert isinstance(submitted, JobSubmitted) and submitted.hub == hub and submitted.v == 3
+    with pytest.raises(ValueError, match="hub is not a Hub location"):
+        JobHandle.from_dict({**data, "hub": {"hf_repo": "my-org/runs"}})
 
 
 def test_handle_from_dict_tolerates_extra_and_missing_optional_keys() -> None:

@@ -15,7 +15,7 @@ from flashfsm.adapters import flash_deploy
 from flashfsm.adapters.flash_wire import build_function_input, function_source
 from flashfsm.adapters.runpod import job_policy, policy_for_budget
 from flashfsm.adapters.simulator import Simulator, builtin_scenarios
-from flashfsm.events.models import Candidate
+from flashfsm.events.models import Candidate, HubLocation
 from flashfsm.fsm.run import replay_run
 from flashfsm.naming import endpoint_name
 from flashfsm.submit import (
@@ -132,8 +132,10 @@ def test_submit_run_deploys_submits_and_watches_each_scenario_to_its_verdict(
     assert kinds(store, "run-run-42-s0-a0") == [
         "RunStarted",
         "AttemptStarted",
+        "DeployIntended",
         "DeployAttempted",
         "EndpointDeployed",
+        "SubmitIntended",
         "JobQueued",
         "AttemptEnded",
         "RunConcluded",
@@ -142,7 +144,7 @@ def test_submit_run_deploys_submits_and_watches_each_scenario_to_its_verdict(
     ended = run_log[-2]
     assert (ended.ok, ended.failure, ended.rule) == (result.ok, result.failure, result.rule)
     assert replay_run(run_log).done and [e["id"] for e in sim.endpoints()]
-    queued = run_log[4]
+    queued = run_log[6]
     assert (queued.job_stream, queued.job_id, queued.endpoint_id) == (
         stream,
         submitted.job_id,
@@ -159,8 +161,11 @@ def test_submit_run_deploys_submits_and_watches_each_scenario_to_its_verdict(
             "gpu_class": "H100",
             "attempt": 0,
             "trusted_output": True,  # submit_run deployed the endpoint
+            # where the worker writes its heartbeat: recorded, so a verdict can name it
+            "hub": {"hf_repo": HF_REPO, "phase": "train", "run_id": "run-42", "seed": 0},
         }
     ]
+    assert submitted.hub == HubLocation.model_validate(handles[0]["hub"])
     assert any(submitted.job_id in line for line in lines)
     body = sim.requests_for("run")[0].json
     assert body["policy"] == job_policy(**policy_for_budget(BUDGET_S))
@@ -180,15 +185,17 @@ def test_a_failed_submit_deletes_its_endpoint(make_sim, tmp_path):
     assert kinds(store, "run-run-42-s0-a0") == [
         "RunStarted",
         "AttemptStarted",
+        "DeployIntended",
         "DeployAttempted",
         "EndpointDeployed",
+        "SubmitIntended",
         "SubmitFailed",
         "AttemptEnded",
         "EndpointDeleted",
         "RunConcluded",
     ]
     deleted = store.read("run-run-42-s0-a0")[-2]
-    deployed = store.read("run-run-42-s0-a0")[3]
+    deployed = store.read("run-run-42-s0-a0")[4]
     assert deleted.ok and deleted.endpoint_id == deployed.endpoint_id
     assert store.read("job-run-42-s0-a0") == []
     assert len(sim.requests_for("run")) == 1  # a submit is never retried blindly
@@ -222,8 +229,12 @@ def test_a_later_attempt_gets_a_fresh_endpoint_and_knows_its_number(make_sim, tm
     assert first.policy == GracePolicy.for_attempt(True) and first.on_last_gpu
     assert first.gpu_class == "A100-80GB" and first.attempt == 2
     assert sim.requests_for("run")[0].json["input"]["env"]["ATTEMPT"] == "2"
-    with pytest.raises(ValueError, match="already holds attempt 2"):
-        run(sim, store, tmp_path, attempt=2)  # the same attempt twice: reattach instead
+    # the same attempt again (an orchestrator's retry): its recorded result, nothing paid
+    again = run(sim, store, tmp_path, attempt=2)
+    assert (again.ok, again.state, again.rule) == (result.ok, result.state, result.rule)
+    assert len(sim.endpoints()) == 1 and len(sim.requests_for("run")) == 1
+    with pytest.raises(ValueError, match="already records another run"):
+        run(sim, store, tmp_path, attempt=3, run_stream="run-run-42-s0-a2")
 
 
 def test_dependencies_are_checked_before_anything_is_provisioned(make_sim, tmp_path):

@@ -35,6 +35,7 @@ from typing import Any
 from flashfsm.adapters.flash_wire import decode_output, safe_text
 from flashfsm.errors import OutputDecodeError, TransientReadError
 from flashfsm.events.models import (
+    END_STAGE,
     ERROR_CAP,
     LOG_LINES_MAX,
     MESSAGE_CAP,
@@ -110,13 +111,17 @@ def heartbeat_fields(payload: Any) -> dict[str, Any]:
     if not isinstance(payload, dict):
         return {"found": False}
     stage = payload.get("stage")
-    return {
+    fields = {
         "found": True,
         "stage": safe_text(stage) if stage is not None else None,
         "step": _integer(payload.get("step")),
         "ts": _finite(payload.get("ts")),
         "retriable": _flag(payload.get("retriable")),
     }
+    metrics = payload.get("metrics")
+    if fields["stage"] == END_STAGE and isinstance(metrics, dict):
+        fields["metrics"] = json_safe(metrics)  # the end record's: masked and capped
+    return fields
 
 
 def error_fields(exc: BaseException) -> dict[str, Any]:

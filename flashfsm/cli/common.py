@@ -237,6 +237,7 @@ EXIT_CODES: dict[str | None, int] = {
     FailureKind.CANCELLED: 16,
     FailureKind.NO_CANDIDATES: 17,
     FailureKind.UNAUTHORIZED: 18,
+    FailureKind.LOST_UNVERIFIED: 19,
 }
 
 _FAILURE_MEANINGS: dict[str, str] = {
@@ -244,26 +245,25 @@ _FAILURE_MEANINGS: dict[str, str] = {
     FailureKind.JOB_PREEMPTED: "the platform or the worker's infrastructure ended it",
     FailureKind.NO_CAPACITY: "never scheduled: no capacity for the GPU class",
     FailureKind.STALLED: "no progress, a crash-looping worker, or the deadline",
-    FailureKind.POLL_ERROR: "the status route kept failing, or a deploy or submit failed",
+    FailureKind.POLL_ERROR: "status reads kept failing, or a deploy or submit failed",
     FailureKind.LOST: "the job no longer exists on RunPod",
     FailureKind.CANCELLED: "the run was cancelled",
     FailureKind.NO_CANDIDATES: "the run had no GPU candidate to try",
     FailureKind.UNAUTHORIZED: "RunPod refused the API key (401/403; not retried)",
+    FailureKind.LOST_UNVERIFIED: "RunPod forgot the job unwatched; nothing says it finished",
 }
 
 #: Every exit code the command uses, in order: its help ends with this table (rendered by
 #: `exit_codes_text`), and the docs copy it.
 EXIT_CODE_TABLE: tuple[ExitCode, ...] = (
     ExitCode(0, "ok", "success (replay, explain, watch: a successful verdict)"),
-    ExitCode(EXIT_USAGE, "input", "a missing or unreadable store, file or stream; a bad value"),
+    ExitCode(EXIT_USAGE, "input", "a missing or unreadable store, file or stream; bad value"),
     ExitCode(EXIT_PARSER, "usage", "a command line the parser rejects"),
     ExitCode(EXIT_DISAGREES, "disagrees", "replay --verify: today's rules decide otherwise"),
     ExitCode(EXIT_SWEEP_ERRORS, "sweep_errors", "sweep ran, but a list, read or delete failed"),
     ExitCode(EXIT_NO_VERDICT, "no_verdict", "no verdict yet: the log is still open"),
     ExitCode(EXIT_GATE, "gate", "whatif --all: a --fail-if threshold was crossed"),
-    ExitCode(
-        EXIT_DAMAGED, "damaged", "a store-wide command skipped damaged streams (each flagged)"
-    ),
+    ExitCode(EXIT_DAMAGED, "damaged", "a store-wide command skipped damaged streams (flagged)"),
     ExitCode(EXIT_FENCED, "fenced", "supervise: a newer incarnation of its --owner took over"),
     *(
         ExitCode(code, str(kind), _FAILURE_MEANINGS[kind])

@@ -19,6 +19,9 @@ class FailureKind(StrEnum):
     STALLED = "stalled"  # no progress, a crash-looping worker, or the client deadline
     POLL_ERROR = "poll_error"  # the status route kept failing, or a deploy or submit failed
     LOST = "lost"  # the job no longer exists on RunPod (its TTL or retention passed)
+    # RunPod forgot the job while nobody watched, and no evidence says whether it finished:
+    # not retried unless the run's policy says so (a retry may train it a second time)
+    LOST_UNVERIFIED = "lost_unverified"
     UNAUTHORIZED = "unauthorized"  # RunPod refused the key (HTTP 401/403): never retried
     CANCELLED = "cancelled"  # a run the user cancelled
     NO_CANDIDATES = "no_candidates"  # a run with no GPU candidate to try

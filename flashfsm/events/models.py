@@ -10,6 +10,10 @@ artifacts, verdict details) are `Outside[cap]` / `OutsideTail[cap]`
 (`flashfsm.events.text`): building an event masks every known secret in them first and
 caps them second, so a week-long log stays bounded and no secret, whole or in pieces,
 reaches the log. The caps are the `*_CAP` constants below.
+
+Why it is long: it is the event format, one class per kind (job, run and sweeper streams)
+and the union that decodes them; each class is a flat list of documented fields, and the
+docs' event reference is generated from it, so splitting it would only scatter one format.
 """
 
 from __future__ import annotations
@@ -43,6 +47,15 @@ LOG_LINE_CAP = 1000  # one line of a worker's log
 LOG_LINES_MAX = 200  # lines of a worker's log one event keeps (the last ones)
 
 Text = Annotated[str, Field(max_length=NAME_CAP)]
+#: The stage of a worker's end record: the last heartbeat it writes, as its training ends.
+END_STAGE = "done"
+
+
+def _unset(value: Any) -> bool:
+    """Whether an optional field holds its "not said" value (None, or False for a flag):
+    such a field is left out of the written event, which reads as it did before the field
+    existed (a field's `exclude_if`; no serializer, so the kind keeps its light form)."""
+    return value is None or value is False
 
 
 #: The type of `v` at schema version 1: exactly the JSON integer 1. A strict int bounded to
@@ -299,6 +312,10 @@ class HeartbeatObserved(EventBase):
     timeout, a reset) carries the error in `read_error` (with `found=False`): it tells
     nothing about the heartbeat, and the core reads again. Logs written before `read_error`
     existed decode with it None, a read that did not fail.
+
+    A worker's *end record* is its last heartbeat, written as its training ends: stage
+    `done` (`END_STAGE`) and the `metrics` it returns. `metrics` is written only when the
+    heartbeat has them, so every other heartbeat is written as before the field existed.
     """
 
     kind: Literal["HeartbeatObserved"] = "HeartbeatObserved"
@@ -310,6 +327,12 @@ class HeartbeatObserved(EventBase):
     retriable: bool = False
     forced: bool = False
     read_error: Outside[MESSAGE_CAP] | None = None
+    metrics: dict[str, Any] | None = Field(
+        None,
+        exclude_if=_unset,
+        description="the metrics of the worker's end record (stage `done`): what its training "
+        "returned, as the worker wrote them (masked and capped like a result's)",
+    )
 
 
 class FailureDetailObserved(EventBase):
@@ -414,6 +437,13 @@ class RunStarted(EventBase):
         "is handed to a fleet with one: what a replica deploys and submits (unset: the "
         "adapters driving the run know what it runs)",
     )
+    retry_lost_unverified: bool = Field(
+        False,
+        exclude_if=_unset,
+        description="the walk retries an attempt whose job RunPod forgot while nobody "
+        "watched and no evidence says whether it finished (`lost_unverified`); unset: not "
+        "retried, as a retry may train it a second time",
+    )
 
     @model_serializer(mode="wrap")
     def _unset_spec_unwritten(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -441,6 +471,13 @@ class AttemptStarted(EventBase):
         None,
         description="the weight cache is attached to this attempt's endpoint (unset in logs "
         "from before it was recorded: the run's `weight_cache` and not `cache_dropped`)",
+    )
+    redo: bool = Field(
+        False,
+        exclude_if=_unset,
+        description="a redo of the attempt before it, on the same candidate and outside the "
+        "walk's budget: that attempt's submit was answered to a process that stopped before "
+        "recording it, so its endpoint was torn down with the unknown job",
     )
 
 
@@ -523,6 +560,44 @@ class AccountFailedOver(EventBase):
     to_account: NonNegativeInt
 
 
+class DeployIntended(EventBase):
+    """The run is about to deploy the attempt's endpoint under its recorded name: the intent,
+    recorded before the call. A resume that finds it without the deploy's outcome looks the
+    endpoint up by that name before anything else (`EndpointsLookedUp`), so a restart never
+    deploys a second endpoint for one attempt."""
+
+    kind: Literal["DeployIntended"] = "DeployIntended"
+    v: V1 = 1
+    attempt: NonNegativeInt
+    endpoint_name: Text
+
+
+class FoundEndpoint(BaseModel):
+    """An endpoint a lookup found under an attempt's name, as the platform's record has it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    endpoint_id: Text = Field(description="the endpoint's id")
+    account: NonNegativeInt = Field(0, description="the key pool's account it is on")
+    idle_timeout_s: float | None = Field(
+        None, ge=0, description="its idle timeout, as the platform's record says"
+    )
+
+
+class EndpointsLookedUp(EventBase):
+    """The platform asked which endpoints carry the name of an attempt whose deploy was
+    intended but never recorded (the process stopped between the call and its record):
+    what it found (adopted, or deleted), or the error that kept it from answering."""
+
+    kind: Literal["EndpointsLookedUp"] = "EndpointsLookedUp"
+    v: V1 = 1
+    attempt: NonNegativeInt
+    endpoint_name: Text
+    found: tuple[FoundEndpoint, ...] = ()
+    error_class: Outside[NAME_CAP] | None = None
+    message: Outside[MESSAGE_CAP] = ""
+
+
 class EndpointDeployed(EventBase):
     """The attempt's endpoint exists.
 
@@ -584,6 +659,18 @@ class JobQueued(EventBase):
     job_id: Text
     job_stream: Text
     submitted_at: float
+
+
+class SubmitIntended(EventBase):
+    """The run is about to submit the attempt's job to its endpoint: the intent, recorded
+    before `/run` (which has no idempotency key). A resume that finds it without a
+    `JobQueued` or `SubmitFailed` cannot know the job's id, so it tears the endpoint down
+    (the unknown job with it) before anything is submitted again."""
+
+    kind: Literal["SubmitIntended"] = "SubmitIntended"
+    v: V1 = 1
+    attempt: NonNegativeInt
+    endpoint_id: Text
 
 
 class SubmitFailed(EventBase):
@@ -699,11 +786,14 @@ RUN_EVENTS = (
     RunStarted,
     CandidatesRanked,
     AttemptStarted,
+    DeployIntended,
     DeployAttempted,
     QuotaExhausted,
     AccountFailedOver,
+    EndpointsLookedUp,
     EndpointDeployed,
     DeployFailed,
+    SubmitIntended,
     JobQueued,
     SubmitFailed,
     JobCancelled,
@@ -729,11 +819,14 @@ Event = Annotated[
     | RunStarted
     | CandidatesRanked
     | AttemptStarted
+    | DeployIntended
     | DeployAttempted
     | QuotaExhausted
     | AccountFailedOver
+    | EndpointsLookedUp
     | EndpointDeployed
     | DeployFailed
+    | SubmitIntended
     | JobQueued
     | SubmitFailed
     | JobCancelled

@@ -268,9 +268,11 @@ def _on_watch(s: JobState, e: WatchStarted) -> None:
         s.first_watch = e
         _signal(s, _WATCH_STARTED, e.at, e.seq)  # step 3: the watch's start is progress
         s.next_fetch_at = None
+        s.blind = rules.watched_late(s.submitted_at, e.at, e.interval_s)
     else:
         gap = rules.blind_gap(s.last_at, e.at)
         if gap > 0:
+            s.blind = True
             _shift_timers(s, gap)
             # The interrupted poll is stale: start the new watch with a fresh fetch.
             s.pending = ()
@@ -304,6 +306,8 @@ def _interval(s: JobState) -> float:
 def _on_status(s: JobState, e: StatusObserved) -> None:
     s.cycle = "status"
     s.status = e
+    if s.blind:  # the platform still knew the job after the gap (D9)
+        s.blind = False
     # This poll's leftovers of the last one, cleared (most polls find them clear already).
     if s.fetch_error is not None or s.error_seqs:
         s.fetch_error = None
@@ -352,6 +356,20 @@ def _on_status(s: JobState, e: StatusObserved) -> None:
     s.pending = pending
 
 
+def _ask_for_evidence(s: JobState) -> None:
+    """D9: RunPod forgot the job after a blind gap: the poll reads what outlives it (the
+    worker's heartbeat, forced, and its failure artifacts) before the rules judge the 404."""
+    watch = s.watch
+    s.forced_heartbeat, s.forced_read_errors, s.forced_retry_at = None, (), None
+    s.failure_text, s.failure_seq = None, None
+    pending: tuple[str, ...] = ()
+    if watch is not None and watch.has_heartbeat_reader:
+        pending += (_FORCED_READ_NAME,)
+    if watch is not None and watch.has_failure_detail_reader:
+        pending += (_FAILURE_READ,)
+    s.pending = pending
+
+
 def _heartbeat_due(s: JobState, has_hb: bool, at: float) -> bool:
     """Whether this poll asks for a regular heartbeat read (and, if so, note that it did).
 
@@ -376,6 +394,8 @@ def _on_fetch_failed(s: JobState, e: StatusFetchFailed) -> None:
     s.pending = ()
     s.health = None
     s.probed = False
+    if s.blind and e.http_status in rules.LOST_STATUSES:
+        _ask_for_evidence(s)
     wait = rules.status_error_backoff(_interval(s), len(s.error_seqs), s.policy.max_backoff_s)
     s.next_fetch_at, s.wait_anchor, s.wait_s = e.at + wait, e.at, wait
 

@@ -55,6 +55,7 @@ from enum import Enum, StrEnum
 from typing import Protocol
 
 from flashfsm.events.models import (
+    END_STAGE,
     Event,
     HealthObserved,
     HeartbeatObserved,
@@ -186,6 +187,13 @@ def blind_gap(previous_at: float | None, watch_at: float) -> float:
     if previous_at is None:
         return 0.0
     return max(0.0, watch_at - previous_at)
+
+
+def watched_late(submitted_at: float | None, watch_at: float, interval_s: float) -> bool:
+    """D9: a first watch that starts more than a poll interval after the submission came
+    late: nobody saw what the job did before it (a handle watched long after it was
+    submitted), as after a blind gap."""
+    return submitted_at is not None and watch_at - submitted_at > interval_s
 
 
 def stall_limit(s: JobState) -> tuple[float, str]:
@@ -595,11 +603,148 @@ def _lost_detail(err: StatusFetchFailed) -> str:
     )
 
 
-def _measure_job_lost(s: JobState, now: float, t: TimeText | None = None) -> Finding | None:
-    """D4: this poll's status fetch answered 404."""
+# D9: RunPod forgets a job (a result is kept 30 minutes, a job no longer than its TTL). A
+# 404 that comes after a blind gap — no good status since nobody watched — may be a job
+# that finished meanwhile, so the evidence that outlives it on the platform decides first:
+# the worker's heartbeat, read again now (`JobState.blind` makes the fold ask for it).
+FINISHED, UNFINISHED, UNKNOWN = "finished", "unfinished", "unknown"
+
+
+def end_reading(s: JobState) -> tuple[str, HeartbeatObserved | None]:
+    """D9: what the worker's own record says of a job RunPod forgot while nobody watched:
+    `FINISHED` with its end record (a heartbeat of this attempt at stage `done`, read now
+    or recorded before), `UNFINISHED` with the heartbeat of this attempt read now at another
+    stage (the worker writes `done` as it ends, so its last word is that it had not), or
+    `UNKNOWN` (no heartbeat reader, nothing found, a leftover of an earlier attempt, or
+    every read failed)."""
+    seen = [s.forced_heartbeat, s.last_heartbeat]
+    for n, hb in enumerate(seen):
+        if hb is None or not hb.found or hb.read_error is not None:
+            continue
+        if is_leftover_heartbeat(hb, s.submitted_at) or untrusted_heartbeat_ts(hb) is not None:
+            continue
+        if hb.stage == END_STAGE:
+            return FINISHED, hb
+        if n == 0:  # read after the gap: the worker's last word (the one before says nothing)
+            return UNFINISHED, hb
+    return UNKNOWN, None
+
+
+def _gone(s: JobState) -> StatusFetchFailed | None:
+    """D4: this poll's status fetch answered 404 (the failed fetch), else None."""
     if s.cycle != "error":  # (the common case, tried first: most points are no error)
         return None
-    return _refusal(s, t, LOST_STATUSES, JobPhase.LOST, _lost_detail)
+    err = s.fetch_error
+    return err if err is not None and err.http_status in LOST_STATUSES else None
+
+
+def _late_evidence(
+    s: JobState, err: StatusFetchFailed, hb: HeartbeatObserved | None
+) -> tuple[int, ...]:
+    """The seqs a D9 verdict rests on: the 404, the heartbeat and the failure artifacts."""
+    seqs = {err.seq, *s.forced_read_errors}
+    if hb is not None:
+        seqs.add(hb.seq)
+    if s.failure_seq is not None:
+        seqs.add(s.failure_seq)
+    return tuple(sorted(seqs))
+
+
+def _artifacts(s: JobState) -> str:
+    """Where the worker wrote its artifacts, when the log knows (a hand-off's `hub`)."""
+    hub = None if s.submitted is None else s.submitted.hub
+    if hub is None:
+        return "where the worker writes its heartbeat"
+    return f"hf://datasets/{hub.hf_repo}/{hub.phase}/{hub.run_id}/seed{hub.seed}/"
+
+
+def _late_404(s: JobState, kind: str) -> tuple[StatusFetchFailed, HeartbeatObserved | None] | None:
+    """D9: this poll's 404 and the heartbeat it rests on, when the 404 came after a blind
+    gap and the worker's evidence reads `kind` (`end_reading`), else None."""
+    err = _gone(s)
+    if err is None or not s.blind:
+        return None
+    reading, hb = end_reading(s)
+    return (err, hb) if reading == kind else None
+
+
+def _late_finding(
+    s: JobState,
+    err: StatusFetchFailed,
+    hb: HeartbeatObserved | None,
+    t: TimeText | None,
+    *,
+    state: JobPhase,
+    detail: str,
+    saw: str,
+) -> Finding:
+    """A D9 verdict: `state` with `detail`, resting on the 404 and the worker's evidence
+    (`saw` says what that evidence was, in words)."""
+    facts: tuple[str, ...] = ()
+    if t is not None:
+        facts = (
+            f"the status fetch at {t(err.at)} (seq {err.seq}) answered HTTP 404 after a blind gap",
+            saw,
+        )
+    metrics = hb.metrics if hb is not None and state is JobPhase.SUCCEEDED else None
+    return Finding(
+        True,
+        facts=facts,
+        evidence=_late_evidence(s, err, hb),
+        state=state,
+        detail=detail,
+        metrics=metrics,
+    )
+
+
+def _measure_job_lost(s: JobState, now: float, t: TimeText | None = None) -> Finding | None:
+    """D4: this poll's status fetch answered 404 — while watched, or after a blind gap with
+    a heartbeat of this attempt saying it had not finished (D9)."""
+    if not s.blind:
+        return _refusal(s, t, LOST_STATUSES, JobPhase.LOST, _lost_detail)
+    late = _late_404(s, UNFINISHED)
+    if late is None:
+        return None
+    err, hb = late
+    assert hb is not None
+    saw = f"the worker's last heartbeat (seq {hb.seq}, stage {hb.stage}) is not its end record"
+    detail = _with_artifacts(f"{_lost_detail(err)}; {saw}: it had not finished", s)
+    return _late_finding(s, err, hb, t, state=JobPhase.LOST, detail=detail, saw=saw)
+
+
+def _measure_result_expired(s: JobState, now: float, t: TimeText | None = None) -> Finding | None:
+    """D9: a 404 after a blind gap, and the worker's end record says training finished."""
+    late = _late_404(s, FINISHED)
+    if late is None:
+        return None
+    err, hb = late
+    assert hb is not None
+    step = "" if hb.step is None else f", step {hb.step}"
+    saw = f"the worker's end record (seq {hb.seq}, stage {hb.stage}{step}) says it finished"
+    detail = (
+        "result expired on RunPod (HTTP 404 after an unwatched gap: a result is kept 30 "
+        f"minutes); {saw}: not trained again; artifacts: {_artifacts(s)}"
+    )
+    return _late_finding(s, err, hb, t, state=JobPhase.SUCCEEDED, detail=detail, saw=saw)
+
+
+def _measure_lost_unverified(s: JobState, now: float, t: TimeText | None = None) -> Finding | None:
+    """D9: a 404 after a blind gap, and nothing says whether the job finished."""
+    late = _late_404(s, UNKNOWN)
+    if late is None:
+        return None
+    err, _ = late
+    saw = (
+        "no heartbeat reader"
+        if not s.has_heartbeat_reader
+        else "no heartbeat of this attempt could be read"
+    )
+    detail = _with_artifacts(
+        f"{_lost_detail(err)}, while nobody watched, and nothing says whether it finished "
+        f"({saw}): not retried unless the run says so, as a retry may train it twice",
+        s,
+    )
+    return _late_finding(s, err, None, t, state=JobPhase.LOST_UNVERIFIED, detail=detail, saw=saw)
 
 
 def _unauthorized_detail(err: StatusFetchFailed) -> str:
@@ -640,14 +785,43 @@ def _render_refusal(answers: str, answer: str, answered: str) -> Render:
     return render
 
 
+#: What a rule judging a 404 waits for: after a blind gap, the worker's evidence (D9).
+_EVIDENCE_READS = {Read.FORCED_HEARTBEAT, Read.FAILURE_DETAIL}
+
+RESULT_EXPIRED = Rule(
+    name="result_expired",
+    step="D9",
+    why="RunPod forgot a job while nobody watched, and the worker's end record says it "
+    "finished: a success, never trained again.",
+    fires="the status route answers HTTP 404 after a blind gap, and the worker's heartbeat "
+    "(read again) is its end record: stage `done`",
+    verdict="SUCCEEDED (the end record's metrics)",
+    measure=_measure_result_expired,
+    waits_for=_EVIDENCE_READS,
+)
+
+LOST_UNVERIFIED = Rule(
+    name="lost_unverified",
+    step="D9",
+    why="RunPod forgot a job while nobody watched, and nothing says whether it finished: "
+    "not retried by default (a retry may train it twice).",
+    fires="the status route answers HTTP 404 after a blind gap, and no heartbeat of this "
+    "attempt can be read (no reader, none found, every read failed)",
+    verdict="LOST_UNVERIFIED / `lost_unverified` (retried only when the run says so)",
+    measure=_measure_lost_unverified,
+    waits_for=_EVIDENCE_READS,
+)
+
 JOB_LOST = Rule(
     name="job_lost",
     step="D4",
     why="the status route answers 404: the job is gone (TTL or result retention passed).",
-    fires="the status route answers HTTP 404",
+    fires="the status route answers HTTP 404 (after a blind gap: and the worker's heartbeat, "
+    "read again, is not its end record, D9)",
     verdict="LOST / `lost`",
     measure=_measure_job_lost,
     render=_render_refusal("404", "a 404", "404s"),
+    waits_for=_EVIDENCE_READS,
 )
 
 
@@ -716,6 +890,7 @@ POLL_ERRORS = Rule(
     verdict="POLL_ERROR / `poll_error`",
     measure=_measure_poll_errors,
     render=_render_poll_errors,
+    waits_for=_EVIDENCE_READS,  # (pending only after a 404 that follows a blind gap, D9)
 )
 
 
@@ -1221,6 +1396,8 @@ STALL = Rule(
 #: Every verdict rule, in the order they are tried: the order decides which rule wins.
 RULES: tuple[Rule, ...] = (
     CLIENT_DEADLINE,
+    RESULT_EXPIRED,
+    LOST_UNVERIFIED,
     JOB_LOST,
     UNAUTHORIZED,
     POLL_ERRORS,

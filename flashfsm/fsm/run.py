@@ -32,11 +32,32 @@ the platform's answer (so its stream concludes) before the endpoints go. `apply_
 is the one way an attempt's outcome (a deploy or submit error, its job's verdict, a user's
 cancel) becomes the run's events.
 
+Restarts pay once. The deploy and the submit are the run's paid calls, and the process
+may stop between either and its record, so each intent is recorded before its call
+(`DeployIntended`, `SubmitIntended`). A resume that finds a deploy intended and nothing
+recorded of it asks the platform first (`LookUpEndpoint`: the endpoints that carry the
+attempt's recorded name), before anything else, a cancel included: one found is adopted
+as the attempt's endpoint (`adopt_drafts`), any second one deleted, and only when none
+exists is the deploy made again; a lookup that fails ends the attempt, never a blind
+deploy, and is made again before the run moves on or ends (`TEARDOWN_TRIES` times, waits
+growing), so an endpoint the deploy made is found and deleted, not left behind. A submit
+intended and never answered in the log may have queued a job whose id nobody knows (`/run`
+has no idempotency key): the attempt's endpoint is deleted, the unknown job with it, and
+the attempt ends by `SUBMIT_LOST`; a *redo* on the same candidate follows, outside the
+budget (our restart, not the platform, ended the attempt). An endpoint that cannot be
+deleted ends the attempt `lost_unverified` instead, and nothing is submitted again unless
+the run says so (`RunStarted.retry_lost_unverified`, which also decides whether a job
+verdict `lost_unverified` is retried: `RunState.retried`).
+
 A run started with `single_attempt` (what `submit_run` records, for a caller that walks
 itself) has exactly that one attempt on its first candidate, with the caller's
 `on_last_gpu`: no walk, no retry, no bonus, the same deploy, submit and watch. Once its
 job is queued the caller holds a handle to it, so the job and its endpoint are left to the
 caller when the run ends (`handed_over`); a cancelled run cleans up as any other.
+
+Why it is long: it is the whole run machine in one pure fold-and-decide pair — the walk,
+the retry budget, the teardown, and the reconciliation of a paid call's intent after a
+restart — and these read and write the same `RunState`; each decision is a small function.
 """
 
 from __future__ import annotations
@@ -55,8 +76,11 @@ from flashfsm.events.models import (
     Candidate,
     CandidatesRanked,
     DeployFailed,
+    EndpointDeployed,
+    EndpointsLookedUp,
     Event,
     EventBase,
+    FoundEndpoint,
     RunStarted,
     SubmitFailed,
 )
@@ -75,8 +99,9 @@ RETRIABLE_FAILURES = frozenset(
 )
 #: Failures whose job may still hold a worker on RunPod: cancelled before the run moves on
 #: or ends. `unauthorized` is never retried (the key was refused: another attempt would be
-#: refused too), but its job may still run and bill, so its cancel is tried all the same.
-STILL_THERE_FAILURES = RETRIABLE_FAILURES | {FailureKind.UNAUTHORIZED}
+#: refused too), but its job may still run and bill, so its cancel is tried all the same;
+#: nor is `lost_unverified` by default (see `retried`), whose job RunPod no longer knows.
+STILL_THERE_FAILURES = RETRIABLE_FAILURES | {FailureKind.UNAUTHORIZED, FailureKind.LOST_UNVERIFIED}
 #: Failures after which the weight cache is dropped for one bonus attempt.
 CACHE_DROP_FAILURES = frozenset({FailureKind.NO_CAPACITY, FailureKind.POLL_ERROR})
 #: What each provider flashfsm deploys to offers. The weight cache is a RunPod network
@@ -88,6 +113,16 @@ PROVIDER_CAPABILITIES: Mapping[str, frozenset[str]] = {"runpod": frozenset({WEIG
 KEY_REFUSED_ERRORS = frozenset({"RunpodAuthError"})
 DEPLOY_RETRY_WAIT_S = 30.0  # the wait after the first deploy or submit error; grows linearly
 DEPLOY_RETRY_WAIT_CAP_S = 300.0
+#: The rule an attempt ends by when its submit's answer was lost (the process stopped
+#: between `/run` and its record): its endpoint is torn down with the unknown job, and a
+#: redo on the same candidate follows, outside the walk's budget.
+SUBMIT_LOST = "submit_lost"
+#: Tries to tear down the endpoint of a lost submit before giving up on the attempt (it is
+#: then `lost_unverified`: its unknown job may still run, so nothing is submitted again).
+TEARDOWN_TRIES = 3
+#: The `error_class` of a lookup the run's adapters cannot make (no `find_endpoints`):
+#: never asked again.
+LOOKUP_UNSUPPORTED = "LookupUnsupported"
 
 
 class RunPhase(StrEnum):
@@ -143,6 +178,40 @@ class Attempt:
     submit_error: str | None = None
     job_cancelled: bool = False
     ended: AttemptEnded | None = None
+    #: Restart bookkeeping: the deploy and the submit were intended (recorded before their
+    #: call), and what a lookup of the intended endpoint found since the latest intent.
+    deploy_intended: bool = False
+    lookup: EndpointsLookedUp | None = None
+    lookup_errors: int = 0  # lookups that failed
+    submit_intended: bool = False
+
+    @property
+    def deploy_unresolved(self) -> bool:
+        """A deploy was intended and nothing recorded came of it: the process stopped between
+        the call and its record, and the platform must be asked what exists."""
+        return (
+            self.deploy_intended
+            and self.endpoint_id is None
+            and self.deploy_error is None
+            and self.lookup is None
+        )
+
+    @property
+    def lookup_failed(self) -> bool:
+        """Its deploy was interrupted and the platform could not say what it made (a lookup
+        the adapters can make failed): an endpoint of the run may exist, unknown to it."""
+        lookup = self.lookup
+        return (
+            self.endpoint_id is None
+            and lookup is not None
+            and lookup.error_class not in (None, LOOKUP_UNSUPPORTED)
+        )
+
+    @property
+    def submit_lost(self) -> bool:
+        """A submit was intended and neither its job nor its error was recorded: the job may
+        exist on the endpoint, under an id nobody knows."""
+        return self.submit_intended and self.job_id is None and self.submit_error is None
 
 
 @dataclass(slots=True)
@@ -156,7 +225,8 @@ class RunState:
     started: RunStarted | None = None
     attempts: list[Attempt] = field(default_factory=list)
     endpoints: list[str] = field(default_factory=list)  # every endpoint the run created
-    deleted: set[str] = field(default_factory=set)
+    deleted: set[str] = field(default_factory=set)  # deletes tried (ok or not)
+    delete_failures: dict[str, tuple[int, float]] = field(default_factory=dict)  # (tries, last)
     cancel_requested: bool = False
     cancel_reason: str = ""
     ranking: CandidatesRanked | None = None  # the walk's recorded order (None: price order)
@@ -186,8 +256,20 @@ class RunState:
 
     @property
     def walk_attempts(self) -> int:
-        """Attempts that count against the retry budget (the bonus does not)."""
-        return sum(not a.started.bonus for a in self.attempts)
+        """Attempts that count against the retry budget (the bonus and a redo do not)."""
+        return sum(not (a.started.bonus or a.started.redo) for a in self.attempts)
+
+    def retried(self, failure: str | None) -> bool:
+        """Whether the walk retries an attempt that ended with `failure`: the infra-shaped
+        failures, and `lost_unverified` only when the run says so (a retry may train the
+        job a second time)."""
+        if failure in RETRIABLE_FAILURES:
+            return True
+        return (
+            failure == FailureKind.LOST_UNVERIFIED
+            and self.started is not None
+            and self.started.retry_lost_unverified
+        )
 
 
 def evolve_run(s: RunState, event: Event) -> RunState:
@@ -254,6 +336,24 @@ def _on_noop(s: RunState, e: Any) -> None:
     """Deploy progress (tries, quota, failover): recorded for the post-mortem only."""
 
 
+def _on_deploy_intended(s: RunState, e: Any) -> None:
+    a = _attempt(s, e.attempt, e)
+    a.deploy_intended, a.lookup = True, None
+
+
+def _on_looked_up(s: RunState, e: Any) -> None:
+    a = _attempt(s, e.attempt, e)
+    a.lookup = e
+    a.lookup_errors += e.error_class is not None
+    for found in e.found:  # the run made them: each is deleted or adopted, never forgotten
+        if found.endpoint_id not in s.endpoints:
+            s.endpoints.append(found.endpoint_id)
+
+
+def _on_submit_intended(s: RunState, e: Any) -> None:
+    _attempt(s, e.attempt, e).submit_intended = True
+
+
 def _on_deployed(s: RunState, e: Any) -> None:
     a = _attempt(s, e.attempt, e)
     a.endpoint_id, a.account = e.endpoint_id, e.account
@@ -284,6 +384,11 @@ def _on_job_cancelled(s: RunState, e: Any) -> None:
 
 def _on_endpoint_deleted(s: RunState, e: Any) -> None:
     s.deleted.add(e.endpoint_id)
+    if e.ok:
+        s.delete_failures.pop(e.endpoint_id, None)
+    else:
+        tries, _ = s.delete_failures.get(e.endpoint_id, (0, e.at))
+        s.delete_failures[e.endpoint_id] = (tries + 1, e.at)
 
 
 def _on_attempt_ended(s: RunState, e: Any) -> None:
@@ -307,11 +412,14 @@ _APPLY = {
     "RunStarted": _on_run_started,
     "CandidatesRanked": _on_candidates_ranked,
     "AttemptStarted": _on_attempt_started,
+    "DeployIntended": _on_deploy_intended,
     "DeployAttempted": _on_noop,
     "QuotaExhausted": _on_noop,
     "AccountFailedOver": _on_noop,
+    "EndpointsLookedUp": _on_looked_up,
     "EndpointDeployed": _on_deployed,
     "DeployFailed": _on_deploy_failed,
+    "SubmitIntended": _on_submit_intended,
     "JobQueued": _on_queued,
     "SubmitFailed": _on_submit_failed,
     "JobCancelled": _on_job_cancelled,
@@ -350,6 +458,7 @@ class AttemptPlan:
     cache_dropped: bool
     bonus: bool
     weight_cache: bool = False  # the cache is attached to this attempt's endpoint
+    redo: bool = False  # a redo of a lost submit's attempt, outside the budget
 
 
 def walk_order(s: RunState) -> tuple[int, ...]:
@@ -406,10 +515,30 @@ def plan_attempt(s: RunState) -> AttemptPlan | None:
     failed_providers = {
         a.started.provider
         for a in s.attempts
-        if a.ended is not None and a.ended.failure in RETRIABLE_FAILURES
+        if a.ended is not None and a.ended.rule != SUBMIT_LOST and s.retried(a.ended.failure)
     }
     last = s.current
     cache_dropped = s.cache_dropped
+    if (
+        last is not None
+        and last.ended is not None
+        and last.ended.rule == SUBMIT_LOST
+        and last.ended.failure == FailureKind.POLL_ERROR  # (torn down: nothing of it runs)
+    ):
+        # The redo: the same candidate, as it was, outside the budget (our restart, not
+        # the platform's failure, ended the attempt).
+        was = last.started
+        return AttemptPlan(
+            attempt=number,
+            candidate=was.candidate,
+            provider=was.provider,
+            gpu_class=was.gpu_class,
+            on_last_gpu=was.on_last_gpu,
+            cache_dropped=was.cache_dropped,
+            bonus=False,
+            weight_cache=attempt_has_cache(s, was),
+            redo=True,
+        )
     if (
         last is not None
         and not s.bonus_used
@@ -611,11 +740,30 @@ class WatchJob:
 
 @dataclass(frozen=True, slots=True)
 class EndAttempt:
-    """Record the end of an attempt that never got a job (deploy or submit error)."""
+    """Record the end of an attempt that never got a job (deploy or submit error, or a
+    submit whose answer was lost: `rule` `SUBMIT_LOST`)."""
 
     attempt: int
     failure: FailureKind
     detail: str
+    rule: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LookUpEndpoint:
+    """Ask the platform which endpoints carry the attempt's name (its deploy was intended,
+    and nothing recorded came of it): record what it says (`EndpointsLookedUp`)."""
+
+    attempt: Attempt
+
+
+@dataclass(frozen=True, slots=True)
+class AdoptEndpoint:
+    """Record the endpoint a lookup found as the attempt's (`adopt_drafts`): the deploy the
+    process stopped after had made it."""
+
+    attempt: Attempt
+    found: FoundEndpoint
 
 
 @dataclass(frozen=True, slots=True)
@@ -649,6 +797,8 @@ class RunFinished:
 
 RunCommand = (
     StartAttempt
+    | LookUpEndpoint
+    | AdoptEndpoint
     | Deploy
     | Submit
     | WatchJob
@@ -686,14 +836,113 @@ def _cleanup(s: RunState, reason: str) -> RunCommand | None:
     return None
 
 
+def _attempt_step(s: RunState, a: Attempt, now: float) -> RunCommand:
+    """The next step of the running attempt `a`: deploy (adopting what a lookup found),
+    submit, watch, or end it."""
+    number = a.started.attempt
+    if a.deploy_error is not None:
+        return EndAttempt(number, FailureKind.POLL_ERROR, f"deploy failed: {a.deploy_error}")
+    lookup = a.lookup
+    if a.endpoint_id is None:
+        if lookup is None or not a.deploy_intended:
+            return Deploy(a)
+        if lookup.error_class is not None:  # never deploy blind: the attempt ends
+            return EndAttempt(
+                number,
+                FailureKind.POLL_ERROR,
+                f"deploy interrupted, and the endpoint {lookup.endpoint_name} could not be "
+                f"looked up: {lookup.error_class}: {lookup.message}".rstrip(": "),
+            )
+        if lookup.found:
+            return AdoptEndpoint(a, lookup.found[0])
+        return Deploy(a)  # the stopped deploy made nothing: deploy (a new intent)
+    if lookup is not None:  # a second endpoint under the attempt's name goes at once
+        for found in lookup.found:
+            endpoint_id = found.endpoint_id
+            if endpoint_id != a.endpoint_id and endpoint_id not in s.deleted:
+                return DeleteEndpoint(endpoint_id, "a second endpoint of one attempt")
+    if a.submit_error is not None:
+        return EndAttempt(number, FailureKind.POLL_ERROR, f"submit failed: {a.submit_error}")
+    if a.job_id is not None:
+        return WatchJob(a)
+    if a.submit_lost:
+        return _teardown_lost_submit(s, a, now)
+    return Submit(a)
+
+
+def _teardown_lost_submit(s: RunState, a: Attempt, now: float) -> RunCommand:
+    """A submit whose answer was lost: its endpoint is deleted (the unknown job with it),
+    then the attempt ends by `SUBMIT_LOST`, so a redo may submit again; if the endpoint
+    cannot be deleted after `TEARDOWN_TRIES`, the attempt ends `lost_unverified`, and
+    nothing is submitted again unless the run says so."""
+    assert a.endpoint_id is not None
+    endpoint_id, number = a.endpoint_id, a.started.attempt
+    lost = "the submit's answer was lost (the process stopped between /run and its record)"
+    failed = s.delete_failures.get(endpoint_id)
+    if endpoint_id not in s.deleted:
+        return DeleteEndpoint(endpoint_id, f"{lost}: torn down with its unknown job")
+    if failed is None:
+        detail = f"{lost}; endpoint {endpoint_id} torn down with its unknown job"
+        return EndAttempt(number, FailureKind.POLL_ERROR, detail, rule=SUBMIT_LOST)
+    tries, last_at = failed
+    if tries < TEARDOWN_TRIES:
+        due = last_at + DEPLOY_RETRY_WAIT_S * tries
+        if now < due:
+            return WaitRun(due - now)
+        return DeleteEndpoint(endpoint_id, f"{lost}: torn down with its unknown job")
+    return EndAttempt(
+        number,
+        FailureKind.LOST_UNVERIFIED,
+        f"{lost}, and endpoint {endpoint_id} could not be deleted ({tries} tries): its "
+        "unknown job may still run, so nothing is submitted again",
+        rule=SUBMIT_LOST,
+    )
+
+
+def _look_again(a: Attempt, now: float) -> RunCommand | None:
+    """The lookup of an attempt whose interrupted deploy could not be looked up, made again
+    (after `DEPLOY_RETRY_WAIT_S` × its failures) before the run moves on or ends, up to
+    `TEARDOWN_TRIES` times: an endpoint it finds is the run's, deleted by `_cleanup`."""
+    assert a.lookup is not None
+    if a.lookup_errors > TEARDOWN_TRIES:
+        return None
+    due = a.lookup.at + DEPLOY_RETRY_WAIT_S * a.lookup_errors
+    return WaitRun(due - now) if now < due else LookUpEndpoint(a)
+
+
+def adopt_drafts(a: Attempt, found: FoundEndpoint) -> tuple[Draft, ...]:
+    """The `EndpointDeployed` that adopts `found` (a lookup's) as attempt `a`'s endpoint:
+    its id, account and idle timeout as the platform's record has them."""
+    return (
+        Draft(
+            EndpointDeployed,
+            {
+                "attempt": a.started.attempt,
+                "endpoint_id": found.endpoint_id,
+                "endpoint_name": a.started.endpoint_name,
+                "account": found.account,
+                "idle_timeout_s": found.idle_timeout_s,
+            },
+        ),
+    )
+
+
 def decide_run(s: RunState, now: float) -> RunCommand:
     """The next command for the run's shell, a pure function of the state and `now`."""
     if s.result is not None:
         return RunFinished(s.result)
     if s.started is None:
         raise CorruptLogError("run", s.stream, "the run's stream has no RunStarted", seq=0)
+    a = s.current
+    if a is not None and a.ended is None and a.deploy_unresolved:
+        # Before anything else, a cancel included: what the deploy may have made is found,
+        # so it is adopted or deleted, never left behind nor made twice.
+        return LookUpEndpoint(a)
+    if a is not None and a.lookup_failed and (a.ended is not None or s.cancel_requested):
+        step = _look_again(a, now)
+        if step is not None:
+            return step
     if s.cancel_requested:
-        a = s.current
         if a is not None and a.ended is None and a.job_cancelled and a.job_id is not None:
             # The job, cancelled on the platform: watched on to the platform's answer (a
             # CANCELLED status concludes it), so the run leaves no job stream open.
@@ -704,31 +953,18 @@ def decide_run(s: RunState, now: float) -> RunCommand:
         return ConcludeRun(
             False, FailureKind.CANCELLED, f"cancelled by the user {s.cancel_reason}".strip()
         )
-    a = s.current
     if a is None:
         plan = plan_attempt(s)
         if plan is None:
             return ConcludeRun(False, FailureKind.NO_CANDIDATES, "the run has no GPU candidate")
         return StartAttempt(plan)
     if a.ended is None:
-        if a.deploy_error is not None:
-            return EndAttempt(
-                a.started.attempt, FailureKind.POLL_ERROR, f"deploy failed: {a.deploy_error}"
-            )
-        if a.submit_error is not None:
-            return EndAttempt(
-                a.started.attempt, FailureKind.POLL_ERROR, f"submit failed: {a.submit_error}"
-            )
-        if a.endpoint_id is None:
-            return Deploy(a)
-        if a.job_id is None:
-            return Submit(a)
-        return WatchJob(a)
+        return _attempt_step(s, a, now)
     ended = a.ended
     if ended.ok:
         step = _cleanup(s, "run succeeded")
         return step or ConcludeRun(True, None, ended.detail, ended.metrics)
-    retriable = ended.failure in RETRIABLE_FAILURES
+    retriable = s.retried(ended.failure)
     plan = plan_attempt(s) if retriable else None
     if plan is None:
         step = _cleanup(s, "run ended")

@@ -85,6 +85,9 @@ class JobState:
     # the end
     verdict: Concluded | None = None
     gaps: float = 0.0  # total blind time charged to no timer (D2)
+    # no good status since a blind gap (or since a first watch that came late): a 404 now
+    # may be a job that finished meanwhile, judged on the worker's evidence (D9)
+    blind: bool = False
 
     @property
     def phase(self) -> JobPhase:

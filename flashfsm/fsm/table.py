@@ -35,6 +35,7 @@ class JobPhase(StrEnum):
     STALLED = "STALLED"
     POLL_ERROR = "POLL_ERROR"
     LOST = "LOST"  # the job no longer exists on RunPod (404)
+    LOST_UNVERIFIED = "LOST_UNVERIFIED"  # gone while unwatched, and nothing says it finished
     UNAUTHORIZED = "UNAUTHORIZED"  # RunPod refused the key (401/403): not retried
 
 
@@ -59,6 +60,7 @@ FAILURE_KIND: dict[JobPhase, FailureKind | None] = {
     JobPhase.STALLED: FailureKind.STALLED,
     JobPhase.POLL_ERROR: FailureKind.POLL_ERROR,
     JobPhase.LOST: FailureKind.LOST,
+    JobPhase.LOST_UNVERIFIED: FailureKind.LOST_UNVERIFIED,
     JobPhase.UNAUTHORIZED: FailureKind.UNAUTHORIZED,
 }
 
@@ -71,6 +73,7 @@ VERDICT_TRIGGERS: dict[JobPhase, str] = {
     JobPhase.STALLED: "stall",
     JobPhase.POLL_ERROR: "give_up",
     JobPhase.LOST: "lose",
+    JobPhase.LOST_UNVERIFIED: "lose_unverified",
     JobPhase.UNAUTHORIZED: "deny",
 }
 

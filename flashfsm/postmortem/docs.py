@@ -40,6 +40,7 @@ from flashfsm.events.models import (
     Candidate,
     CapacityEvidence,
     EventBase,
+    FoundEndpoint,
     HubLocation,
     JobCounts,
     WatchStarted,
@@ -292,6 +293,8 @@ FAILURE_NOTES: dict[str, str] = {
     "stalled": "no progress, a crash-looping worker, or the client deadline: retried",
     "poll_error": "the status route kept failing, or a deploy or submit failed: retried",
     "lost": "the job no longer exists on RunPod (TTL or retention passed): retried",
+    "lost_unverified": "RunPod forgot the job while nobody watched, and no evidence says "
+    "whether it finished: not retried unless the run says so (`retry_lost_unverified`)",
     "cancelled": "a run the user cancelled (`request_cancel`)",
     "no_candidates": "a run with no GPU candidate to try",
     "unauthorized": "RunPod refused the API key (HTTP 401/403 on status): never retried",
@@ -303,6 +306,7 @@ NESTED: tuple[type[BaseModel], ...] = (
     HubLocation,
     Candidate,
     CapacityEvidence,
+    FoundEndpoint,
     WorkerCounts,
     JobCounts,
 )

@@ -50,6 +50,7 @@ from itertools import pairwise
 
 from flashfsm.events.failures import FailureKind
 from flashfsm.events.models import (
+    END_STAGE,
     SWEEPER_EVENTS,
     AttemptEnded,
     AttemptStarted,
@@ -402,6 +403,8 @@ class _Reading:
     modes: list[tuple[float, str]] = field(default_factory=list)
     pickups: list[_Pickup] = field(default_factory=list)
     terminal_at: float | None = None
+    gone_at: float | None = None  # the 404 that said RunPod no longer has the job
+    finished_at: float | None = None  # the `ts` of the worker's end record (stage `done`)
     progress_at: float | None = None
     platform_idle_s: float | None = None
     submitted_at: float | None = None
@@ -454,7 +457,10 @@ def _read(log: Sequence[Event], begin: float, cut: float | None, model: BillingM
                 r.terminal_at = at
         elif isinstance(event, StatusFetchFailed):
             if event.http_status == 404 and r.terminal_at is None:
-                r.terminal_at = at  # the job no longer exists: nothing holds it (D4)
+                r.terminal_at = r.gone_at = at  # the job no longer exists (D4)
+        elif isinstance(event, HeartbeatObserved):
+            if event.stage == END_STAGE and event.found and event.ts is not None:
+                r.finished_at = event.ts
         elif isinstance(event, WorkerObserved):
             if event.idle_timeout_s is not None:
                 r.platform_idle_s = event.idle_timeout_s
@@ -465,13 +471,20 @@ def _read(log: Sequence[Event], begin: float, cut: float | None, model: BillingM
             r.progress_at = at
         last_at = at
     r.last_at = last_at if log else None
+    if r.gone_at is not None and r.terminal_at == r.gone_at and r.finished_at is not None:
+        # Forgotten while nobody watched (D9): the worker's end record says when it let go.
+        r.terminal_at = max(begin, min(r.finished_at, r.gone_at))
     return r
+
+
+#: Verdicts of a job RunPod no longer has: nothing holds it after the verdict.
+_GONE = (FailureKind.LOST, FailureKind.LOST_UNVERIFIED)
 
 
 def _waste_cause(verdict: Outcome) -> Cause:
     if verdict.failure == FailureKind.STALLED:
         return Cause.STALL
-    if verdict.failure in (FailureKind.JOB_PREEMPTED, FailureKind.LOST):
+    if verdict.failure in (FailureKind.JOB_PREEMPTED, *_GONE):
         return Cause.PREEMPTED
     return Cause.FAILED
 
@@ -543,7 +556,7 @@ def attempt_ledger(
     release = r.terminal_at
     if cancel_at is not None:
         release = cancel_at if release is None else min(release, cancel_at)
-    if verdict is not None and verdict.failure == FailureKind.LOST:
+    if verdict is not None and verdict.failure in _GONE:
         release = cut if release is None else min(release, cut)
     timeout = model.idle_timeout(idle_timeout, r.platform_idle_s) if r.pickups else None
     stop, reason = model.worker_stop(
