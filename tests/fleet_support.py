@@ -313,7 +313,7 @@ class FleetHarness:
         """Every stream's outcome (call once, after `wait_idle`)."""
         from flashfsm import replay
         from flashfsm.events.models import Concluded, JobSubmitted, RunStarted
-        from flashfsm.fsm.run import replay_run
+        from flashfsm.fsm.run import SUBMIT_LOST, replay_run
 
         writes, claims = self._writers()
         out: dict[str, Outcome] = {}
@@ -321,9 +321,14 @@ class FleetHarness:
             events = self.store.read(stream)
             first, kinds = events[0], [e.kind for e in events]
             if isinstance(first, RunStarted):
-                result = replay_run(events).result
+                run = replay_run(events)
+                result = run.result
                 assert result is not None, stream
-                decided, ended = (result.ok, result.failure, result.attempts), result
+                # a submit whose answer died with its replica is redone as a new attempt
+                # (SUBMIT_LOST): the run's attempts are counted without the lost ones
+                lost = [a for a in run.attempts if a.ended and a.ended.rule == SUBMIT_LOST]
+                attempts = result.attempts - len(lost)
+                decided, ended = (result.ok, result.failure, attempts), result
                 verdicts, since = kinds.count("RunConcluded"), self.handed[stream]
             else:
                 assert isinstance(first, JobSubmitted), stream
@@ -348,7 +353,23 @@ class FleetHarness:
                 writes[stream],
                 [(app, at) for _, app, at in claims[leased]],
             )
-        return out
+        return _renumbered(out)
+
+
+def _renumbered(out: dict[str, Outcome]) -> dict[str, Outcome]:
+    """`out` with each run's attempt job streams numbered 0, 1, … in order: a redo after a
+    lost submit (whose attempt never had a job stream) takes the next number, so a run's
+    jobs compare with a baseline's by their place, not by the attempt number."""
+    jobs: dict[str, list[str]] = {}
+    for stream in out:
+        if stream.startswith("job-") and _run_of(stream) in out:
+            jobs.setdefault(_run_of(stream), []).append(stream)
+    renamed = {}
+    for streams in jobs.values():
+        streams.sort(key=lambda s: int(s.rsplit("-a", 1)[1]))
+        for n, stream in enumerate(streams):
+            renamed[stream] = f"{stream.rsplit('-a', 1)[0]}-a{n}"
+    return {renamed.get(stream, stream): outcome for stream, outcome in out.items()}
 
 
 def _run_of(stream: str) -> str:
