@@ -399,6 +399,10 @@ class Rule:
     before_fetch: bool = False
     waits_for: frozenset[Read] = field(default_factory=frozenset)
     forces: frozenset[Read] = field(default_factory=frozenset)
+    #: The rule judges a failed status fetch only (a refusal, a 404): a status answer
+    #: clears the failed fetch, so after one its measure finds nothing and `decide` does
+    #: not ask it (one call less per poll).
+    on_failed_fetch: bool = False
 
     def __post_init__(self) -> None:
         waits = reads(self.waits_for, f"rule {self.name} waits_for")
@@ -798,6 +802,7 @@ RESULT_EXPIRED = Rule(
     verdict="SUCCEEDED (the end record's metrics)",
     measure=_measure_result_expired,
     waits_for=_EVIDENCE_READS,
+    on_failed_fetch=True,
 )
 
 LOST_UNVERIFIED = Rule(
@@ -810,6 +815,7 @@ LOST_UNVERIFIED = Rule(
     verdict="LOST_UNVERIFIED / `lost_unverified` (retried only when the run says so)",
     measure=_measure_lost_unverified,
     waits_for=_EVIDENCE_READS,
+    on_failed_fetch=True,
 )
 
 JOB_LOST = Rule(
@@ -822,6 +828,7 @@ JOB_LOST = Rule(
     measure=_measure_job_lost,
     render=_render_refusal("404", "a 404", "404s"),
     waits_for=_EVIDENCE_READS,
+    on_failed_fetch=True,
 )
 
 
@@ -833,6 +840,7 @@ UNAUTHORIZED = Rule(
     verdict="UNAUTHORIZED / `unauthorized` (not retried)",
     measure=_measure_unauthorized,
     render=_render_refusal("401 or 403", "a 401 or 403", "refusals"),
+    on_failed_fetch=True,
 )
 
 
@@ -1459,7 +1467,11 @@ def _judging_at(answered: bool, pending: tuple[str, ...]) -> _Judging:
     found = _JUDGING[answered].get(pending)
     if found is None:
         probe = JobState(cycle="status" if answered else None, pending=pending)
-        rules = tuple(item for item in _ORDERED if not item[1].waiting(probe))
+        rules = tuple(
+            item
+            for item in _ORDERED
+            if not item[1].waiting(probe) and not (answered and item[1].on_failed_fetch)
+        )
         found = _JUDGING[answered][pending] = (rules, tuple(r.measure for _, r in rules))
     return found
 
