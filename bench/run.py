@@ -1,4 +1,4 @@
-"""Run every benchmark of issue 7 (and the web view's, issue 29) and write `bench/RESULTS.md`.
+"""Run every benchmark (issues 7, 29 and 37: the web view's, the imports') and write RESULTS.md.
 
     python bench/run.py            # the full sizes (about 15 minutes on 2 cores)
     python bench/run.py --quick    # smaller sizes, a smoke test (CI runs it): bench/out/
@@ -24,10 +24,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import async_loop  # noqa: E402
 import capacity  # noqa: E402
 import commit  # noqa: E402
 import core  # noqa: E402
 import fleet  # noqa: E402
+import imports  # noqa: E402
 import reattach  # noqa: E402
 import replay  # noqa: E402
 import ui  # noqa: E402
@@ -41,6 +43,8 @@ BENCHMARKS = {
     "fleet": fleet.run,
     "capacity": capacity.run,
     "ui": ui.run,
+    "imports": imports.run,
+    "async_loop": async_loop.run,
 }
 
 

@@ -42,11 +42,13 @@ that change together.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
+import inspect
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -72,7 +74,7 @@ from flashfsm.events.models import (
     RunStarted,
     SubmitIntended,
 )
-from flashfsm.events.policy import stall_kwargs
+from flashfsm.events.policy import GracePolicy, stall_kwargs
 from flashfsm.events.store import HANDOFF, EventStore, FencedStore, capabilities
 from flashfsm.fsm.capacity import DEFAULT_CAPACITY, NO_MEMORY, CapacityPolicy
 from flashfsm.fsm.run import (
@@ -105,8 +107,21 @@ from flashfsm.fsm.run import (
 from flashfsm.fsm.sweep import bare_name
 from flashfsm.naming import attempt_stream, endpoint_name, run_stream
 from flashfsm.redact import redact
+from flashfsm.results import Portable
 from flashfsm.shell import JobHandle, PollResult, opened_store, poll_job
-from flashfsm.writer import FOLD_CANCELS, REBUILD, RUN, TAIL, StreamWriter
+from flashfsm.watch import CLOCK, Clock, Sleep
+from flashfsm.writer import (
+    FOLD_CANCELS,
+    REBUILD,
+    RUN,
+    TAIL,
+    Done,
+    StoreRequest,
+    StreamWriter,
+    advance,
+    perform,
+    run_steps,
+)
 
 logger = logging.getLogger("flashfsm.runs")
 
@@ -173,8 +188,9 @@ class RunAdapters(Protocol):
 
 
 @dataclass
-class RunResult:
-    """A run's result, as an orchestrator consumes it."""
+class RunResult(Portable):
+    """A run's result, as an orchestrator consumes it (`to_dict`/`from_dict`: plain JSON
+    for an orchestrator to store)."""
 
     ok: bool
     failure: str | None
@@ -335,71 +351,214 @@ def supervise_run(
     if on_interrupt not in ON_INTERRUPT:
         raise ValueError(f"on_interrupt must be one of {ON_INTERRUPT}, got {on_interrupt!r}")
     cancel = on_interrupt == "cancel"
+    settings = _RunSettings(
+        run_id,
+        tuple(candidates),
+        {
+            "max_retries": max_retries,
+            "weight_cache": weight_cache,
+            "budget_s": budget_s,
+            "phase": phase,
+            "seed": seed,
+            "single_attempt": single_attempt,
+            "on_last_gpu": on_last_gpu,
+            "spec": spec,
+            "retry_lost_unverified": retry_lost_unverified,
+        },
+        _capacity_policy(capacity_memory),
+        stream,
+        detach,
+    )
     with opened_store(store) as opened:
-        name = stream or run_stream(run_id)
+        say = log or _log_line
+        run = _RunLoop(run_id, seed, adapters, opened, clock, sleep, say, on_attempt_end, set())
+        writer, interrupt_writer = settings.writers(opened)
+        with run.cancelled_on_interrupt(interrupt_writer, cancel=not detach and cancel):
+            pending = settings.begin(writer, run)
+        if pending is not None:
+            return pending
+        with run.cancelled_on_interrupt(interrupt_writer, cancel=cancel):
+            return run.drive(writer)
+
+
+async def asupervise_run(
+    run_id: str,
+    candidates: Sequence[Candidate],
+    adapters: RunAdapters,
+    *,
+    max_retries: int = 2,
+    weight_cache: bool = False,
+    budget_s: float | None = None,
+    phase: str | None = None,
+    seed: int | None = None,
+    store: EventStore | str | None = None,
+    stream: str | None = None,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    log: Callable[[str], Any] | None = None,
+    single_attempt: int | None = None,
+    on_last_gpu: bool = False,
+    capacity_memory: CapacityPolicy | bool = True,
+    on_attempt_end: AttemptHook | None = None,
+    spec: str | None = None,
+    retry_lost_unverified: bool = False,
+) -> RunResult:
+    """`supervise_run` from an event loop: the same run, the same events in the same order.
+
+    Both drive one sans-IO generator (`_RunLoop.steps`); this one awaits what the other
+    calls. Waits are `await sleep(seconds)`; the store's reads and appends, and each
+    adapter call without an async form, run in worker threads, so the loop is never
+    blocked by them. An adapter may offer async forms (`adeploy`, `afind_endpoints`,
+    `asubmit`, `acancel_job`, `adelete_endpoint`, `awatch`), awaited instead;
+    `RunpodRunAdapters.awatch` watches the attempt's job in a `Supervisor` on the loop.
+    `on_attempt_end` may be a coroutine function. Opening and replaying the run's stream
+    (and ranking a new walk's candidates) is one blocking step, run in a worker thread.
+
+    The parameters are `supervise_run`'s, but for `sleep` (a coroutine function) and
+    the interrupt: a cancelled task (`asyncio.CancelledError`: a triggerer moving its
+    triggers, an orchestrator shutting down) records nothing and cancels nothing; the run
+    resumes when this, or `supervise_run`, is called again on its stream. A user's cancel is
+    `request_cancel`, from anywhere: it stops the watch before its next status fetch and the
+    run winds down (its job cancelled, its endpoints deleted) as `supervise_run` winds it.
+    A run handed to a fleet is `supervise_run(..., detach=True)`'s.
+    """
+    settings = _RunSettings(
+        run_id,
+        tuple(candidates),
+        {
+            "max_retries": max_retries,
+            "weight_cache": weight_cache,
+            "budget_s": budget_s,
+            "phase": phase,
+            "seed": seed,
+            "single_attempt": single_attempt,
+            "on_last_gpu": on_last_gpu,
+            "spec": spec,
+            "retry_lost_unverified": retry_lost_unverified,
+        },
+        _capacity_policy(capacity_memory),
+        stream,
+        False,
+    )
+    say = log or _log_line
+    opening = opened_store(store)  # (entered and left in worker threads: both may block)
+    opened = await asyncio.to_thread(opening.__enter__)
+    try:
+        run = _RunLoop(
+            run_id, seed, adapters, opened, clock, time.sleep, say, on_attempt_end, set()
+        )
+        writer, _ = settings.writers(opened)
+        pending = await asyncio.to_thread(settings.begin, writer, run)
+        if pending is not None:
+            return pending
+        return await _AsyncIO(run, writer, sleep).drive()
+    finally:
+        await asyncio.to_thread(opening.__exit__, None, None, None)
+
+
+def _log_line(line: str) -> None:
+    logger.info("%s", line)
+
+
+@dataclass(frozen=True)
+class _RunSettings:
+    """What starting or resuming a run needs, whichever driver drives it: the run's
+    `RunStarted` fields (`started`), the ranking policy, its stream, and whether it is
+    handed to a fleet."""
+
+    run_id: str
+    candidates: tuple[Candidate, ...]
+    started: dict[str, Any]
+    capacity: CapacityPolicy
+    stream: str | None
+    detach: bool
+
+    def writers(self, opened: EventStore) -> tuple[StreamWriter[RunState], StreamWriter[RunState]]:
+        """The run's writer, and the one a Ctrl-C winds the run down through (opened then)."""
+        name = self.stream or run_stream(self.run_id)
         target: EventStore = opened
-        if detach:
+        if self.detach:
             if capabilities(opened).leases is None:
                 raise ValueError(f"{opened!r} cannot hand a run to a fleet: it keeps no leases")
             target = FencedStore(opened, lambda _stream: HANDOFF)
-        writer = StreamWriter(target, name, RUN, FOLD_CANCELS)
-        interrupt_writer = StreamWriter(target, name, RUN, FOLD_CANCELS)  # (opened on a Ctrl-C)
-        writer.open()
-        say = log or (lambda line: logger.info("%s", line))
-        ended_before = {a.started.attempt for a in writer.state.attempts if a.ended is not None}
-        run = _RunLoop(
-            run_id, seed, adapters, opened, clock, sleep, say, on_attempt_end, ended_before
+        return (
+            StreamWriter(target, name, RUN, FOLD_CANCELS),
+            StreamWriter(target, name, RUN, FOLD_CANCELS),
         )
+
+    def begin(self, writer: StreamWriter[RunState], run: _RunLoop) -> RunResult | None:
+        """Replay the run's stream and record a new run's start (and ranking); set `run`'s
+        names as the run recorded them. A result when the call has nothing to drive (a run
+        handed to a fleet), else None."""
+        writer.open()
+        run.ended_before.update(
+            a.started.attempt for a in writer.state.attempts if a.ended is not None
+        )
+        name = writer.stream
         if writer.state.started is None and not writer.state.done:
-            check_providers(candidates, adapters)
-            at = clock()
-            started = Draft(
-                RunStarted,
-                {
-                    "run_id": run_id,
-                    "candidates": tuple(candidates),
-                    "max_retries": max_retries,
-                    "weight_cache": weight_cache,
-                    "budget_s": budget_s,
-                    "phase": phase,
-                    "seed": seed,
-                    "single_attempt": single_attempt,
-                    "on_last_gpu": on_last_gpu,
-                    "spec": spec,
-                    "retry_lost_unverified": retry_lost_unverified,
-                },
-            )
-            drafts = [started]
-            policy = _capacity_policy(capacity_memory)
-            if policy.enabled and single_attempt is None and len(candidates) > 0:
-                ranked = ranking_for(opened, tuple(candidates), at, policy, exclude=(name,))
+            check_providers(self.candidates, run.adapters)
+            at = run.clock()
+            fields = {"run_id": self.run_id, "candidates": self.candidates, **self.started}
+            drafts = [Draft(RunStarted, fields)]
+            single = self.started["single_attempt"] is not None
+            if self.capacity.enabled and not single and len(self.candidates) > 0:
+                ranked = ranking_for(run.store, self.candidates, at, self.capacity, exclude=(name,))
                 drafts.append(Draft(CandidatesRanked, ranked))
-            with run.cancelled_on_interrupt(interrupt_writer, cancel=not detach and cancel):
-                writer.append(lambda _state: _stamp(writer, drafts, at))
+            writer.append(lambda _state: _stamp(writer, drafts, at))
         recorded = writer.state.started
         if recorded is not None:  # a resumed run names its attempts as it was recorded to
             run.run_id, run.seed = recorded.run_id, recorded.seed
-        if detach:
-            if writer.state.done:
-                return RunResult.from_event(writer.state.result)
-            opened.unmark(name)  # (a run a replica marked failed to start is claimed again)
-            return RunResult(False, None, "handed to the fleet", 0, None, name)
-        with run.cancelled_on_interrupt(interrupt_writer, cancel=cancel):
-            return run.drive(writer)
+        if not self.detach:
+            return None
+        if writer.state.done:
+            return RunResult.from_event(writer.state.result)
+        run.store.unmark(name)  # (a run a replica marked failed to start is claimed again)
+        return RunResult(False, None, "handed to the fleet", 0, None, name)
 
 
 #: Who a Ctrl-C's `CancelRequested` names, and its reason.
 INTERRUPTED_BY, INTERRUPTED_REASON = "Ctrl-C", "(Ctrl-C)"
 
 
-def _never() -> bool:
-    """The stop of a watch that must reach its verdict (a cancelled job's, to its end)."""
-    return False
+# --- the run loop, sans I/O -----------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class AdapterCall:
+    """Call the adapters' method `name` with `args` (a paid call, a lookup, a cleanup):
+    its answer, or the exception it raised thrown back into the loop."""
+
+    name: str
+    args: tuple[Any, ...]
+
+
+@dataclass(slots=True)
+class WatchAttempt:
+    """Watch the attempt's job to its verdict (a `PollResult`); `stoppable`: a cancel of
+    the run stops the watch before its next status fetch (`WatchStopped`)."""
+
+    attempt: Attempt
+    stoppable: bool
+
+
+@dataclass(slots=True)
+class AttemptEndHook:
+    """Call the caller's `on_attempt_end(run, attempt)`."""
+
+    run: RunState
+    attempt: Attempt
+
+
+RunRequest = Clock | Sleep | AdapterCall | WatchAttempt | AttemptEndHook | StoreRequest
 
 
 @dataclass
 class _RunLoop:
-    """`supervise_run`'s loop: ask `decide_run`, perform the command, record what happened."""
+    """The run's loop: ask `decide_run`, have the command's I/O done, record what happened.
+
+    `steps` is the loop as a sans-IO generator; `drive` runs it in this thread
+    (`supervise_run`), `_AsyncIO.drive` on an event loop (`asupervise_run`).
+    """
 
     run_id: str
     seed: int | None
@@ -412,38 +571,65 @@ class _RunLoop:
     ended_before: set[int]
 
     def drive(self, writer: StreamWriter[RunState]) -> RunResult:
-        """Drive the run in `writer`'s stream to its result."""
-        run_id, seed, adapters, say, clock = (
-            self.run_id,
-            self.seed,
-            self.adapters,
-            self.say,
-            self.clock,
-        )
+        """Drive the run in `writer`'s stream to its result, in this thread."""
+        return run_steps(self.steps(writer), lambda request: self.perform(writer, request))
 
-        def record(cls: type[EventBase], **fields: Any) -> Any:
-            return writer.record(cls, clock(), **fields)
+    def perform(self, writer: StreamWriter[RunState], request: RunRequest) -> Any:
+        """One request of the loop, the synchronous way."""
+        kind = type(request)
+        if kind is Clock:
+            return self.clock()
+        if kind is AdapterCall:
+            return getattr(self.adapters, request.name)(*request.args)
+        if kind is WatchAttempt:
+            attempt = request.attempt
 
-        def record_outcome(outcome: AttemptOutcome) -> None:
-            at = clock()
-            writer.append(lambda state: _stamp(writer, apply_outcome(state, outcome), at))
+            def cancelled() -> bool:  # asked before each status fetch of the watch
+                writer.catch_up()
+                return writer.state.cancel_requested
 
-        def record_drafts(drafts: Sequence[Draft]) -> None:
-            at = clock()
-            writer.append(lambda _state: _stamp(writer, drafts, at))
+            stop = cancelled if request.stoppable else _never
+            return self.adapters.watch(writer.state, attempt, self.store, stop)
+        if kind is Sleep:
+            self.sleep(request.seconds)
+            return None
+        if kind is AttemptEndHook:
+            assert self.on_attempt_end is not None
+            return self.on_attempt_end(request.run, request.attempt)
+        return perform(self.store, request)
 
-        def cancelled() -> bool:  # asked before each status fetch of a watch
-            writer.catch_up()
-            return writer.state.cancel_requested
+    def steps(self, writer: StreamWriter[RunState]) -> Generator[RunRequest, Any, RunResult]:
+        """The run in `writer`'s stream, to its result: every piece of I/O yielded."""
+        run_id, seed, say = self.run_id, self.seed, self.say
+
+        def record(cls: type[EventBase], **fields: Any) -> Generator[RunRequest, Any, Any]:
+            at = yield CLOCK
+            build = lambda _state: [writer.event(cls, at, **fields)]  # noqa: E731
+            [event] = yield from writer.append_steps(build)
+            return event
+
+        def record_outcome(outcome: AttemptOutcome) -> Generator[RunRequest, Any, Any]:
+            at = yield CLOCK
+            yield from writer.append_steps(
+                lambda state: _stamp(writer, apply_outcome(state, outcome), at)
+            )
+
+        def record_drafts(drafts: Sequence[Draft]) -> Generator[RunRequest, Any, Any]:
+            at = yield CLOCK
+            yield from writer.append_steps(lambda _state: _stamp(writer, drafts, at))
+
+        def deploy_record(cls: type[EventBase], **fields: Any) -> Any:
+            # (the deployer's own steps, recorded from inside its call: a blocking append)
+            return writer.record(cls, self.clock(), **fields)
 
         while True:
-            writer.catch_up()
+            yield from writer.catch_up_steps()
             if self.on_attempt_end is not None:
                 for a in writer.state.attempts:
                     if a.ended is not None and a.started.attempt not in self.ended_before:
                         self.ended_before.add(a.started.attempt)
-                        self.on_attempt_end(writer.state, a)
-            command = decide_run(writer.state, clock())
+                        yield AttemptEndHook(writer.state, a)
+            command = decide_run(writer.state, (yield CLOCK))
             match command:
                 case RunFinished(result=result):
                     return RunResult.from_event(result)
@@ -456,7 +642,7 @@ class _RunLoop:
                         f"{' without the weight cache' if plan.cache_dropped else ''}"
                         f"{' (a redo: the last submit was lost)' if plan.redo else ''}"
                     )
-                    record(
+                    yield from record(
                         AttemptStarted,
                         attempt=plan.attempt,
                         candidate=plan.candidate,
@@ -471,37 +657,94 @@ class _RunLoop:
                         job_stream=attempt_stream(run_id, plan.attempt, seed),
                     )
                 case LookUpEndpoint(attempt=attempt):
-                    _look_up(writer.state, record, adapters, attempt, say)
+                    fields = yield from _look_up(writer.state, self.adapters, attempt)
+                    yield from record(EndpointsLookedUp, **fields)
+                    ids = [f.endpoint_id for f in fields.get("found", ())]
+                    say(
+                        f"deploy of {attempt.started.endpoint_name} was interrupted: "
+                        f"the platform has {ids or 'no such endpoint'}"
+                    )
                 case AdoptEndpoint(attempt=attempt, found=found):
-                    record_drafts(adopt_drafts(attempt, found))
+                    yield from record_drafts(adopt_drafts(attempt, found))
                     name = attempt.started.endpoint_name
                     say(f"run {run_id}: adopted {found.endpoint_id} ({name})")
                 case Deploy(attempt=attempt):
-                    record(
-                        DeployIntended,
-                        attempt=attempt.started.attempt,
-                        endpoint_name=attempt.started.endpoint_name,
+                    number = attempt.started.attempt
+                    yield from record(
+                        DeployIntended, attempt=number, endpoint_name=attempt.started.endpoint_name
                     )
-                    _deploy(writer.state, record, record_outcome, adapters, attempt)
+                    try:
+                        deployed = yield AdapterCall(
+                            "deploy", (writer.state, attempt, deploy_record)
+                        )
+                    except Exception as exc:  # any deploy error: a poll_error, a retry spent
+                        yield from record_outcome(DeployFailure(number, **_error(exc)))
+                        continue
+                    yield from record(
+                        EndpointDeployed,
+                        attempt=number,
+                        endpoint_id=deployed.endpoint_id,
+                        endpoint_name=deployed.endpoint_name,
+                        account=deployed.account,
+                        volumes=deployed.volumes,
+                        disk_gb=deployed.disk_gb,
+                        idle_timeout_s=deployed.idle_timeout_s,  # None: written as v1
+                    )
                 case Submit(attempt=attempt):
-                    record(
-                        SubmitIntended,
-                        attempt=attempt.started.attempt,
+                    started = attempt.started
+                    yield from record(
+                        SubmitIntended, attempt=started.attempt, endpoint_id=attempt.endpoint_id
+                    )
+                    try:
+                        job_id, submitted_at = yield AdapterCall("submit", (writer.state, attempt))
+                    except Exception as exc:
+                        yield from record_outcome(SubmitFailure(started.attempt, **_error(exc)))
+                        say(f"submit to {started.endpoint_name} failed ({type(exc).__name__})")
+                        continue
+                    yield from record(
+                        JobQueued,
+                        attempt=started.attempt,
                         endpoint_id=attempt.endpoint_id,
+                        job_id=job_id,
+                        job_stream=started.job_stream,
+                        submitted_at=submitted_at,
                     )
-                    _submit(writer.state, record, record_outcome, adapters, attempt, say)
-                case WatchJob(attempt=attempt) if writer.state.cancel_requested:
-                    # (a cancelled run's job, cancelled on the platform: its watch must reach
-                    # the platform's answer, so the cancel does not stop it)
                     say(
-                        f"run {run_id}: job {attempt.job_id} cancelled; "
-                        "watching it to the platform's answer"
+                        f"submitted job {job_id} to {started.endpoint_name} "
+                        f"({attempt.endpoint_id}): attempt {started.attempt}, "
+                        f"gpu {started.gpu_class}"
                     )
-                    _watch(writer, record_outcome, adapters, attempt, self.store, _never, say)
                 case WatchJob(attempt=attempt):
-                    _watch(writer, record_outcome, adapters, attempt, self.store, cancelled, say)
+                    # A cancelled run's job, cancelled on the platform, is watched to the
+                    # platform's answer: the cancel does not stop that watch.
+                    stoppable = not writer.state.cancel_requested
+                    if not stoppable:
+                        say(
+                            f"run {run_id}: job {attempt.job_id} cancelled; "
+                            "watching it to the platform's answer"
+                        )
+                    try:
+                        result = yield WatchAttempt(attempt, stoppable)
+                    except WatchStopped:
+                        yield from writer.catch_up_steps()
+                        continue  # the cancel is in the state now; decide_run takes it
+                    number = attempt.started.attempt
+                    yield from record_outcome(
+                        JobVerdict(
+                            number,
+                            ok=result.ok,
+                            failure=result.failure,
+                            rule=result.rule,
+                            detail=result.detail or "",
+                            metrics=result.metrics,
+                        )
+                    )
+                    say(
+                        f"attempt {number} on {attempt.started.gpu_class}: "
+                        f"{'ok' if result.ok else f'{result.failure} ({result.rule})'}"
+                    )
                 case EndAttempt(attempt=number, failure=failure, detail=detail, rule=rule):
-                    record(
+                    yield from record(
                         AttemptEnded,
                         attempt=number,
                         ok=False,
@@ -510,16 +753,18 @@ class _RunLoop:
                         detail=detail,
                     )
                 case CancelJob(attempt=attempt):
-                    ok = _quietly(adapters.cancel_job, writer.state, attempt)
+                    ok = yield from _quietly("cancel_job", writer.state, attempt)
                     number, job_id = attempt.started.attempt, attempt.job_id
-                    record(JobCancelled, attempt=number, job_id=job_id, ok=ok)
+                    yield from record(JobCancelled, attempt=number, job_id=job_id, ok=ok)
                 case DeleteEndpoint(endpoint_id=endpoint_id, reason=reason):
-                    ok = _quietly(adapters.delete_endpoint, writer.state, endpoint_id)
-                    record(EndpointDeleted, endpoint_id=endpoint_id, reason=reason, ok=ok)
+                    ok = yield from _quietly("delete_endpoint", writer.state, endpoint_id)
+                    yield from record(
+                        EndpointDeleted, endpoint_id=endpoint_id, reason=reason, ok=ok
+                    )
                 case WaitRun(seconds=seconds):
-                    self.sleep(seconds)
+                    yield Sleep(seconds)
                 case ConcludeRun(ok=ok, failure=failure, detail=detail, metrics=metrics):
-                    record(
+                    yield from record(
                         RunConcluded,
                         ok=ok,
                         failure=failure,
@@ -566,6 +811,79 @@ class _RunLoop:
         self.drive(writer)
 
 
+@dataclass
+class _AsyncIO:
+    """`_RunLoop.steps` driven on an event loop (`asupervise_run`): each request awaited."""
+
+    run: _RunLoop
+    writer: StreamWriter[RunState]
+    sleep: Callable[[float], Awaitable[Any]]
+
+    async def drive(self) -> RunResult:
+        """The run to its result (the twin of `flashfsm.writer.run_steps`)."""
+        steps = self.run.steps(self.writer)
+        reply: Any = None
+        error: BaseException | None = None
+        while not isinstance(request := advance(steps, reply, error), Done):
+            reply, error = None, None
+            try:
+                reply = await self.perform(request)
+            except asyncio.CancelledError:
+                steps.close()
+                raise
+            except Exception as exc:  # thrown back: the loop decides what it means
+                error = exc
+        return request.value
+
+    async def perform(self, request: RunRequest) -> Any:
+        """One request of the loop, awaited."""
+        run, kind = self.run, type(request)
+        if kind is Clock:
+            return run.clock()
+        if kind is Sleep:
+            return await self.sleep(request.seconds)
+        if kind is AdapterCall:
+            method = getattr(run.adapters, f"a{request.name}", None)
+            if method is not None:
+                return await method(*request.args)
+            return await asyncio.to_thread(getattr(run.adapters, request.name), *request.args)
+        if kind is WatchAttempt:
+            return await self.watch(request)
+        if kind is AttemptEndHook:
+            assert run.on_attempt_end is not None
+            answer = run.on_attempt_end(request.run, request.attempt)
+            return await answer if inspect.isawaitable(answer) else answer
+        return await asyncio.to_thread(perform, run.store, request)
+
+    async def watch(self, request: WatchAttempt) -> PollResult:
+        """The attempt's job watched to its verdict: the adapters' `awatch` on this loop,
+        else their `watch` in a worker thread."""
+        run, writer, state = self.run, self.writer, self.writer.state
+        awatch = getattr(run.adapters, "awatch", None)
+        if awatch is None:
+
+            def cancelled() -> bool:  # (in the watch's thread; the loop waits for it)
+                writer.catch_up()
+                return writer.state.cancel_requested
+
+            stop = cancelled if request.stoppable else _never
+            return await asyncio.to_thread(
+                run.adapters.watch, state, request.attempt, run.store, stop
+            )
+
+        async def acancelled() -> bool:
+            await asyncio.to_thread(writer.catch_up)
+            return writer.state.cancel_requested
+
+        astop = acancelled if request.stoppable else None
+        return await awatch(state, request.attempt, run.store, astop)  # type: ignore[no-any-return]
+
+
+def _never() -> bool:
+    """The stop of a watch that must reach its verdict (a cancelled job's, to its end)."""
+    return False
+
+
 def _error(exc: BaseException) -> dict[str, str]:
     """A failed step's `error_class` and `message` (masked and capped by the event)."""
     error_class = getattr(exc, "error_class", None)
@@ -575,129 +893,38 @@ def _error(exc: BaseException) -> dict[str, str]:
     }
 
 
-def _quietly(fn: Callable[..., bool], *args: Any) -> bool:
+def _quietly(name: str, *args: Any) -> Generator[RunRequest, Any, bool]:
+    """A cleanup call: False when it failed (recorded so, never fatal)."""
     try:
-        return bool(fn(*args))
-    except Exception as exc:  # a failed cleanup is recorded (ok=False), never fatal
-        logger.warning("cleanup %s failed: %s", getattr(fn, "__name__", fn), redact(str(exc)))
+        return bool((yield AdapterCall(name, args)))
+    except Exception as exc:
+        logger.warning("cleanup %s failed: %s", name, redact(str(exc)))
         return False
 
 
 def _look_up(
-    run: RunState,
-    record: Recorder,
-    adapters: RunAdapters,
-    attempt: Attempt,
-    say: Callable[[str], Any],
-) -> None:
-    """Ask the platform what an interrupted deploy made, and record it (or why it cannot)."""
+    run: RunState, adapters: RunAdapters, attempt: Attempt
+) -> Generator[RunRequest, Any, dict[str, Any]]:
+    """Ask the platform what an interrupted deploy made: the `EndpointsLookedUp` fields
+    (what was found, or why it could not be asked)."""
     name = attempt.started.endpoint_name
-    find = getattr(adapters, "find_endpoints", None)
     fields: dict[str, Any] = {"attempt": attempt.started.attempt, "endpoint_name": name}
-    if find is None:
+    if getattr(adapters, "find_endpoints", None) is None:
         fields.update(
             error_class=LOOKUP_UNSUPPORTED,
             message=f"{type(adapters).__name__} has no find_endpoints",
         )
-    else:
-        try:
-            found = find(run, attempt)
-        except Exception as exc:
-            fields.update(_error(exc))
-        else:
-            fields["found"] = tuple(
-                FoundEndpoint(
-                    endpoint_id=d.endpoint_id, account=d.account, idle_timeout_s=d.idle_timeout_s
-                )
-                for d in found
-            )
-    record(EndpointsLookedUp, **fields)
-    ids = [f.endpoint_id for f in fields.get("found", ())]
-    say(f"deploy of {name} was interrupted: the platform has {ids or 'no such endpoint'}")
-
-
-def _deploy(
-    run: RunState,
-    record: Recorder,
-    record_outcome: Callable[[AttemptOutcome], None],
-    adapters: RunAdapters,
-    attempt: Attempt,
-) -> None:
-    number = attempt.started.attempt
+        return fields
     try:
-        deployed = adapters.deploy(run, attempt, record)
-    except Exception as exc:  # any deploy error is a poll_error that consumes a retry
-        record_outcome(DeployFailure(number, **_error(exc)))
-        return
-    record(
-        EndpointDeployed,
-        attempt=number,
-        endpoint_id=deployed.endpoint_id,
-        endpoint_name=deployed.endpoint_name,
-        account=deployed.account,
-        volumes=deployed.volumes,
-        disk_gb=deployed.disk_gb,
-        idle_timeout_s=deployed.idle_timeout_s,  # None: written as v1
-    )
-
-
-def _submit(
-    run: RunState,
-    record: Recorder,
-    record_outcome: Callable[[AttemptOutcome], None],
-    adapters: RunAdapters,
-    attempt: Attempt,
-    say: Callable[[str], Any],
-) -> None:
-    started = attempt.started
-    try:
-        job_id, submitted_at = adapters.submit(run, attempt)
+        found = yield AdapterCall("find_endpoints", (run, attempt))
     except Exception as exc:
-        record_outcome(SubmitFailure(started.attempt, **_error(exc)))
-        say(f"submit to {started.endpoint_name} failed ({type(exc).__name__})")
-        return
-    record(
-        JobQueued,
-        attempt=started.attempt,
-        endpoint_id=attempt.endpoint_id,
-        job_id=job_id,
-        job_stream=started.job_stream,
-        submitted_at=submitted_at,
+        fields.update(_error(exc))
+        return fields
+    fields["found"] = tuple(
+        FoundEndpoint(endpoint_id=d.endpoint_id, account=d.account, idle_timeout_s=d.idle_timeout_s)
+        for d in found
     )
-    say(
-        f"submitted job {job_id} to {started.endpoint_name} ({attempt.endpoint_id}): "
-        f"attempt {started.attempt}, gpu {started.gpu_class}"
-    )
-
-
-def _watch(
-    writer: StreamWriter[RunState],
-    record_outcome: Callable[[AttemptOutcome], None],
-    adapters: RunAdapters,
-    attempt: Attempt,
-    store: EventStore,
-    stop: Callable[[], bool],
-    say: Callable[[str], Any],
-) -> None:
-    try:
-        result = adapters.watch(writer.state, attempt, store, stop)
-    except WatchStopped:
-        writer.catch_up()
-        return  # the cancel is in the state now; decide_run takes it from here
-    record_outcome(
-        JobVerdict(
-            attempt.started.attempt,
-            ok=result.ok,
-            failure=result.failure,
-            rule=result.rule,
-            detail=result.detail or "",
-            metrics=result.metrics,
-        )
-    )
-    say(
-        f"attempt {attempt.started.attempt} on {attempt.started.gpu_class}: "
-        f"{'ok' if result.ok else f'{result.failure} ({result.rule})'}"
-    )
+    return fields
 
 
 Deployer = Callable[[RunState, Attempt, Recorder], Deployed]
@@ -749,6 +976,8 @@ class RunpodRunAdapters:
     #: Where an attempt's worker writes its heartbeat and artifacts (recorded with its job,
     #: so a verdict can say where the artifacts of a result RunPod forgot are).
     hub: Callable[[RunState, Attempt], HubLocation | None] | None = None
+    #: The waits of a watch on an event loop (`awatch`): `sleep`'s twin.
+    asleep: Callable[[float], Awaitable[Any]] = asyncio.sleep
 
     def _client(self, account: int) -> Any:
         return self.client if self.client_for is None else self.client_for(account)
@@ -829,6 +1058,49 @@ class RunpodRunAdapters:
             watcher=self.watcher,
             **stall_kwargs(attempt.started.on_last_gpu),
         )
+
+    async def awatch(
+        self,
+        run: RunState,
+        attempt: Attempt,
+        store: EventStore,
+        stop: Callable[[], Awaitable[bool]] | None,
+    ) -> PollResult:
+        """`watch` on an event loop (`asupervise_run`): the same watch, driven by a
+        `Supervisor` of this one job (no jitter, so it polls when `poll_job` would), its
+        client's calls and the readers in worker threads; `stop()` is awaited before each
+        status fetch (None: the watch runs to its verdict)."""
+        from flashfsm.supervisor import JobSpec, Supervisor, ThreadedClient
+
+        handle = self.handle(attempt, run)
+        if self.on_handle is not None:
+            self.on_handle(handle.to_dict())
+        heartbeat, failure_detail = self.readers(run, attempt) if self.readers else (None, None)
+        client = ThreadedClient(self._client(attempt.account))
+        supervisor = Supervisor(
+            store,
+            client,
+            clock=self.clock,
+            sleep=self.asleep,
+            jitter=0.0,
+            log=self.log,
+            watcher=self.watcher,
+        )
+        job = JobSpec(
+            handle,
+            stream=attempt.job_stream,
+            interval_s=self.interval_s,
+            policy=GracePolicy(**stall_kwargs(attempt.started.on_last_gpu)),
+            heartbeat_reader=heartbeat,
+            failure_detail_reader=failure_detail,
+            allow_pickle=self.allow_pickle,
+            stop=stop,
+        )
+        try:
+            return await supervisor.watch(job)
+        finally:
+            await supervisor.committer.close()
+            await supervisor.snapshots.close()
 
     def cancel_job(self, run: RunState, attempt: Attempt) -> bool:
         """Cancel the attempt's job on RunPod."""

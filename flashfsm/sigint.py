@@ -2,8 +2,8 @@
 
 While a command runs, a Ctrl-C is a `KeyboardInterrupt` that the command's own code
 handles (a run in progress is cancelled first, `flashfsm.runs.supervise_run`) and the CLI
-turns into exit 130 (`flashfsm.cli.main`). Before that code is loaded — the package takes
-about a second to import — and once the command is over, while the interpreter shuts
+turns into exit 130 (`flashfsm.cli.main`). Before that code is loaded — the command's own
+modules take a while to import — and once the command is over, while the interpreter shuts
 down, only Python's traceback would catch it. So when the process is the `flashfsm`
 console script, the package imports this module first and `guard()` makes a SIGINT exit
 130 at once (nothing has been opened yet, nothing is left to do); `main` hands Ctrl-C back

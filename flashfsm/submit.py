@@ -28,13 +28,14 @@ function and dependencies and the run adapters must stay one path, read in one p
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
 import logging
 import os
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +83,7 @@ from flashfsm.runs import (
     Recorder,
     RunpodRunAdapters,
     RunResult,
+    asupervise_run,
     check_providers,
     supervise_run,
 )
@@ -670,6 +672,45 @@ def supervise_spec(
         )
 
 
+async def asupervise_spec(
+    spec: RunSpec,
+    seed: int,
+    candidates: Sequence[Candidate],
+    *,
+    max_retries: int = 2,
+    store: EventStore | str | None = None,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    capacity_memory: CapacityPolicy | bool = True,
+    on_attempt_end: AttemptHook | None = None,
+    **adapter_options: Any,
+) -> RunResult:
+    """`supervise_spec` from an event loop (`flashfsm.runs.asupervise_run`): the same run,
+    the same events. Opening the store and checking the spec (`flash_run_adapters`) is
+    one blocking step, run in a worker thread; so are the deploys (runpod-flash). A
+    cancelled task records and cancels nothing: calling again resumes the run; a user's
+    cancel is `request_cancel` on its stream (`run-<run_id>-s<seed>`)."""
+    opening = _spec_adapters(spec, seed, store, clock, time.sleep, adapter_options)
+    opened, adapters = await asyncio.to_thread(opening.__enter__)
+    try:
+        adapters.asleep = sleep
+        return await asupervise_run(
+            spec.run_id,
+            candidates,
+            adapters,
+            store=opened,
+            stream=naming.run_stream(spec.run_id, seed),
+            clock=clock,
+            sleep=sleep,
+            max_retries=max_retries,
+            capacity_memory=capacity_memory,
+            on_attempt_end=on_attempt_end,
+            **_spec_run_options(spec, seed),
+        )
+    finally:
+        await asyncio.to_thread(opening.__exit__, None, None, None)
+
+
 def _hand_off_spec(
     spec: RunSpec,
     seed: int,
@@ -826,13 +867,20 @@ def _walk(
         spec.run_id,
         candidates,
         adapters,
-        weight_cache=bool(spec.weight_cache),
-        budget_s=spec.max_wall_seconds,
-        phase=spec.phase,
-        seed=seed,
         store=store,
         stream=stream,
         clock=clock,
         sleep=sleep,
+        **_spec_run_options(spec, seed),
         **run_options,
     )
+
+
+def _spec_run_options(spec: RunSpec, seed: int) -> dict[str, Any]:
+    """What a spec says of its run, for either driver."""
+    return {
+        "weight_cache": bool(spec.weight_cache),
+        "budget_s": spec.max_wall_seconds,
+        "phase": spec.phase,
+        "seed": seed,
+    }

@@ -288,6 +288,10 @@ class JobSpec:
     heartbeat_reader: Callable[..., Any] | None = None
     failure_detail_reader: Callable[..., Any] | None = None
     allow_pickle: bool | None = None
+    #: Asked before each status fetch (a run's cancel, `flashfsm.runs.asupervise_run`): True
+    #: ends the watch with `WatchStopped`, recording nothing. None: the watch stops only
+    #: when its task is cancelled (`Supervisor.stop`).
+    stop: Callable[[], Awaitable[bool]] | None = None
 
 
 class StopsOnSignals:
@@ -384,6 +388,7 @@ class Supervisor(StopsOnSignals):
             failure_detail=job.failure_detail_reader is not None,
             watcher=self.watcher,
             allow_pickle=job.allow_pickle,
+            stoppable=job.stop is not None,
             snapshot_every=self.snapshot_every,
             worker=has_worker_reader(self.client),
         )
@@ -417,8 +422,8 @@ class Supervisor(StopsOnSignals):
                 kind = type(request)
                 if kind is Clock:
                     reply = clock()
-                elif kind is StopAsked:  # (its specs are not `stoppable`: never asked)
-                    reply = False  # a supervisor's watches stop by `stop()`, between requests
+                elif kind is StopAsked:  # (asked only of a job with a `stop`)
+                    reply = job.stop is not None and bool(await job.stop())
                 elif kind is Sleep:
                     jitter = 1 + self.rng.uniform(0, self.jitter / 10)
                     await self.sleep(request.seconds * jitter)
@@ -496,6 +501,26 @@ class Supervisor(StopsOnSignals):
             task.cancel()
 
 
+class ThreadedClient:
+    """A synchronous platform client (`RunpodClient`, a test's scripted one) whose calls a
+    `Supervisor` awaits: each method of the wrapped client, run in a worker thread. The
+    methods it has are the wrapped client's, so what a watch reads (`has_worker_reader`)
+    is the same whichever form drives it."""
+
+    def __init__(self, client: Any):
+        self.client = client
+
+    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+        method = getattr(self.client, name)
+        if name.startswith("_") or not callable(method):
+            raise AttributeError(name)
+
+        async def in_a_thread(*args: Any, **kwargs: Any) -> Any:
+            return await asyncio.to_thread(method, *args, **kwargs)
+
+        return in_a_thread
+
+
 async def _acall(
     gate: asyncio.Semaphore,
     fn: Callable[..., Awaitable[Any]] | None,
@@ -533,6 +558,7 @@ __all__ = [
     "JobSpec",
     "SnapshotWriter",
     "Supervisor",
+    "ThreadedClient",
     "TokenBucket",
     "supervise",
 ]

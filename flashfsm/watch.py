@@ -73,6 +73,7 @@ from flashfsm.fsm.commands import (
 from flashfsm.fsm.job import JobState, concluded_fields, decide, heartbeat_is_news, skip_read
 from flashfsm.naming import job_stream
 from flashfsm.redact import redact
+from flashfsm.results import Portable
 from flashfsm.writer import JOB, NEWER_WATCH_WINS, Build, StoreRequest, StreamWriter
 
 logger = logging.getLogger("flashfsm")
@@ -172,8 +173,9 @@ def unpickling_allowed(handle: JobHandle, allow_pickle: bool | None = None) -> b
 
 
 @dataclass
-class PollResult:
-    """The outcome of a watch, as the reference returned it plus the rule and state."""
+class PollResult(Portable):
+    """The outcome of a watch, as the reference returned it plus the rule and state
+    (`to_dict`/`from_dict`: plain JSON for an orchestrator to store)."""
 
     ok: bool
     metrics: dict[str, Any] | None = None

@@ -15,7 +15,10 @@ none) fails here, so nothing is skipped silently:
 - `bash`: only the README's Quickstart, checked by tests/test_readme.py (not executed: it
   installs the package);
 - `text`: a sketch that is neither run nor checked (architecture.md's pseudo-code of the
-  shell loop).
+  shell loop);
+- `python-airflow`, `python-dagster`, `python-dbos`, `python-prefect`: an orchestrator's
+  example (docs/embedding.md), run by that orchestrator's tests under tests/integrations/
+  (`doc_block`), which skip with a visible reason when it is not installed.
 """
 
 from __future__ import annotations
@@ -35,7 +38,11 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 PAGES = [ROOT / "README.md", *DOCS]
 FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```", re.S | re.M)
+#: An orchestrator's example (docs/embedding.md): run by that orchestrator's own tests under
+#: tests/integrations/, which need it installed (`doc_block("python-<orchestrator>")`).
+ORCHESTRATOR_BLOCKS = {"python-airflow", "python-dagster", "python-dbos", "python-prefect"}
 LANGUAGES = {"python", "python-signature", "console", "mermaid", "bash", "text"}
+LANGUAGES |= ORCHESTRATOR_BLOCKS
 
 
 def blocks(path: Path, language: str = "python") -> list[str]:
@@ -55,6 +62,18 @@ def test_every_code_block_says_what_it_is(path: Path):
     assert not unknown, f"{path.name}: fences of no checked kind: {unknown}"
     if path.name != "README.md":
         assert "bash" not in languages, f"{path.name}: a bash block is never run; use console"
+
+
+def test_every_orchestrator_block_is_run_by_its_orchestrators_tests():
+    used = {
+        lang
+        for path in PAGES
+        for lang, _ in FENCE.findall(path.read_text(encoding="utf-8"))
+        if lang in ORCHESTRATOR_BLOCKS
+    }
+    tests = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "tests").rglob("test_*.py"))
+    unrun = sorted(lang for lang in used if f'"{lang}"' not in tests)
+    assert not unrun, f"no test runs the docs' {unrun} blocks"
 
 
 def test_the_docs_have_runnable_examples():
@@ -81,7 +100,11 @@ def test_every_python_block_runs(
 # --- signature blocks match the code --------------------------------------------------------------
 
 #: What a default in a signature block may name.
-DEFAULTS_NAMESPACE = {"time": time, "asyncio": asyncio, **vars(flashfsm)}
+DEFAULTS_NAMESPACE = {  # (every public name: the package loads each on first use)
+    "time": time,
+    "asyncio": asyncio,
+    **{name: getattr(flashfsm, name) for name in flashfsm.__all__},
+}
 
 
 def documented(signature: str) -> tuple[str, ast.FunctionDef]:

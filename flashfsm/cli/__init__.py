@@ -14,20 +14,26 @@ verdict (`replay`, `explain`, `watch`) exit with its code. Credentials (the RunP
 
 The commands live by group: `logs` (replay, explain, why-not, whatif, timeline, watch), `cost`,
 `workers` (logs: a job's worker log lines), `store` (ls, export, import, sweep), `fleet`
-(supervise, runs), `ui` (the web view) and `tools` (demo, simulator, diagram); what they
-share is in `common`. This module builds the one `app` from them.
+(supervise, runs), `ui` (the web view), `simulator` and `tools` (demo, diagram); what they
+share is in `common`, what the help needs in `usage`. This module builds the one `app` from
+them, and loads a command's group (and what it imports) only when that command runs:
+`flashfsm --help` lists every command from `COMMANDS` (its first sentence of help), and
+loads none.
 """
 
 from __future__ import annotations
 
+import importlib
 import signal
-from typing import Annotated
+from collections.abc import Iterator, Mapping, MutableMapping
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 import typer
+from typer.core import TyperCommand, TyperGroup
+from typer.main import get_command
 
 from flashfsm import sigint
-from flashfsm.cli import cost, fleet, logs, store, tools, ui, workers
-from flashfsm.cli.common import (
+from flashfsm.cli.usage import (
     EXIT_CODE_TABLE,
     EXIT_CODES,
     EXIT_DISAGREES,
@@ -38,18 +44,21 @@ from flashfsm.cli.common import (
     EXIT_USAGE,
     ExitCode,
     PlainCommand,
-    Source,
-    console,
     exit_codes_text,
-    install_notices,
-    job_source,
-    load_events,
-    open_source,
-    print_timeline,
-    print_verdict,
     version_text,
 )
-from flashfsm.cli.logs import parse_settings
+
+if TYPE_CHECKING:
+    from flashfsm.cli.common import (
+        Source,
+        console,
+        job_source,
+        load_events,
+        open_source,
+        print_timeline,
+        print_verdict,
+    )
+    from flashfsm.cli.logs import parse_settings
 
 #: The app's help: what it is, then every exit code (`\b` keeps the table's lines as they are).
 APP_HELP = (
@@ -59,9 +68,245 @@ APP_HELP = (
     "\b\nExit codes:\n" + exit_codes_text()
 )
 
+
+class Command(NamedTuple):
+    """Where a command lives (`flashfsm.cli.<module>.<function>`), and the first sentence of
+    its help: what `flashfsm --help` lists without loading it (tests hold it to the
+    function's docstring)."""
+
+    module: str
+    function: str
+    summary: str
+
+
+#: Every command, by name, in the order `--help` lists them.
+COMMANDS: tuple[tuple[str, Command], ...] = (
+    (
+        "replay",
+        Command(
+            "logs",
+            "replay_command",
+            "Replay a log: a job's timeline, timers and verdict; a run's attempts, result and "
+            "last job; a sweeper's idle timers (exit code by failure kind).",
+        ),
+    ),
+    (
+        "diagram",
+        Command(
+            "tools",
+            "diagram_command",
+            "The job state machine, drawn from the transition table the machine is built from.",
+        ),
+    ),
+    (
+        "simulator",
+        Command(
+            "simulator",
+            "simulator_command",
+            "Serve the RunPod + Hugging Face simulator for an orchestrator's tests, in another "
+            "process, until Ctrl-C.",
+        ),
+    ),
+    (
+        "demo",
+        Command(
+            "tools",
+            "demo_command",
+            "Run a small fleet through `supervise_run` against the bundled simulator into the "
+            "demo's own store, then show each run's attempts and each attempt's post-mortem, "
+            "draw the runs, and name the commands that explore them.",
+        ),
+    ),
+    (
+        "explain",
+        Command(
+            "logs",
+            "explain_command",
+            "Why the verdict fired: the rule, its why, its evidence and the numbers behind it "
+            "(a run: its last job's; a sweeper: what it reaped and what it is timing).",
+        ),
+    ),
+    (
+        "why-not",
+        Command(
+            "logs",
+            "why_not_command",
+            "Why RULE did not fire at the verdict (or by the end of the log), with its numbers.",
+        ),
+    ),
+    (
+        "whatif",
+        Command(
+            "logs",
+            "whatif_command",
+            "Replay the recorded observations under another policy; report the first "
+            "difference (with --all: over every recorded job, the verdicts changed, time and "
+            "money).",
+        ),
+    ),
+    (
+        "cost",
+        Command(
+            "cost",
+            "cost_command",
+            "What runs and jobs cost and why: billed seconds and money by cause (cold start, "
+            "training, stall, preemption, failure, idle) per attempt, per run and in total.",
+        ),
+    ),
+    (
+        "timeline",
+        Command(
+            "logs",
+            "timeline_command",
+            "Draw a run (attempts as lanes), a job log, or a sweeper's idle timers (endpoints "
+            "as lanes) as a self-contained SVG or HTML file.",
+        ),
+    ),
+    (
+        "logs",
+        Command(
+            "workers",
+            "logs_command",
+            "The worker log lines a job's stream recorded before its verdict, with the worker "
+            "that took the job (a run: each attempt's job).",
+        ),
+    ),
+    (
+        "watch",
+        Command(
+            "logs",
+            "watch_command",
+            "A live view of a job or run (state, time in state, time left on the next timer), "
+            "or of a sweeper (its idle timers running).",
+        ),
+    ),
+    (
+        "ls",
+        Command(
+            "store",
+            "ls_command",
+            "The store's streams: job, run or sweeper, with their state, verdict and time span.",
+        ),
+    ),
+    (
+        "export",
+        Command(
+            "store",
+            "export_command",
+            "Copy streams to another store (keeping names, seqs and ids); resumable.",
+        ),
+    ),
+    (
+        "import",
+        Command(
+            "store",
+            "import_command",
+            "Copy streams from another store (or one .jsonl file) into this one; resumable.",
+        ),
+    ),
+    (
+        "sweep",
+        Command(
+            "store",
+            "sweep_command",
+            "Delete flash endpoints that stayed idle (RUNPOD_API_KEY from the environment).",
+        ),
+    ),
+    (
+        "supervise",
+        Command(
+            "fleet",
+            "supervise_command",
+            "Run one fleet replica: watch the store's open jobs and runs (SIGTERM drains).",
+        ),
+    ),
+    (
+        "runs",
+        Command(
+            "fleet",
+            "runs_command",
+            "Hand a job or a run to the fleet: record it and return (`runs add FILE.json`).",
+        ),
+    ),
+    (
+        "ui",
+        Command(
+            "ui",
+            "ui_command",
+            "Serve a web view of the store: runs and jobs, a run's picture and explanations, "
+            "costs, the fleet, updated live; read-only unless --allow-cancel.",
+        ),
+    ),
+)
+_TABLE = dict(COMMANDS)
+
+
+def command_function(entry: Command) -> Any:
+    """A command's function, its module imported (and with it what the command needs)."""
+    return getattr(importlib.import_module(f"flashfsm.cli.{entry.module}"), entry.function)
+
+
+def build_command(name: str, entry: Command) -> Any:
+    """The command `name` as the app runs it (a click command of typer's, plain help)."""
+    one = typer.Typer(add_completion=False, rich_markup_mode=None)
+    one.command(name, cls=PlainCommand)(command_function(entry))
+    return get_command(one)
+
+
+class CommandTable(MutableMapping[str, Any]):
+    """The app's commands by name: every one of `COMMANDS` is there, built on first use."""
+
+    def __init__(self, built: Mapping[str, Any]) -> None:
+        self.built = dict(built)
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self.built:
+            if name not in _TABLE:
+                raise KeyError(name)
+            self.built[name] = build_command(name, _TABLE[name])
+        return self.built[name]
+
+    def __setitem__(self, name: str, command: Any) -> None:
+        self.built[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        raise TypeError(f"the command {name!r} cannot be removed")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(dict.fromkeys([*_TABLE, *self.built]))
+
+    def __len__(self) -> int:
+        return len(_TABLE.keys() | self.built.keys())
+
+
+class LazyGroup(TyperGroup):
+    """The app's group of commands: each loaded when it runs (or its own help is asked
+    for); the app's help lists them all from `COMMANDS` and loads none."""
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        self.commands = CommandTable(self.commands)
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        """Every command's name, in `COMMANDS`' order (none loaded)."""
+        return list(self.commands)
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """The help's Commands section, each command's summary cut to the width as click
+        cuts a command's help (none loaded)."""
+        limit = formatter.width - 6 - max(len(name) for name, _ in COMMANDS)
+        rows = [
+            (name, TyperCommand(name, help=entry.summary).get_short_help_str(limit))
+            for name, entry in COMMANDS
+        ]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
 app = typer.Typer(
     name="flashfsm",
     help=APP_HELP,
+    cls=LazyGroup,
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode=None,  # help is plain text: never markup (a `[postgres]` stays)
@@ -71,7 +316,7 @@ app = typer.Typer(
 
 def _print_version(value: bool) -> None:
     if value:
-        console.print(version_text())
+        typer.echo(version_text())
         raise typer.Exit(0)
 
 
@@ -88,32 +333,9 @@ def _app(
         ),
     ] = False,
 ) -> None:
+    from flashfsm.cli.common import install_notices
+
     install_notices(ctx)
-
-
-#: Every command, by name, in the order `--help` lists them.
-COMMANDS = (
-    ("replay", logs.replay_command),
-    ("diagram", tools.diagram_command),
-    ("simulator", tools.simulator_command),
-    ("demo", tools.demo_command),
-    ("explain", logs.explain_command),
-    ("why-not", logs.why_not_command),
-    ("whatif", logs.whatif_command),
-    ("cost", cost.cost_command),
-    ("timeline", logs.timeline_command),
-    ("logs", workers.logs_command),
-    ("watch", logs.watch_command),
-    ("ls", store.ls_command),
-    ("export", store.export_command),
-    ("import", store.import_command),
-    ("sweep", store.sweep_command),
-    ("supervise", fleet.supervise_command),
-    ("runs", fleet.runs_command),
-    ("ui", ui.ui_command),
-)
-for _name, _command in COMMANDS:
-    app.command(_name, cls=PlainCommand)(_command)
 
 
 def main() -> None:
@@ -131,6 +353,39 @@ def main() -> None:
     finally:
         if guarded:  # the interpreter's shutdown: a Ctrl-C exits 130 at once again
             signal.signal(signal.SIGINT, sigint.exit_interrupted)
+
+
+#: What the package offers from its command groups, loaded on first use (PEP 562).
+_LAZY = {
+    **dict.fromkeys(
+        (
+            "Source",
+            "console",
+            "job_source",
+            "load_events",
+            "open_source",
+            "print_timeline",
+            "print_verdict",
+        ),
+        "flashfsm.cli.common",
+    ),
+    "parse_settings": "flashfsm.cli.logs",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """A name of a command group, loaded on first use and kept here after."""
+    home = _LAZY.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """The module's names, those not loaded yet included."""
+    return sorted({*globals(), *_LAZY})
 
 
 __all__ = [

@@ -1,8 +1,9 @@
-"""The commands that bring something of their own: demo, simulator, diagram."""
+"""The commands that bring something of their own: demo and diagram (the simulator's is in
+`flashfsm.cli.simulator`: only it loads the simulator's server).
+"""
 
 from __future__ import annotations
 
-import inspect
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -10,7 +11,6 @@ from urllib.parse import urlsplit
 
 import typer
 
-from flashfsm.adapters.simulator import serve
 from flashfsm.adapters.stores import open_store
 from flashfsm.adapters.urls import display_url, hide_url_secrets
 from flashfsm.cli.common import attempt_line, console, fail, print_timeline, styled
@@ -34,57 +34,6 @@ def diagram_command(
     if fmt not in drawings:
         raise fail(f"unknown format {fmt!r} ({', '.join(drawings)})")
     sys.stdout.write(drawings[fmt]() + "\n")
-
-
-_SERVE = serve.ServeOptions()  # the defaults, shared with `python -m`
-
-
-def simulator_command(
-    port: Annotated[int, typer.Option(help=serve.HELP["port"])] = _SERVE.port,
-    speed: Annotated[float, typer.Option(help=serve.HELP["speed"])] = _SERVE.speed,
-    scenario: Annotated[str, typer.Option(help=serve.HELP["scenario"])] = _SERVE.scenario,
-    key: Annotated[list[str] | None, typer.Option("--key", help=serve.HELP["key"])] = None,
-    quota: Annotated[int, typer.Option(help=serve.HELP["quota"])] = _SERVE.quota,
-    fleet: Annotated[int, typer.Option(help=serve.HELP["fleet"])] = _SERVE.fleet,
-    per_endpoint: Annotated[
-        int, typer.Option(help=serve.HELP["per_endpoint"])
-    ] = _SERVE.per_endpoint,
-    fleet_file: Annotated[str | None, typer.Option(help=serve.HELP["fleet_file"])] = None,
-    fault: Annotated[list[str] | None, typer.Option("--fault", help=serve.HELP["fault"])] = None,
-) -> None:
-    """Serve the RunPod + Hugging Face simulator for an orchestrator's tests, in another
-    process, until Ctrl-C. It prints the `export NAME=value` lines that point the RunPod SDKs,
-    runpod-flash, flashfsm and huggingface_hub at it (the RunPod key included: a test key
-    of the simulator's own), then what it serves."""
-    options = serve.ServeOptions(
-        port=port,
-        speed=speed,
-        scenario=scenario,
-        keys=tuple(key or _SERVE.keys),
-        quota=quota,
-        fleet=fleet,
-        per_endpoint=per_endpoint,
-        fleet_file=fleet_file,
-        faults=tuple(fault or ()),
-    )
-
-    def out(line: str) -> None:
-        sys.stdout.write(line + "\n")
-        sys.stdout.flush()
-
-    try:
-        serve.serve(options, out)
-    except ValueError as exc:
-        raise fail(str(exc)) from None
-    except OSError as exc:
-        raise fail(
-            f"cannot serve on 127.0.0.1:{port}: {exc} (--port 0 picks a free port)"
-        ) from None
-
-
-simulator_command.__doc__ = (
-    f"{inspect.cleandoc(simulator_command.__doc__ or '')}\n\n{serve.help_epilog()}"
-)
 
 
 DemoStoreOption = Annotated[
