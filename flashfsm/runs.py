@@ -23,6 +23,12 @@ to the platform's answer, and a Ctrl-C (`KeyboardInterrupt`) is a cancel too, re
 wound down before it is raised again — unless the caller chose `on_interrupt="detach"`:
 then it records nothing and the run is left to resume.
 
+The loop is written once, as a sans-IO generator (`_RunLoop.steps`) yielding each piece of
+I/O it needs; `supervise_run` performs the requests in its thread and `asupervise_run` awaits
+them on an event loop (store calls and synchronous adapter calls in worker threads, an
+attempt's job watched by a `Supervisor` through `RunpodRunAdapters.awatch`), so the two
+record the same events in the same order.
+
 Every outcome of an attempt — a deploy or submit error, its job's verdict — and a user's
 cancel becomes events through the pure `flashfsm.fsm.run.apply_outcome`; the shell only
 stamps and appends them. A new walk first records its ranking (`CandidatesRanked`) from
@@ -52,7 +58,6 @@ from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from flashfsm.adapters.runpod import policy_for_budget
 from flashfsm.capacity import ranking_for
 from flashfsm.errors import WatchStopped
 from flashfsm.events.errors import FlashFsmError
@@ -1008,6 +1013,8 @@ class RunpodRunAdapters:
     def submit(self, run: RunState, attempt: Attempt) -> tuple[str, float]:
         """Queue the job with the run's budget as its TTL and execution timeout."""
         assert attempt.endpoint_id is not None
+        from flashfsm.adapters.runpod import policy_for_budget  # (httpx: loaded on first use)
+
         budget = policy_for_budget(self.budget_s) if self.budget_s else {}
         submitted_at = self.clock()
         try:

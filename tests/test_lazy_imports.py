@@ -88,6 +88,14 @@ def test_a_name_from_the_core_loads_no_adapter_library():
     assert heavy_in(loaded) == []
 
 
+def test_the_run_drivers_load_no_http_client_until_a_runpod_adapter_calls():
+    # (an orchestrator with adapters of its own pays for no RunPod client)
+    loaded = loaded_after("from flashfsm import supervise_run, asupervise_run, RunResult")
+    assert "flashfsm.runs" in loaded
+    assert [m for m in heavy_in(loaded) if not m.startswith("flashfsm.adapters")] == []
+    assert "httpx" not in loaded
+
+
 def test_a_store_loads_its_adapter_and_still_no_client_library():
     loaded = loaded_after("from flashfsm import MemoryStore, SqliteStore")
     assert "flashfsm.adapters.sqlite" in loaded

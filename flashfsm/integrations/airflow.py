@@ -18,9 +18,10 @@ names the work, a trigger that resumes from what was recorded):
 - a user's kill (mark failed, mark success, clear of the deferred task) reaches the
   trigger's `on_kill`: `request_cancel(store, stream, by="airflow")`, then the run is driven
   to its `cancelled` conclusion (its job cancelled on RunPod, its endpoints deleted);
-- the store: `store` (a URL, templated) or `store_conn_id` (an Airflow connection whose URI
-  is the store URL, read by the trigger when it runs, so no password sits in the trigger's
-  kwargs). The triggerer and the workers must share it: PostgreSQL in production.
+- the store: `store` (a URL, templated) or `store_conn_id` (an Airflow connection: a
+  `postgres` or `sqlite` one, or any with an extra `{"url": …}`; `connection_url`), read by
+  the trigger when it runs, so no password sits in the trigger's kwargs. The triggerer and
+  the workers must share it: PostgreSQL in production.
 
 The task returns `RunResult.to_dict()` (plain JSON, pushed to XCom); a run that did not
 succeed fails the task with its failure and detail. Runtime secrets cannot travel in a
@@ -32,6 +33,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
+from urllib.parse import quote
 
 from flashfsm.integrations import candidates_for, named_spec, require
 
@@ -61,6 +63,29 @@ def airflow_run_id(ti: Any, name: str | None = None) -> str:
         task_id=ti.task_id,
         map_index=ti.map_index,
         name=name,
+    )
+
+
+def connection_url(connection: Any) -> str:
+    """The store URL an Airflow connection names: its extra's `url` when it has one, else
+    one built from its fields — a `postgres` connection's login, password, host, port and
+    schema (the database), a `sqlite` connection's file (its host, or its URI's path). A
+    `ValueError` (naming the connection, never its password) for any other kind."""
+    extra = connection.extra_dejson or {}
+    if extra.get("url"):
+        return str(extra["url"])
+    kind = connection.conn_type
+    if kind in ("postgres", "postgresql"):
+        login, password = connection.login or "", connection.password or ""
+        auth = quote(login, safe="") + (f":{quote(password, safe='')}" if password else "")
+        where = (connection.host or "") + (f":{connection.port}" if connection.port else "")
+        return f"postgresql://{auth + '@' if auth else ''}{where}/{connection.schema or ''}"
+    path = connection.host or connection.schema  # (the UI's host; a URI's path lands in schema)
+    if kind == "sqlite" and path:
+        return f"sqlite:///{path}"
+    raise ValueError(
+        f"Airflow connection {connection.conn_id!r} ({kind}) names no flashfsm store: "
+        'give it an extra {"url": "<store URL>"}, or make it a postgres or sqlite connection'
     )
 
 
@@ -114,7 +139,7 @@ class FlashfsmRunTrigger(BaseTrigger):
         if self.store is not None or self.store_conn_id is None:
             return self.store
         connection = await asyncio.to_thread(BaseHook.get_connection, self.store_conn_id)
-        return str(connection.get_uri())
+        return connection_url(connection)
 
     async def drive(self) -> RunResult:
         """The run to its result (resumed from its stream when it has one)."""
@@ -172,6 +197,8 @@ class FlashfsmRunOperator(BaseOperator):
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
+        if store is not None and store_conn_id is not None:
+            raise ValueError("give the store as a URL (store) or a connection (store_conn_id)")
         self.spec = spec.model_dump(mode="json") if isinstance(spec, RunSpec) else dict(spec)
         self.candidates = [c.model_dump(mode="json") for c in candidates or ()]
         self.seed = seed

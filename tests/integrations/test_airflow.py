@@ -141,13 +141,20 @@ def test_a_dag_run_trains_and_its_xcom_is_the_result(
 def test_a_killed_trigger_resumes_when_the_dag_run_is_tested_again(
     tmp_path: Path, served: Served, airflow_home: dict[str, str]
 ) -> None:
+    # The store from an Airflow connection this time (`store_conn_id`), as in production.
     store = f"sqlite:///{tmp_path}/runs.db"
-    path = script(tmp_path, "run", RUN)
-    first = start(path, store, airflow_home, tmp_path)
+    airflow_home = {**airflow_home, "AIRFLOW_CONN_FLASHFSM_STORE": store}
+    by_connection = RUN.replace(
+        "task.store, task.interval_s = sys.argv[1],",
+        "task.store, task.store_conn_id, task.interval_s = None, sys.argv[1],",
+    )
+    assert by_connection != RUN
+    path = script(tmp_path, "run", by_connection)
+    first = start(path, "flashfsm_store", airflow_home, tmp_path)
     stream = mid_training(store, served)
     kill(first.pid)  # the process running the trigger (a triggerer) dies mid-training
     first.communicate(timeout=60)
-    answer = finish(start(path, store, airflow_home, tmp_path))  # the task cleared and rerun
+    answer = finish(start(path, "flashfsm_store", airflow_home, tmp_path))  # cleared, rerun
     assert answer["state"] == "success"
     one_endpoint(served)  # 1 deploy, 1 submit: resumed, not started again
     got = outcome(store, stream)
@@ -179,3 +186,48 @@ def test_a_user_kill_of_the_deferred_task_cancels_the_run(
     assert got["run"][0][:2] == (False, "cancelled") and got["deploys"] == 1
     [endpoint] = read_usage(served.env["HF_ENDPOINT"]).endpoints
     assert endpoint.submitted == 1 and endpoint.deleted_at is not None
+
+
+@pytest.mark.parametrize(
+    ("fields", "url"),
+    [
+        (
+            {
+                "conn_type": "postgres",
+                "host": "db",
+                "port": 5432,
+                "login": "u",
+                "password": "p@ss",
+                "schema": "runs",
+            },
+            "postgresql://u:p%40ss@db:5432/runs",
+        ),
+        (
+            {"conn_type": "postgres", "host": "127.0.0.1", "schema": "test"},
+            "postgresql://127.0.0.1/test",
+        ),
+        (
+            {"conn_type": "sqlite", "host": "/var/lib/flashfsm/runs.db"},
+            "sqlite:////var/lib/flashfsm/runs.db",
+        ),
+        ({"conn_type": "sqlite", "schema": "/srv/runs.db"}, "sqlite:////srv/runs.db"),  # a URI's
+        ({"conn_type": "generic", "extra": '{"url": "jsonl:///srv/runs"}'}, "jsonl:///srv/runs"),
+    ],
+)
+def test_a_connection_names_its_store_url(fields: dict[str, object], url: str) -> None:
+    from airflow.sdk import Connection
+
+    from flashfsm.integrations.airflow import connection_url
+
+    assert connection_url(Connection(conn_id="c", **fields)) == url
+
+
+def test_a_connection_of_another_kind_is_refused_without_its_password() -> None:
+    from airflow.sdk import Connection
+
+    from flashfsm.integrations.airflow import connection_url
+
+    other = Connection(conn_id="c", conn_type="http", host="h", password="hunter2")
+    with pytest.raises(ValueError, match="'c' \\(http\\) names no flashfsm store") as refused:
+        connection_url(other)
+    assert "hunter2" not in str(refused.value)
