@@ -201,3 +201,19 @@ def test_candidates_default_to_the_spec_s_gpu_class():
     assert candidates_for(spec(), None) == [Candidate(gpu_class="H100")]
     walk = [Candidate(gpu_class="L4", price_per_hour=0.4)]
     assert candidates_for(spec(), walk) == walk
+
+
+def test_installing_flashfsm_alone_pulls_no_orchestrator():
+    import tomllib
+    from pathlib import Path
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    required = {Requirement(r).name for r in project["dependencies"]}
+    extras = project["optional-dependencies"]
+    for orchestrator in ("prefect", "dagster"):
+        assert orchestrator not in required
+        assert [Requirement(r).name for r in extras[orchestrator]] == [orchestrator]
+        dev = {Requirement(r).name for r in extras["dev"]}
+        assert orchestrator not in dev  # `pip install -e '.[dev]' && pytest` skips its tests

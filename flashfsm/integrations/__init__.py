@@ -117,7 +117,8 @@ def cancel_run(
     the run to its `cancelled` conclusion: its job cancelled on the platform and watched to
     the platform's answer, its endpoints deleted (a run that had not started concludes with
     no attempt). `options` go to `supervise_spec`, as for the run itself."""
-    request_cancel(store, naming.run_stream(spec.run_id, seed), by=by, reason=reason)
+    stream = naming.run_stream(spec.run_id, seed)
+    request_cancel(store, stream, by=by, reason=reason, clock=options.get("clock", time.time))
     return supervise_spec(spec, seed, candidates, store=store, on_interrupt="detach", **options)
 
 
@@ -145,18 +146,15 @@ def supervise(
     walk = candidates_for(spec, candidates)
     stream = naming.run_stream(spec.run_id, seed)
     cancelled: list[str] = []
+    plain_sleep = options.pop("sleep", time.sleep)
+    clock = options.get("clock", time.time)
 
     def on_cancel(reason: str) -> None:
         cancelled.append(reason)
-        request_cancel(store, stream, by=orchestrator, reason=reason)
+        request_cancel(store, stream, by=orchestrator, reason=reason, clock=clock)
 
-    plain_sleep = options.pop("sleep", time.sleep)
     sleep = watching_sleep(
-        cancel_requested,
-        on_cancel,
-        check_every_s=check_every_s,
-        sleep=plain_sleep,
-        clock=options.get("clock", time.time),
+        cancel_requested, on_cancel, check_every_s=check_every_s, sleep=plain_sleep, clock=clock
     )
     try:
         result = supervise_spec(

@@ -108,9 +108,10 @@ def supervise_in_flow(
     `interval_s`, `runtime_secrets`, …). A retried flow run resumes the run; a cancelled
     one cancels it (see the module's notes).
     """
+    named = named_spec(spec, run_id(name))  # (a RuntimeError outside a flow run)
     options.setdefault("log", get_run_logger().info)
     return supervise(
-        named_spec(spec, run_id(name)),
+        named,
         orchestrator=ORCHESTRATOR,
         seed=seed,
         candidates=candidates,

@@ -54,8 +54,10 @@ def doc_block(language: str) -> str:
     return block
 
 
-def serve_simulator(tmp_path: Path) -> Iterator[Served]:
-    """`flashfsm simulator` in its own process: every job trains for 30 simulated minutes."""
+def serve_simulator(tmp_path: Path, speed: float = SPEED) -> Iterator[Served]:
+    """`flashfsm simulator` in its own process: every job trains for 30 simulated minutes,
+    at `speed` simulated seconds a second (slower for an orchestrator that restarts slowly:
+    a resume must come within the result's 30-minute retention)."""
     served = Served(
         [
             *FLASHFSM,
@@ -63,7 +65,7 @@ def serve_simulator(tmp_path: Path) -> Iterator[Served]:
             "--port",
             "0",
             "--speed",
-            str(SPEED),
+            str(speed),
             "--key",
             KEY,
             "--scenario",
@@ -74,7 +76,8 @@ def serve_simulator(tmp_path: Path) -> Iterator[Served]:
     try:
         yield served
     finally:
-        served.stop()
+        served.stop(signal.SIGTERM)  # (SIGINT is ignored where a shell started pytest in the
+        # background, and a child inherits that)
 
 
 #: `serve_simulator` as a context manager.

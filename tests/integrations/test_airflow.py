@@ -79,9 +79,14 @@ asyncio.run(task.trigger({{"ti": ti}}).on_kill())
 """
 
 
+#: Simulated seconds a real second: `dag.test` takes 10-20 s to start again, so a resume comes
+#: well inside the result's retention (30 simulated minutes: 30 real seconds here).
+SPEED = 60.0
+
+
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[Served]:
-    yield from serve_simulator(tmp_path)
+    yield from serve_simulator(tmp_path, speed=SPEED)
 
 
 @pytest.fixture

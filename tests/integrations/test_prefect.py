@@ -15,6 +15,7 @@ Skipped without Prefect (`pip install 'flashfsm[prefect]'`). Every process here 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -32,6 +33,7 @@ pytest.importorskip("prefect", reason="Prefect is not installed: pip install 'fl
 
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import StateType
+from prefect.client.schemas.sorting import FlowRunSort
 from prefect.events.worker import EventsWorker
 from prefect.logging.handlers import APILogWorker
 from prefect.settings import (
@@ -282,6 +284,44 @@ def test_a_cancel_from_prefect_cancels_the_job_and_deletes_the_endpoint(server, 
     assert by == "prefect" and str(flow_run_id) in reason
     [(state, _rule, _failure, _metrics)] = cancelled["job"]
     assert state != "SUCCEEDED"  # the job was cancelled on the platform mid-training
+    [endpoint] = usage.endpoints
+    assert endpoint.submitted == 1 and endpoint.deleted_at is not None
+
+
+DIRECT = """
+import json, sys
+from train_flow import train
+print(json.dumps(train(store=sys.argv[1], interval_s=float(sys.argv[2]))))
+"""
+
+
+def test_a_flow_run_cancelled_where_no_runner_stops_it_is_cancelled_between_waits(server, tmp_path):
+    """The flow called in a script: nothing stops its process on a cancel, so the task reads
+    the flow run's state between the watch's waits, cancels the run and returns its result."""
+    with simulator(tmp_path) as served:
+        (tmp_path / "train_flow.py").write_text(doc_block("python-prefect"))
+        store = f"sqlite:///{tmp_path}/runs.db"
+        process = subprocess.Popen(
+            [sys.executable, "-c", DIRECT, store, str(INTERVAL_S)],
+            cwd=tmp_path,
+            env=child_env(served, tmp_path, **server.env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        stream = mid_training(store, served)
+        with get_client(sync_client=True) as client:
+            [flow_run] = client.read_flow_runs(limit=1, sort=FlowRunSort.START_TIME_DESC)
+            assert stream.startswith(f"run-prefect.{flow_run.id}.")
+            client.set_flow_run_state(flow_run.id, Cancelling())
+        out, _ = process.communicate(timeout=120)
+        usage = read_usage(served.env["HF_ENDPOINT"])
+
+    returned = RunResult.from_dict(json.loads(out.strip().splitlines()[-1]))
+    assert (returned.ok, returned.failure, returned.stream) == (False, "cancelled", stream)
+    cancelled = outcome(store, stream)
+    [(by, _reason)] = cancelled["cancels"]
+    assert by == "prefect" and cancelled["run"] == [(False, "cancelled", 1, None)]
     [endpoint] = usage.endpoints
     assert endpoint.submitted == 1 and endpoint.deleted_at is not None
 
