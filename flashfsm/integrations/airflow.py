@@ -46,6 +46,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent  # noqa: E402
 from flashfsm import naming  # noqa: E402
 from flashfsm.events.models import Candidate  # noqa: E402
 from flashfsm.naming import stable_run_id  # noqa: E402
+from flashfsm.redact import register_secrets  # noqa: E402
 from flashfsm.runs import RunResult, request_cancel  # noqa: E402
 from flashfsm.submit import RunSpec, asupervise_spec  # noqa: E402
 
@@ -77,6 +78,7 @@ def connection_url(connection: Any) -> str:
     kind = connection.conn_type
     if kind in ("postgres", "postgresql"):
         login, password = connection.login or "", connection.password or ""
+        register_secrets(password, quote(password, safe=""))  # masked wherever it could show
         auth = quote(login, safe="") + (f":{quote(password, safe='')}" if password else "")
         where = (connection.host or "") + (f":{connection.port}" if connection.port else "")
         return f"postgresql://{auth + '@' if auth else ''}{where}/{connection.schema or ''}"

@@ -227,6 +227,17 @@ def test_a_connection_names_its_store_url(fields: dict[str, object], url: str) -
     assert connection_url(Connection(conn_id="c", **fields)) == url
 
 
+def test_a_connections_password_is_masked_from_then_on() -> None:
+    from airflow.sdk import Connection
+
+    from flashfsm.integrations.airflow import connection_url
+    from flashfsm.redact import redact
+
+    fields = {"conn_type": "postgres", "host": "db", "login": "u", "password": "s3cret-pa55"}
+    url = connection_url(Connection(conn_id="c", **fields))
+    assert "s3cret-pa55" not in redact(f"could not connect to {url}")
+
+
 def test_a_connection_of_another_kind_is_refused_without_its_password() -> None:
     from airflow.sdk import Connection
 
