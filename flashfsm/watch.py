@@ -22,7 +22,8 @@ same watch, so a job watched either way reaches the same verdict from the same a
 Appending goes through one `StreamWriter` with the `NEWER_WATCH_WINS` policy: the newest
 watch owns the job, and an older one that finds a newer `WatchStarted` stops with
 `JobOwnedElsewhere`. A crash anywhere loses at most the I/O in flight; a new watch on the
-same stream replays the log and carries on (a reattach).
+same stream replays the log and carries on (a reattach); when the log ends in the evidence
+of a verdict the dead watch had no time to append, the new watch appends it first.
 
 The watch never decides. Its only judgement is what is worth recording: a regular
 heartbeat read that returned nothing new is dropped with `skip_read`.
@@ -602,6 +603,17 @@ def attach_steps(
         writer.snapshot_every = spec.snapshot_every
     if not opened:  # (a driver that replayed the stream itself passes its writer opened)
         yield from writer.open_steps()
+    state = writer.state
+    if not state.done and state.watch is not None and state.last_at is not None:
+        # A watch that died between its last observation and the verdict the rules reach on
+        # it: that verdict is the log's, at the time of its evidence, however late this
+        # watch comes (a reattach's blind gap would otherwise defer it to a fresh poll).
+        decided = decide(state.copy(), state.last_at)
+        if isinstance(decided, Conclude):
+            built = conclusion(decided.verdict)
+            yield from writer.append_steps(_observation_build(writer, built, state.last_at))
+            if writer.state.done:
+                return writer
     at = yield CLOCK
     yield from writer.append_steps(lambda _state: claim_events(writer, spec, at))
     if writer.snapshot_due():

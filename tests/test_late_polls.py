@@ -253,3 +253,17 @@ def test_a_drifted_probe_pace_does_not_hand_a_crash_loop_to_the_queue_grace() ->
     # grace passes. The unhealthy grace passed earlier, so a probe is made at once.
     got = _late_watch_of("crash_loop", {19: 15.0})
     assert (got.state, got.rule) == ("STALLED", "unhealthy_worker")
+
+
+@pytest.mark.regression
+def test_a_watch_killed_between_its_evidence_and_its_verdict_keeps_that_verdicts_time() -> None:
+    # CI found it: a crash loop's watch killed right after the probe that decides it, the
+    # verdict not yet appended, reattached 1 s later: the blind gap made the probe's evidence
+    # stale and the verdict waited for the next probe, a poll later (311 s for 300 s). The
+    # new watch now records the verdict the log's evidence reaches, at that evidence's time.
+    expected = on_time("crash_loop")
+    for kill_after in range(1, events_of("crash_loop") + 1):
+        for gap in (1.0, 15.0):
+            got, lag = watch("crash_loop", {}, kill_after, gap)
+            assert (got.state, got.rule) == (expected.state, expected.rule), kill_after
+            assert got.after_s <= expected.after_s + lag + 1e-6, (kill_after, gap, got)
