@@ -72,6 +72,7 @@ from flashfsm.fsm.commands import (
     Wait,
 )
 from flashfsm.fsm.job import JobState, concluded_fields, decide, heartbeat_is_news, skip_read
+from flashfsm.fsm.rules import Read
 from flashfsm.naming import job_stream
 from flashfsm.redact import redact
 from flashfsm.results import Portable
@@ -295,6 +296,7 @@ class Outcome:
 
 Request = Clock | Sleep | StopAsked | StatusCall | HealthCall | ReaderCall | ApiCall | StoreRequest
 CLOCK, STOP_ASKED = Clock(), StopAsked()
+HEARTBEAT_READ = Read.HEARTBEAT.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -612,9 +614,7 @@ def attach_steps(
         if isinstance(decided, Conclude):
             built = conclusion(decided.verdict)
             yield from writer.append_steps(_observation_build(writer, built, state.last_at))
-            if writer.state.done:
-                return writer
-    at = yield CLOCK
+    at = yield CLOCK  # (a stream that holds its verdict now gets no claim: `claim_events`)
     yield from writer.append_steps(lambda _state: claim_events(writer, spec, at))
     if writer.snapshot_due():
         yield writer.snapshot_request()
@@ -631,6 +631,9 @@ def loop_steps(
     skew, stoppable, allow_pickle = clock_skew(state), spec.stoppable, spec.allow_pickle
     endpoint_id, reads_workers = spec.handle.endpoint_id, spec.has_worker_reader
     worker_id: str | None = None  # the worker the last status answer named
+    # Whether this poll's regular heartbeat read found nothing new (dropped, unrecorded): a
+    # replay of the log still has it pending, so a snapshot taken in this poll must too.
+    skipped = False
     del spec  # what it needs is read: a sleeping watch holds no more than it must
     own, judged = (yield CLOCK), False
     while True:
@@ -647,6 +650,7 @@ def loop_steps(
                 own, judged = (yield Sleep(seconds)), True
                 continue
             case FetchStatus():
+                skipped = False  # (a new poll: its status answer sets what is pending anew)
                 if stoppable and (yield STOP_ASKED):
                     raise WatchStopped(f"watch of {stream!r} stopped on request")
                 due = state.next_fetch_at
@@ -693,6 +697,7 @@ def loop_steps(
                 raise TypeError(f"the core asked for something no watch does: {command!r}")
         if built[0] is None:
             skip_read(state)  # a regular read that found nothing new: nothing to record
+            skipped = True
         else:
             # The writer's append, its first try made right here: a poll appends once or
             # twice, and a generator per append is measurable across a fleet of watches.
@@ -709,7 +714,10 @@ def loop_steps(
             for event in recorded:
                 say_observation(event, previous, state, say)
             if writer.snapshot_due():  # written by the driver after the append, off the watch
-                yield writer.snapshot_request()
+                request = writer.snapshot_request()
+                if skipped:  # (the skipped read came first: the reads are made in order)
+                    request.state.pending = (HEARTBEAT_READ, *request.state.pending)
+                yield request
         own, judged = (yield CLOCK), False
 
 
