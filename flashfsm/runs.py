@@ -587,14 +587,8 @@ class _RunLoop:
         if kind is AdapterCall:
             return getattr(self.adapters, request.name)(*request.args)
         if kind is WatchAttempt:
-            attempt = request.attempt
-
-            def cancelled() -> bool:  # asked before each status fetch of the watch
-                writer.catch_up()
-                return writer.state.cancel_requested
-
-            stop = cancelled if request.stoppable else _never
-            return self.adapters.watch(writer.state, attempt, self.store, stop)
+            stop = _cancel_asked(writer) if request.stoppable else _never
+            return self.adapters.watch(writer.state, request.attempt, self.store, stop)
         if kind is Sleep:
             self.sleep(request.seconds)
             return None
@@ -865,13 +859,8 @@ class _AsyncIO:
         else their `watch` in a worker thread."""
         run, writer, state = self.run, self.writer, self.writer.state
         awatch = getattr(run.adapters, "awatch", None)
-        if awatch is None:
-
-            def cancelled() -> bool:  # (in the watch's thread; the loop waits for it)
-                writer.catch_up()
-                return writer.state.cancel_requested
-
-            stop = cancelled if request.stoppable else _never
+        if awatch is None:  # (the stop is asked in the watch's thread; the loop waits)
+            stop = _cancel_asked(writer) if request.stoppable else _never
             return await asyncio.to_thread(
                 run.adapters.watch, state, request.attempt, run.store, stop
             )
@@ -882,6 +871,17 @@ class _AsyncIO:
 
         astop = acancelled if request.stoppable else None
         return await awatch(state, request.attempt, run.store, astop)  # type: ignore[no-any-return]
+
+
+def _cancel_asked(writer: StreamWriter[RunState]) -> Callable[[], bool]:
+    """The stop of a run's watch: asked before each status fetch, it folds in what others
+    appended to the run's stream and says whether a cancel is among it."""
+
+    def cancelled() -> bool:
+        writer.catch_up()
+        return writer.state.cancel_requested
+
+    return cancelled
 
 
 def _never() -> bool:
