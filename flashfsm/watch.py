@@ -715,7 +715,9 @@ def loop_steps(
                 say_observation(event, previous, state, say)
             if writer.snapshot_due():  # written by the driver after the append, off the watch
                 request = writer.snapshot_request()
-                if skipped:  # (the skipped read came first: the reads are made in order)
+                # (The skipped read came first: the reads are made in order. A verdict
+                # clears what is pending, in a replay too.)
+                if skipped and not request.state.done:
                     request.state.pending = (HEARTBEAT_READ, *request.state.pending)
                 yield request
         own, judged = (yield CLOCK), False
