@@ -248,7 +248,7 @@ def _doctored() -> st.SearchStrategy[tuple[str, Mutation]]:
 
 
 def test_the_logs_cover_every_scenario_and_the_examples() -> None:
-    assert len(simulator_logs()) == len(SCENARIOS) == 17
+    assert len(simulator_logs()) == len(SCENARIOS) == 20
     assert len(example_logs()) >= 5
     for name in LOG_NAMES:
         assert all(mutations(name, how) for how in ("insert", "duplicate")), name

@@ -8,6 +8,12 @@ delete it (as RunPod does when a TTL passes) or revoke the API key of the accoun
 owns the job's endpoint (every authenticated route then answers 401). Fields left at their
 defaults change nothing, so a step says only what happens at that moment.
 
+A step's `cycle` sets the worker that would take the job (slot 0; the step hires one in
+the cycle's first state when the job has none) going round `(state, seconds)` phases from
+that moment, for as long as no later step changes its workers: a container that restarts
+again and again (`crash_loop_queue`: 30 s `initializing`, 30 s `unhealthy`, ...). The list
+and `/health` show the phase of the moment they are read at.
+
 The worker that takes the job starts `startup_s` before the step that moves the job to
 IN_PROGRESS (the scenario's `startup_s`, unless the endpoint or the job's input sets one;
 20 s when none does): see `world.py` for the rest of a worker's life.
@@ -21,7 +27,7 @@ A training worker ends as a real one does: as its training finishes it writes it
 record*, a last heartbeat at stage `done` (`END_STAGE`) with the step its training ended at
 and the metrics it returns (`end_record`), and the job is COMPLETED with those metrics
 (`finished`, the step that does both: `success`, `training`, `slow_cold_start`,
-`worker_death` and `key_revoked` end with it).
+`worker_death`, `slow_image_pull` and `key_revoked` end with it).
 
 A job picks its scenario from its input (`{"scenario": "throttled"}` or
 `{"sim": {"scenario": ...}}`), else from its endpoint, else the simulator's default.
@@ -65,6 +71,8 @@ class Step:
     revoke_key: bool = False  # the account's API key is revoked: every route answers 401
     # Lines the job's worker prints: a text is a container line, ("system", text) a host one.
     log: tuple[str | tuple[str, str], ...] | None = None
+    # Slot 0's worker goes round these (state, seconds) phases from now (a restart loop).
+    cycle: tuple[tuple[str, float], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -84,11 +92,22 @@ class Scenario:
             raise ValueError(f"scenario {self.name!r}: steps must be in time order from 0")
         if self.startup_s is not None and not self.startup_s >= 0:
             raise ValueError(f"scenario {self.name!r}: startup_s must be >= 0")
+        for step in self.steps:
+            if step.cycle is not None and not (
+                step.cycle and all(span > 0 for _, span in step.cycle)
+            ):
+                raise ValueError(f"scenario {self.name!r}: a cycle needs phases of > 0 s")
 
 
 METRICS: dict[str, Any] = {"reward": 0.82, "loss": 0.117, "steps": 300}
 RUNNING = {"running": 1}
 STARTING = {"initializing": 1}
+#: `slow_image_pull`'s start-up: a 20 GB image pulled for 10 minutes, longer than a queue
+#: grace, shorter than a start grace.
+SLOW_PULL_S = 600.0
+#: `crash_loop_queue`'s round: the container crashes (`unhealthy` while it waits to
+#: restart), then restarts (`initializing` until it crashes again).
+CRASH_RESTARTS: tuple[tuple[str, float], ...] = (("unhealthy", 30.0), ("initializing", 30.0))
 TRACEBACK = (
     "Traceback (most recent call last):\n"
     '  File "/app/train.py", line 88, in main\n'
@@ -244,6 +263,30 @@ def builtin_scenarios() -> dict[str, Scenario]:
             training(2400, 3000, 60),
             finished(3000, 100, METRICS),
             startup_s=120.0,  # the worker starts as the job is queued: a 2-minute cold start
+        ),
+        _scenario(
+            "slow_image_pull",
+            "IN_QUEUE for 10 minutes while the worker pulls a 20 GB image (initializing), "
+            "then training, COMPLETED",
+            _cold_start(SLOW_PULL_S),
+            Step(0, log=(("system", "image is 20.4 GB: pulling every layer (none cached here)"),)),
+            Step(SLOW_PULL_S + 20, heartbeat=heartbeat("rl_train_start", 0)),
+            training(SLOW_PULL_S + 60, SLOW_PULL_S + 300, 60),
+            finished(SLOW_PULL_S + 300, 40, METRICS),
+            startup_s=SLOW_PULL_S,  # the worker starts as the job is queued
+        ),
+        _scenario(
+            "crash_loop_queue",
+            "IN_QUEUE forever; the worker restarts again and again: initializing 30 s, "
+            "unhealthy 30 s",
+            Step(0, status="IN_QUEUE", workers=STARTING),  # the image pull, a first start
+            Step(30, cycle=CRASH_RESTARTS),  # crashes at 30 s, restarts at 60 s, ...
+        ),
+        _scenario(
+            "timed_out_in_queue",
+            "IN_QUEUE with no worker at all, then RunPod reports TIMED_OUT at 240 s",
+            Step(0, status="IN_QUEUE", workers={}),
+            Step(240, status="TIMED_OUT"),
         ),
         _scenario(
             "training_stall",

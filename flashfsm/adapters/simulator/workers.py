@@ -5,7 +5,11 @@ the sim clock as plain times: `started_at` (the bill starts), `picked_up_at` (it
 job), `stopped_at` (the bill stops). Views filter by the time they are asked at: a worker is
 listed while `started_at <= now < stopped_at`, so a worker whose start lies ahead (the
 start-up before a scripted pickup) or whose stop was settled in advance (an idle timeout)
-needs no timer of its own, and the world stays lazy (see `world.py`).
+needs no timer of its own, and the world stays lazy (see `world.py`). A worker that goes
+round states forever (a container that starts, crashes and restarts: `initializing`, then
+`unhealthy`, again and again) holds its round as `cycle`, from `cycle_since`: `status_at(now)`
+says where the round stands at `now`, so the list and `/health`, which both ask it, agree
+at every instant, and no timer turns it.
 
 Its log is a list of `LogLine`s in time order, written when the world replays what
 happened (a start, a pickup, a heartbeat, an error, a stop), some with times ahead of the
@@ -131,8 +135,24 @@ class Worker:
     picked_up_at: float | None = None
     stopped_at: float | None = None
     stop_reason: str | None = None
+    #: The states it goes round from `cycle_since`, each `(state, seconds)`; () while its
+    #: state changes only when the world changes it (`status`).
+    cycle: tuple[tuple[str, float], ...] = ()
+    cycle_since: float = 0.0
     log: list[LogLine] = field(default_factory=list, repr=False)
     loops: list[LogLoop] = field(default_factory=list, repr=False)
+
+    def status_at(self, now: float) -> str:
+        """Its state at `now` (health words: `ready` included): where its `cycle` stands
+        then, else `status`. A phase's end belongs to the next phase."""
+        if not self.cycle or now < self.cycle_since:
+            return self.status
+        offset = (now - self.cycle_since) % sum(span for _, span in self.cycle)
+        for state, span in self.cycle:
+            if offset < span:
+                return state
+            offset -= span
+        return self.cycle[-1][0]  # float rounding at the round's very end
 
     def listed(self, now: float) -> bool:
         """True while the platform lists the worker: started, and not stopped yet."""
@@ -171,9 +191,10 @@ class Worker:
 
     def answer(self, now: float, endpoint_version: int) -> dict[str, Any]:
         """The worker as `GET /v2/serverless/{id}/workers` lists it."""
+        status = self.status_at(now)
         return {
             "id": self.id,
-            "status": "idle" if self.status == "ready" else self.status,
+            "status": "idle" if status == "ready" else status,
             "gpuTypeId": self.gpu_type,
             "dataCenterId": self.datacenter,
             "startedAt": rfc3339(self.started_at),
@@ -191,7 +212,7 @@ class Worker:
         elif self.stopped_at is not None and self.stopped_at <= now:
             state = "stopped"
         else:
-            state = self.status
+            state = self.status_at(now)
         return {
             "id": self.id,
             "endpoint_id": self.endpoint_id,
@@ -251,6 +272,28 @@ def crash_loop_lines() -> list[tuple[float, str, str]]:
         *((2.0, "container", text) for text in CRASH_TRACEBACK),
         (3.0, "system", "container exited with code 1; restarting (attempt {n} crashed)"),
     ]
+
+
+def cycle_lines(worker: Worker, cycle: Iterable[tuple[str, float]]) -> list[tuple[float, str, str]]:
+    """One round of a worker that goes round `cycle` (`(state, seconds)` phases), as a
+    `LogLoop`'s lines: what it prints as it enters each phase. A container restarts as it
+    turns `initializing` and crashes as it turns `unhealthy` (the crash's count is `{n}`,
+    the round's number); a `throttled` phase waits for its host; another state is named."""
+    lines: list[tuple[float, str, str]] = []
+    offset = 0.0
+    for state, span in cycle:
+        if state == "initializing":
+            lines.append((offset, "system", "restarting container"))
+        elif state == "unhealthy":
+            lines += [(offset, "container", text) for text in CRASH_TRACEBACK]
+            exited = f"container exited with code 1 (crash {{n}}); restarting in {span:g} s"
+            lines.append((offset, "system", exited))
+        elif state == "throttled":
+            lines += [(offset + at, source, text) for at, source, text in throttle_lines(worker)]
+        else:
+            lines.append((offset, "system", f"worker {state}"))
+        offset += span
+    return lines
 
 
 def throttle_lines(worker: Worker) -> list[tuple[float, str, str]]:

@@ -12,10 +12,13 @@ Workers (`workers.py`) are the job's: a scenario step's `workers` share becomes 
 endpoint's, else the scenario's, else 20 s), so its start may lie ahead of the step
 that hires it: views list a worker only between its start and its stop. When the job
 ends (COMPLETED, FAILED, CANCELLED, TIMED_OUT, its TTL, a purge) its workers go idle
-for the endpoint's `idleTimeout` and then stop; a throttled or crash-looping worker
-stops at once; deleting the endpoint stops them all at once; a requeue (the worker died)
-stops the worker that had the job and hires a new one. `/health` counts the same workers
-the list shows (plus the standing workers a test set, which are workers too).
+for the endpoint's `idleTimeout` and then stop; a throttled or crash-looping worker, or
+one going round a step's `cycle`, stops at once; deleting the endpoint stops them all at
+once; a requeue (the worker died) stops the worker that had the job and hires a new one.
+A step's `cycle` sets slot 0 going round its phases (`Worker.cycle`); a later step that
+staffs the job settles it first, in the phase of that moment. `/health` counts the same
+workers the list shows, each in its state of the moment asked (plus the standing workers
+a test set, which are workers too).
 
 The queue is RunPod's: an endpoint runs at most `workersMax` jobs at once. A job submitted
 (or retried) while that many others hold a worker slot waits IN_QUEUE in its endpoint's
@@ -65,6 +68,7 @@ from flashfsm.adapters.simulator.workers import (
     THROTTLE_PERIOD_S,
     Worker,
     crash_loop_lines,
+    cycle_lines,
     error_lines,
     gpu_of,
     heartbeat_line,
@@ -279,7 +283,8 @@ class Endpoint:
         counts = dict.fromkeys(WORKER_STATES, 0)
         for worker in self.live_workers():
             if worker.listed(now):
-                counts[worker.status] = counts.get(worker.status, 0) + 1
+                state = worker.status_at(now)
+                counts[state] = counts.get(state, 0) + 1
         return counts
 
     def listing(self, now: float | None = None) -> dict[str, Any]:
@@ -466,8 +471,13 @@ class World:
             job.in_progress_since = None
         becomes = step.status if step.status is not None and step.status != job.status else None
         pickup = becomes == "IN_PROGRESS"
-        if step.workers is not None or pickup:
-            self._staff(job, step.workers, at, pickup=pickup)
+        share = step.workers
+        if step.cycle and share is None and not job.crew:
+            share = {step.cycle[0][0]: 1}  # a worker to go round the cycle
+        if share is not None or pickup:
+            self._staff(job, share, at, pickup=pickup, cycling=bool(step.cycle))
+        if step.cycle and job.crew:
+            self._cycle(job.crew[0], step.cycle, at)
         if step.output is not KEEP:
             job.output = step.output
         if step.error is not KEEP:
@@ -541,7 +551,7 @@ class World:
         for worker in job.crew:
             if worker.started_at > at:
                 self._discard(worker)
-            elif worker.status in IDLES_AFTER:
+            elif worker.status in IDLES_AFTER and not worker.cycle:
                 worker.cut(at)
                 worker.status = "idle"
                 worker.say(at, "system", f"worker idle; it stops after {idle_s:g} s without work")
@@ -637,9 +647,20 @@ class World:
                 return index if step.status == "IN_PROGRESS" else None
         return None
 
-    def _staff(self, job: Job, share: Mapping[str, int] | None, at: float, *, pickup: bool) -> None:
+    def _staff(
+        self,
+        job: Job,
+        share: Mapping[str, int] | None,
+        at: float,
+        *,
+        pickup: bool,
+        cycling: bool = False,
+    ) -> None:
         """Give the job the workers `share` names (None: the ones it has), slot 0 first;
-        at a pickup slot 0 runs (it takes the job)."""
+        at a pickup slot 0 runs (it takes the job). A cycling worker is settled first;
+        `cycling`: slot 0 is about to go round a cycle (a new one starts at `at`)."""
+        for worker in job.crew:
+            self._settle(worker, at)
         if share is None:
             units = [w.status for w in job.crew]
         else:
@@ -662,21 +683,27 @@ class World:
                 elif worker.status != state:
                     self._turn(worker, state, at)
             else:
-                job.crew.append(self._hire(job, slot, state, at, pickup=pickup and slot == 0))
+                first = slot == 0
+                job.crew.append(
+                    self._hire(job, slot, state, at, pickup=pickup and first, now=cycling and first)
+                )
         for worker in job.crew[len(units) :]:
             self._stop(worker, at, "scaled down")
         del job.crew[len(units) :]
 
-    def _hire(self, job: Job, slot: int, state: str, at: float, *, pickup: bool) -> Worker:
+    def _hire(
+        self, job: Job, slot: int, state: str, at: float, *, pickup: bool, now: bool = False
+    ) -> Worker:
         """A new worker for the job's `slot`, in `state` from `at`. Slot 0's start-up ends
         at its pickup: it starts `startup_s` before it, which may be ahead of `at` (it is
-        listed from then) or before the job was queued (it was starting already)."""
+        listed from then) or before the job was queued (it was starting already). `now`:
+        it starts at `at` whatever comes next (a worker hired to go round a cycle)."""
         endpoint = job.endpoint
         startup = self._startup_s(job)
         started, ready_at = at, None
         if pickup:
             started, ready_at = at - startup, at
-        elif slot == 0 and state == "initializing":
+        elif slot == 0 and state == "initializing" and not now:
             index = self._pickup_index(job)
             if index is not None:  # in script time, so a 20 s pickup - 20 s is exactly 0
                 pickup_in = job.scenario.steps[index].at
@@ -757,6 +784,18 @@ class World:
         worker.status = state
         worker.say(at, "system", f"worker {state}")
         self._loop_for(worker, state, at)
+
+    @staticmethod
+    def _cycle(worker: Worker, cycle: tuple[tuple[str, float], ...], at: float) -> None:
+        """The worker goes round `cycle` from `at` (its log prints each round)."""
+        worker.status, worker.cycle, worker.cycle_since = cycle[0][0], tuple(cycle), at
+        worker.loop(at, sum(span for _, span in cycle), cycle_lines(worker, cycle))
+
+    def _settle(self, worker: Worker, at: float) -> None:
+        """A cycling worker stops going round: it stays in its phase of `at`."""
+        if worker.cycle:
+            worker.status, worker.cycle = worker.status_at(at), ()
+            self._loop_for(worker, worker.status, at)
 
     @staticmethod
     def _loop_for(worker: Worker, state: str, since: float) -> None:
