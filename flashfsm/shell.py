@@ -246,6 +246,7 @@ def poll_job(
     allow_pickle: bool | None = None,
     stop: Callable[[], bool] | None = None,
     heartbeat_every_s: float | None = DEFAULT_POLICY.heartbeat_every_s,
+    start_grace_s: float = DEFAULT_POLICY.start_grace_s,
     watcher: str | None = None,
 ) -> PollResult:
     """Watch a submitted job until a rule reaches a verdict; every observation is an event.
@@ -258,6 +259,9 @@ def poll_job(
     again, `GracePolicy.forced_read_tries` times in all). A poll asks the heartbeat reader
     for a regular read only when `heartbeat_every_s` has passed since the last poll that
     asked (None: every poll); the pace is kept in the log, so a reattach keeps it.
+    A client that reads the platform's worker records also reads them while the job is
+    IN_QUEUE, at the probe's pace: a worker listed starting means capacity was found, so
+    `start_grace_s` (not the queue grace) bounds the wait (docs/rules.md, `slow_start`).
     `log` receives progress lines.
 
     `store` keeps the stream (default `job-<job_id>`): a store object (the caller's, left
@@ -290,6 +294,7 @@ def poll_job(
         queue_grace_s=queue_grace_s,
         deadline_s=deadline_s,
         heartbeat_every_s=heartbeat_every_s,
+        start_grace_s=start_grace_s,
     )
     readers = Readers(heartbeat_reader, failure_detail_reader)
     with contextlib.ExitStack() as owned:  # what this call opens, it closes

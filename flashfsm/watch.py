@@ -574,7 +574,7 @@ def claim_events(writer: StreamWriter[JobState], spec: WatchSpec, at: float) -> 
             interval_s=spec.interval_s,
             has_heartbeat_reader=spec.has_heartbeat_reader,
             has_failure_detail_reader=spec.has_failure_detail_reader,
-            **skew,  # (a skew makes it a v2 event, a worker reader a v3 one)
+            **skew,  # (a skew makes it a v2 event, a worker reader a v4 one)
             **({"has_worker_reader": True} if spec.has_worker_reader else {}),
         )
     )
@@ -724,11 +724,12 @@ def loop_steps(
 
 
 def _known_worker(state: JobState, worker_id: str | None) -> tuple[str, str | None] | None:
-    """The job's worker, as a status or the platform's record named it (None: unknown)."""
+    """The job's worker, as a status or a pickup's record named it (None: unknown; a
+    record read while the job waited names the endpoint's worker, not the job's)."""
     if worker_id is not None:
         return worker_id, None
     worker = state.worker
-    if worker is not None and worker.worker_id is not None:
+    if worker is not None and worker.worker_id is not None and worker.seq != state.queue_record:
         return worker.worker_id, None
     return None
 

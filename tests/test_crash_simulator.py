@@ -129,6 +129,10 @@ WATCH: dict[str, Watch] = {
     "training_stall": Watch({"interval_s": 60, "stall_after_s": 300}, "STALLED", "stall"),
     "ttl_expired": Watch({"interval_s": 120}, "LOST", "job_lost"),  # 404 after its TTL
     "worker_death": Watch({"interval_s": 60}, "SUCCEEDED", "completed"),  # after a requeue
+    # the queue's cases, told apart by the worker records (D10)
+    "slow_image_pull": Watch({"interval_s": 60}, "SUCCEEDED", "completed"),
+    "crash_loop_queue": Watch({"interval_s": 20, "queue_grace_s": 60}, "STALLED", "crash_loop"),
+    "timed_out_in_queue": Watch({"interval_s": 30}, "NO_CAPACITY", "expired_in_queue"),
 }
 
 

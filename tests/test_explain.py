@@ -244,8 +244,12 @@ def test_whatif_a_shorter_stall_window_ends_a_stalled_job_earlier(logs):
     assert w.recorded is not None and w.at is not None and w.at < w.recorded.at
 
 
-def test_whatif_a_shorter_queue_grace_changes_the_crash_loop_verdict(logs):
-    w = what_if(logs["crash_loop"], queue_grace_s=120)
+def test_whatif_a_shorter_queue_grace_leaves_a_crash_loop_its_verdict_by_its_records(logs):
+    # The records list the worker unhealthy while the job waits: a crash loop, never a
+    # capacity gap, however short the queue grace (D10)...
+    assert what_if(logs["crash_loop"], queue_grace_s=120).outcome == "same"
+    # ...which the reference, without them, took it for.
+    w = what_if(logs["crash_loop"], queue_grace_s=120, queue_by_workers=False)
     assert w.outcome == "earlier"
     assert w.verdict is not None and w.verdict.rule == "queue_grace"
     assert w.verdict.failure == "no_capacity"

@@ -79,6 +79,26 @@ class Script:
         return self.health
 
 
+class RecordScript(Script):
+    """The same, with the endpoint's worker records: the list names one worker in `state`
+    (None: it lists none)."""
+
+    def __init__(self, status: Callable[[int], Any], health: Any, state: str | None):
+        super().__init__(status, health)
+        self.state = state
+
+    def endpoint_workers(self, endpoint_id: str) -> dict[str, Any]:
+        if self.state is None:
+            return {"workers": []}
+        return {"workers": [{"id": "w-1", "status": self.state}]}
+
+    def get_endpoint(self, endpoint_id: str) -> dict[str, Any]:
+        return {"id": endpoint_id, "idleTimeout": 5}
+
+    def worker_log(self, endpoint_id: str, worker_id: str, *, tail: int = 100) -> dict[str, Any]:
+        return {"lines": ["starting"], "truncated": False}
+
+
 def _after(n: int, first: Any, then: Any) -> Callable[[int], Any]:
     return lambda fetch: first if fetch <= n else then
 
@@ -144,6 +164,18 @@ FIRING: dict[str, tuple[Callable[[int], Any], Any, dict[str, Any]]] = {
         {"throttled_grace_s": 30.0, "queue_grace_s": HUGE},
     ),
     "stall": (lambda _: RUNNING, None, {"stall_after_s": 60.0}),
+    # with worker records (`listed`: the state the endpoint's list gives its worker)
+    "expired_in_queue": (_after(2, QUEUED, {"status": "TIMED_OUT"}), {}, {"listed": None}),
+    "crash_loop": (
+        lambda _: QUEUED,
+        {"workers": {"initializing": 1}},  # (restarting: the probe's rule does not arm)
+        {"listed": "unhealthy", "unhealthy_grace_s": 30.0, "queue_grace_s": HUGE},
+    ),
+    "slow_start": (
+        lambda _: QUEUED,
+        {"workers": {"initializing": 1}},
+        {"listed": "initializing", "start_grace_s": 60.0, "queue_grace_s": 30.0},
+    ),
 }
 
 
@@ -151,10 +183,13 @@ def _firing_log(rule: str) -> list[Event]:
     status, health, options = FIRING[rule]
     options = dict(options)
     clock, store = VirtualClock(START + options.pop("late_s", 0.0)), MemoryStore()
+    client = Script(status, health)
+    if "listed" in options:
+        client = RecordScript(status, health, options.pop("listed"))
     poll_job(
         JobHandle("ep", "flash-ep", f"job-{rule}", submitted_at=START),
         interval_s=10.0,
-        client=Script(status, health),
+        client=client,
         clock=clock,
         sleep=clock.sleep,
         store=store,

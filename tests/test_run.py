@@ -18,6 +18,7 @@ from flashfsm.runs import Deployed, request_cancel, supervise_run
 
 RULE = {
     "no_capacity": "queue_grace",
+    "slow_start": "slow_start",
     "stalled": "stall",
     "poll_error": "poll_errors",
     "job_preempted": "platform_termination",

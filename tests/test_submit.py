@@ -51,6 +51,10 @@ EXPECTED: dict[str, tuple[str, str | None, str]] = {
     "timed_out": ("PREEMPTED", "job_preempted", "platform_termination"),
     "ttl_expired": ("PREEMPTED", "job_preempted", "platform_termination"),
     "result_expired": ("SUCCEEDED", None, "completed"),
+    # the queue's cases, told apart by the worker records (D10)
+    "slow_image_pull": ("SUCCEEDED", None, "completed"),
+    "crash_loop_queue": ("STALLED", "stalled", "crash_loop"),
+    "timed_out_in_queue": ("NO_CAPACITY", "no_capacity", "expired_in_queue"),
 }
 
 

@@ -170,18 +170,22 @@ def test_pickup_records_the_worker_and_a_failure_its_last_log_lines() -> None:
     log = watch(failing_job)
     kinds = [e.kind for e in log]
     start = log[1]
-    assert isinstance(start, WatchStarted) and start.has_worker_reader and start.v == 3
-    worker = next(e for e in log if isinstance(e, WorkerObserved))
+    assert isinstance(start, WatchStarted) and start.has_worker_reader and start.v == 4
     pickup = next(i for i, e in enumerate(log) if getattr(e, "status", None) == "IN_PROGRESS")
-    assert kinds.index("WorkerObserved") == pickup + 1  # read in the pickup's poll
-    assert kinds.count("WorkerObserved") == 1  # once per pickup, not once per poll
+    records = [i for i, e in enumerate(log) if isinstance(e, WorkerObserved)]
+    # One while queued, in the first poll beside its probe (the endpoint's worker), then
+    # one in the pickup's poll, not one per poll.
+    assert records == [4, pickup + 1] and kinds[3] == "HealthObserved"
+    worker = log[pickup + 1]
+    assert isinstance(worker, WorkerObserved)
     assert (worker.worker_id, worker.found, worker.gpu_type, worker.datacenter) == (
         "w-1",
         True,
         "NVIDIA L40S",
         "EU-RO-1",
     )
-    assert worker.started_at == T0 - 15 and worker.idle_timeout_s == 7
+    assert worker.started_at == T0 - 15
+    assert log[records[0]].idle_timeout_s == 7  # (the endpoint's record: read once a watch)
     assert kinds[-2:] == ["WorkerLogObserved", "Concluded"]
     evidence = log[-2]
     assert isinstance(evidence, WorkerLogObserved) and evidence.worker_id == "w-1"
@@ -207,7 +211,9 @@ def test_a_crash_loop_reads_the_unhealthy_workers_log() -> None:
     assert isinstance(evidence, WorkerLogObserved)
     assert (evidence.worker_id, evidence.worker_status) == ("w-crash", "unhealthy")
     assert evidence.lines and evidence.lines[0].startswith("w-crash")
-    assert not any(isinstance(e, WorkerObserved) for e in log)  # nobody picked it up
+    # Nobody picked it up: the records, read while IN_QUEUE, name the crash-looping worker.
+    records = [e for e in log if isinstance(e, WorkerObserved)]
+    assert records and {(r.worker_id, r.status) for r in records} == {("w-crash", "unhealthy")}
     assert verify(log).ok, str(verify(log))
 
 

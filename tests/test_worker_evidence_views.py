@@ -694,7 +694,11 @@ def test_the_example_job_logs_verify_and_hold_their_workers():
         "worker_failed",
     )
     crash, oom = explain(a0), explain(a1)
-    assert crash.worker is None and crash.worker_log.worker_id == "wkr-l40s-q2m9"
+    # No worker took the crash loop's job: its records, read while it waited, name the
+    # endpoint's crash-looping worker (whose log was read too).
+    assert crash.worker is not None and crash.worker.queued
+    assert (crash.worker.worker_id, crash.worker.status) == ("wkr-l40s-q2m9", "unhealthy")
+    assert crash.worker_log.worker_id == "wkr-l40s-q2m9" and not crash.worker_log.job_worker
     assert oom.worker.worker_id == oom.worker_log.worker_id == "wkr-a100-7f3k"
     assert oom.worker_log.lines[-1].startswith("torch.OutOfMemoryError")
 

@@ -124,9 +124,10 @@ def test_worker_fields_read_the_listed_worker_and_the_idle_timeout():
         "started_at": 1714557600.25,  # 10:00:00.25 UTC
         "idle_timeout_s": 5.0,
         "read_error": None,
+        "status": "running",
     }
     event = WorkerObserved(stream="s", seq=0, id="e", at=1.0, **fields)
-    assert event.started_at == 1714557600.25 and event.found
+    assert event.started_at == 1714557600.25 and event.found and event.status == "running"
 
 
 def test_worker_fields_of_an_unlisted_or_unnamed_worker_are_not_found():
@@ -134,7 +135,30 @@ def test_worker_fields_of_an_unlisted_or_unnamed_worker_are_not_found():
     assert gone["found"] is False and gone["worker_id"] == "wk-gone"
     assert gone["gpu_type"] is None and gone["started_at"] is None
     assert gone["idle_timeout_s"] is None
-    assert obs.worker_fields(WORKERS, {}, None)["found"] is False
+    assert obs.worker_fields({"workers": []}, {}, None)["found"] is False
+    assert obs.worker_fields(None, {}, None)["found"] is False
+
+
+def test_with_no_worker_named_the_endpoints_worker_is_picked_crash_loop_first():
+    # (the job is queued: no status names a worker, the endpoint's list is read)
+    picked = obs.worker_fields(WORKERS, {}, None)
+    assert (picked["worker_id"], picked["status"], picked["found"]) == (WK, "running", True)
+    listing = {
+        "workers": [
+            {"id": "a", "status": "IDLE"},
+            {"id": "b", "status": "initializing"},
+            {"id": "c", "status": "Unhealthy", "startedAt": "2024-05-01T12:00:00Z"},
+            {"status": "unhealthy"},  # (no id: never picked)
+        ]
+    }
+    crash = obs.worker_fields(listing, {}, None)
+    assert (crash["worker_id"], crash["status"], crash["started_at"]) == (
+        "c",
+        "unhealthy",
+        1714564800.0,
+    )
+    listing["workers"] = listing["workers"][:2]
+    assert obs.worker_fields(listing, {}, None)["worker_id"] == "b"
 
 
 @pytest.mark.parametrize(

@@ -156,6 +156,9 @@ def read_error_text(exc: BaseException) -> str | None:
 
 #: Worker states `pick_worker` prefers, in order, when no status named the job's worker.
 PICK_ORDER = ("unhealthy", "running")
+#: The order a worker-record read picks the endpoint's worker in while the job is queued:
+#: a crash loop first (it keeps the job IN_QUEUE), then a full host, then a start under way.
+QUEUE_ORDER = ("unhealthy", "throttled", "initializing", "running", "idle", "ready")
 _TIME_TEXT_MAX = 64  # an RFC 3339 time longer than this is not one
 
 
@@ -171,9 +174,13 @@ def worker_fields(workers_payload: Any, endpoint_payload: Any, worker_id: Any) -
     Anything missing or odd is None (`found=False` for a worker not listed); never raises.
     """
     wid = _ident(worker_id)
+    listed = _workers(workers_payload)
     entry = None
     if wid is not None:
-        entry = next((w for w in _workers(workers_payload) if _ident(w.get("id")) == wid), None)
+        entry = next((w for w in listed if _ident(w.get("id")) == wid), None)
+    else:  # no status names one (the job is queued): the endpoint's worker, by QUEUE_ORDER
+        entry = _first_by_state(listed, QUEUE_ORDER)
+        wid = None if entry is None else _ident(entry.get("id"))
     idle = endpoint_payload.get("idleTimeout") if isinstance(endpoint_payload, dict) else None
     idle_s = _finite(idle)
     return {
@@ -184,7 +191,25 @@ def worker_fields(workers_payload: Any, endpoint_payload: Any, worker_id: Any) -
         "started_at": None if entry is None else rfc3339_epoch(entry.get("startedAt")),
         "idle_timeout_s": idle_s if idle_s is not None and idle_s >= 0 else None,
         "read_error": None,
+        "status": None if entry is None else _state(entry),
     }
+
+
+def _state(entry: dict[str, Any]) -> str | None:
+    """A listed worker's state, lower case (None: missing or not a name)."""
+    name = _name(entry.get("status"))
+    return None if name is None else name.strip().lower()
+
+
+def _first_by_state(listed: list[dict[str, Any]], order: tuple[str, ...]) -> dict[str, Any] | None:
+    """The first listed worker (with an id) in the first state of `order` any is in, else
+    the first listed; None when none has an id."""
+    named = [w for w in listed if _ident(w.get("id")) is not None]
+    for wanted in order:
+        for w in named:
+            if _state(w) == wanted:
+                return w
+    return named[0] if named else None
 
 
 def worker_error_fields(error: BaseException, worker_id: Any) -> dict[str, Any]:

@@ -48,6 +48,7 @@ EXIT_CODES: dict[str | None, int] = {
     FailureKind.NO_CANDIDATES: 17,
     FailureKind.UNAUTHORIZED: 18,
     FailureKind.LOST_UNVERIFIED: 19,
+    FailureKind.SLOW_START: 20,
 }
 
 _FAILURE_MEANINGS: dict[str, str] = {
@@ -61,6 +62,7 @@ _FAILURE_MEANINGS: dict[str, str] = {
     FailureKind.NO_CANDIDATES: "the run had no GPU candidate to try",
     FailureKind.UNAUTHORIZED: "RunPod refused the API key (401/403; not retried)",
     FailureKind.LOST_UNVERIFIED: "RunPod forgot the job unwatched; nothing says it finished",
+    FailureKind.SLOW_START: "capacity found, but the worker kept starting past the start grace",
 }
 
 #: Every exit code the command uses, in order: its help ends with this table (rendered by

@@ -16,6 +16,9 @@ class FailureKind(StrEnum):
     JOB_FAILED = "job_failed"  # the job's own failure (its code raised): not retried
     JOB_PREEMPTED = "job_preempted"  # the platform or the worker's infra ended it
     NO_CAPACITY = "no_capacity"  # never scheduled: no capacity for the GPU class
+    # capacity was found, but the worker the platform lists as starting (an image pull, a
+    # model load) kept the job queued past the start grace: retried, not against the class
+    SLOW_START = "slow_start"
     STALLED = "stalled"  # no progress, a crash-looping worker, or the client deadline
     POLL_ERROR = "poll_error"  # the status route kept failing, or a deploy or submit failed
     LOST = "lost"  # the job no longer exists on RunPod (its TTL or retention passed)

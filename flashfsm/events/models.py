@@ -74,6 +74,10 @@ V2or3 = Annotated[int, Field(strict=True, ge=2, le=3)]
 #: Versions 1 to 3: `WatchStarted` v3 adds `has_worker_reader`, set only by a watch that
 #: reads the platform's worker records (v2 its `skew_s`).
 V1to3 = Annotated[int, Field(strict=True, ge=1, le=3)]
+V1to4 = Annotated[int, Field(strict=True, ge=1, le=4)]
+#: The first `WatchStarted` version whose worker reader also reads the endpoint's workers
+#: while the job is IN_QUEUE (a v3 watch read them only at a pickup).
+QUEUE_RECORDS_V = 4
 
 
 class EventBase(BaseModel):
@@ -180,11 +184,14 @@ class WatchStarted(EventBase):
     watch with no skew writes v1, without the field, as watches always did; a v1 event
     means no skew. Built with a skew and no `v`, the event is v2. v3 adds
     `has_worker_reader` (the watch asks the platform which worker took the job and, before a
-    failing verdict, for that worker's log), written only by a watch that has one.
+    failing verdict, for that worker's log), written only by a watch that has one. A v4
+    watch's worker reader also reads the endpoint's workers while the job is IN_QUEUE, at
+    the probe's pace (D10); built with a worker reader and no `v`, the event is v4, and a
+    v3 log keeps the conversation it had.
     """
 
     kind: Literal["WatchStarted"] = "WatchStarted"
-    v: V1to3 = 1
+    v: V1to4 = 1
     watcher: Text
     reattach: bool = False
     interval_s: float = Field(10.0, gt=0)
@@ -207,7 +214,7 @@ class WatchStarted(EventBase):
     def _newer_fields_write_newer_v(cls, data: Any) -> Any:
         if isinstance(data, dict) and "v" not in data:
             if data.get("has_worker_reader"):
-                return {**data, "v": 3}  # a worker reader, no version: a v3 event
+                return {**data, "v": QUEUE_RECORDS_V}  # a worker reader, no version: today's
             if data.get("skew_s"):
                 return {**data, "v": 2}  # a skew given, no version: a v2 event
         return data
@@ -219,6 +226,11 @@ class WatchStarted(EventBase):
         if self.has_worker_reader and self.v < 3:
             raise ValueError("has_worker_reader is a WatchStarted v3 field: write v=3")
         return self
+
+    @property
+    def reads_queue_records(self) -> bool:
+        """Whether this watch reads the endpoint's workers while the job is IN_QUEUE (v4)."""
+        return self.has_worker_reader and self.v >= QUEUE_RECORDS_V
 
     @model_serializer(mode="wrap")
     def _older_v_has_no_newer_fields(
@@ -344,13 +356,17 @@ class FailureDetailObserved(EventBase):
 
 
 class WorkerObserved(EventBase):
-    """The worker that took the job, as the platform lists it (RunPod REST v2
-    `GET /v2/serverless/{id}/workers`), read once per pickup by a watch with a worker reader.
+    """A worker of the job's endpoint, as the platform lists it (RunPod REST v2
+    `GET /v2/serverless/{id}/workers`), read by a watch with a worker reader: once per
+    pickup (the worker that took the job), and at the probe pace while the job is IN_QUEUE
+    (no status names a worker then: the endpoint's worker, an unhealthy one first, then
+    throttled, initializing, running, idle, ready).
 
     `started_at` is when the platform started the worker: its bill starts there, before
-    the job was picked up (the ledger's cold start). `idle_timeout_s` is the endpoint's
-    idle timeout as the platform records it (`GET /v2/serverless/{id}`). `found` is False
-    when the list did not name the job's worker (it stopped, or the status named none).
+    the job was picked up (the ledger's cold start). `status` is the worker's state in the
+    list. `idle_timeout_s` is the endpoint's idle timeout as the platform records it
+    (`GET /v2/serverless/{id}`). `found` is False when the list did not name the job's
+    worker (it stopped, or the status named none) or, while queued, listed no worker.
     """
 
     kind: Literal["WorkerObserved"] = "WorkerObserved"
@@ -362,6 +378,12 @@ class WorkerObserved(EventBase):
     started_at: float | None = None
     idle_timeout_s: float | None = Field(None, ge=0)
     read_error: Outside[MESSAGE_CAP] | None = None
+    status: Outside[NAME_CAP] | None = Field(
+        None,
+        exclude_if=_unset,
+        description="the worker's state as the platform lists it (initializing, running, "
+        "idle, ready, throttled, unhealthy); unset when not listed",
+    )
 
 
 class WorkerLogObserved(EventBase):

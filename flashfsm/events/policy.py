@@ -12,6 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 #: Grace windows while another GPU class can still be tried, and on the last one (seconds).
 CAPACITY_GRACE_S = 300.0
 LAST_GPU_CAPACITY_GRACE_S = 900.0
+#: How long a worker the platform lists as starting (an image pull, a model load) may keep
+#: the job IN_QUEUE once capacity was found, before the start counts as slow (seconds).
+START_GRACE_S = 1200.0
 
 
 class GracePolicy(BaseModel):
@@ -47,6 +50,19 @@ class GracePolicy(BaseModel):
     )
     heartbeat_every_s: float | None = Field(
         30.0, ge=0, description="spacing of regular heartbeat reads; None: every poll"
+    )
+    # The queue verdicts told apart by the worker records (a watch with a worker reader);
+    # a policy recorded before them has neither, and means these defaults.
+    start_grace_s: float = Field(
+        START_GRACE_S,
+        gt=0,
+        exclude_if=lambda v: v == START_GRACE_S,
+        description="a worker initializing while IN_QUEUE (worker records)",
+    )
+    queue_by_workers: bool = Field(
+        True,
+        exclude_if=lambda v: v is True,
+        description="tell queue verdicts apart by the worker records; false: the reference's",
     )
 
     @model_validator(mode="after")

@@ -232,15 +232,21 @@ def _whose(worker_id: str | None, status: str | None = None) -> str:
     return f"{who} ({status})" if status else who
 
 
+#: The listed states in which a worker record means the worker has the job (a pickup's).
+_HAS_THE_JOB = (None, "running")
+
+
 def worker_summary(e: WorkerObserved) -> str:
-    """A `WorkerObserved` in one line: "worker w-1 took the job: L40S in EU-RO-1, up 35 s"."""
+    """A `WorkerObserved` in one line: "worker w-1 took the job: L40S in EU-RO-1, up 35 s",
+    or, read while the job waits, "worker w-1 listed initializing: …"."""
     who = _whose(e.worker_id)
     if not e.found:
         if e.read_error:
             return f"{who}: record read failed: {first_line(e.read_error, 80)}"
-        return f"{who}: not in the endpoint's worker list" if e.worker_id else f"{who}: none named"
+        return f"{who}: not in the endpoint's worker list" if e.worker_id else f"{who}: none listed"
     where = " in ".join(x for x in (e.gpu_type, e.datacenter) if x)
-    parts = [f"{who} took the job" + (f": {where}" if where else "")]
+    doing = "took the job" if e.status in _HAS_THE_JOB else f"listed {e.status}"
+    parts = [f"{who} {doing}" + (f": {where}" if where else "")]
     if e.started_at is not None:
         up = e.at - e.started_at
         parts.append(f"up {secs(up)} s" if up >= 0 else f"starts {secs(-up)} s after this read")
@@ -291,6 +297,10 @@ class WorkerSeen:
     idle_timeout_s: float | None
     read_error: str | None
     pickups: int = 1  # worker records in the log (a requeued job is picked up again)
+    # Read while the job was IN_QUEUE (no worker took it): the endpoint's worker, `status`
+    # as the platform listed it (a crash loop's unhealthy worker, a slow start's).
+    queued: bool = False
+    status: str | None = None
 
     def text(self, when: str | None = None) -> str:
         """The worker as one phrase; `when` is `started_at` as the caller writes a clock
@@ -300,6 +310,8 @@ class WorkerSeen:
         if not self.found:
             if self.read_error:
                 return f"{who}: the worker-record read failed ({read}): {self.read_error}"
+            if self.queued and self.worker_id is None:
+                return f"the endpoint listed no worker while the job was IN_QUEUE ({read})"
             return f"{who}: not in the endpoint's worker list ({read})"
         out = who + "".join(
             f" {word} {value}"
@@ -311,7 +323,11 @@ class WorkerSeen:
             if self.since_submission is not None:
                 rel = f"{_relative(self.since_submission, 'submission')}, {rel}"
             out += f", started {when} ({rel})" if when else f", started {rel}"
-        out += f"; took the job by {_t(self.offset)} (seq {self.seq})"
+        if self.queued:
+            listed = f"listed {self.status}" if self.status else "listed"
+            out += f"; {listed} while the job was IN_QUEUE, {_t(self.offset)} (seq {self.seq})"
+        else:
+            out += f"; took the job by {_t(self.offset)} (seq {self.seq})"
         if self.idle_timeout_s is not None:
             out += f"; endpoint idle timeout {secs(self.idle_timeout_s)} s"
         if self.read_error:
@@ -381,22 +397,32 @@ class WorkerLog:
 
 
 def worker_evidence(events: Iterable[Event]) -> tuple[WorkerSeen | None, WorkerLog | None]:
-    """The last worker record and the last worker-log read of a job log (None: none)."""
+    """The last pickup's worker record (else the last one read while the job waited in the
+    queue, a listed worker first) and the last worker-log read of a job log (None: none)."""
     start: float | None = None
     submitted: float | None = None
     seen: WorkerObserved | None = None
+    waiting: WorkerObserved | None = None  # the last record read while IN_QUEUE
     log: WorkerLogObserved | None = None
-    pickups = 0
+    pickups, status = 0, None
     for e in events:
         start = e.at if start is None else start
-        if isinstance(e, JobSubmitted) and submitted is None:
+        if isinstance(e, StatusObserved):
+            status = e.status
+        elif isinstance(e, JobSubmitted) and submitted is None:
             submitted = e.submitted_at
         elif isinstance(e, WorkerObserved):
-            seen, pickups = e, pickups + 1
+            if status != "IN_QUEUE":
+                seen, pickups = e, pickups + 1
+            elif e.found or waiting is None or not waiting.found:
+                waiting = e
         elif isinstance(e, WorkerLogObserved):
             log = e
     if start is None:
         return None, None
+    queued = seen is None and waiting is not None
+    if queued:
+        seen = waiting
     worker = None
     if seen is not None:
         began = seen.started_at
@@ -413,7 +439,9 @@ def worker_evidence(events: Iterable[Event]) -> tuple[WorkerSeen | None, WorkerL
             since_submission=None if began is None or submitted is None else began - submitted,
             idle_timeout_s=seen.idle_timeout_s,
             read_error=seen.read_error,
-            pickups=pickups,
+            pickups=max(pickups, 1),
+            queued=queued,
+            status=seen.status,
         )
     worker_log = None
     if log is not None:
@@ -427,6 +455,7 @@ def worker_evidence(events: Iterable[Event]) -> tuple[WorkerSeen | None, WorkerL
             truncated=log.truncated,
             read_error=log.read_error,
             job_worker=seen is not None
+            and not queued
             and log.worker_id is not None
             and seen.worker_id == log.worker_id,
         )

@@ -75,7 +75,9 @@ from flashfsm.fsm.commands import (
 from flashfsm.fsm.machine import fire
 from flashfsm.fsm.rules import (
     QUEUED_STATUS,
+    STARTED_STATES,
     TERMINAL_STATUSES,
+    UNHEALTHY_STATE,
     Read,
     Signal,
     heartbeat_read_is_due,
@@ -143,6 +145,9 @@ _QUEUED = _compile(Signal.QUEUED)
 _LEFT_QUEUE = _compile(Signal.LEFT_QUEUE)
 _STATUS_CHANGED = _compile(Signal.STATUS_CHANGED)
 _NEW_HEARTBEAT = _compile(Signal.NEW_HEARTBEAT)
+_WORKER_NONE = _compile(Signal.WORKER_NONE)
+_WORKER_CRASHING = _compile(Signal.WORKER_CRASHING)
+_WORKER_STARTING = _compile(Signal.WORKER_STARTING)
 _PROBE: dict[tuple[bool, bool], tuple[_Actions, _Actions]] = {
     (unhealthy, throttled): (
         _compile(Signal.PROBE_UNHEALTHY if unhealthy else Signal.PROBE_NOT_UNHEALTHY),
@@ -344,10 +349,16 @@ def _on_status(s: JobState, e: StatusObserved) -> None:
             fire(s, Trigger.REQUEUED)
         probe = probe_is_due(s.last_probe_at, at, s.policy.probe_every_s)
         s.pending = (_PROBE_READ,) * probe + (_HEARTBEAT_READ,) * _heartbeat_due(s, has_hb, at)
+        if probe and watch is not None and watch.reads_queue_records:
+            s.pending += (_WORKER_READ,)  # the endpoint's workers, at the probe's pace
         return
     # Any other status (IN_PROGRESS, RUNNING, or one we do not know) means a worker has it.
     if s.running & _LEFT_QUEUE_MASK:  # (most statuses find nothing to clear: no call)
         _signal(s, _LEFT_QUEUE, at, e.seq)
+    if not s.picked_up:
+        s.picked_up = True
+    if s.queue_record is not None:
+        s.queue_record = None
     pending = (_HEARTBEAT_READ,) if _heartbeat_due(s, has_hb, at) else ()
     if s.state in _PICKED_UP_FROM:  # (a worker already has it: nothing moves)
         _trigger(s, Trigger.RESUMED if s.training_seen else Trigger.PICKED_UP)
@@ -478,6 +489,15 @@ def _on_failure_detail(s: JobState, e: FailureDetailObserved) -> None:
 def _on_worker(s: JobState, e: WorkerObserved) -> None:
     _done_read(s, _WORKER_READ)
     s.worker = e
+    if s.last_status == QUEUED_STATUS and e.read_error is None:
+        # A record of the endpoint's workers while the job waits: what kind of wait it is.
+        s.queue_record = e.seq
+        if not e.found:
+            _signal(s, _WORKER_NONE, e.at, e.seq)
+        elif e.status == UNHEALTHY_STATE:
+            _signal(s, _WORKER_CRASHING, e.at, e.seq)
+        elif e.status in STARTED_STATES:
+            _signal(s, _WORKER_STARTING, e.at, e.seq)
 
 
 def _on_worker_log(s: JobState, e: WorkerLogObserved) -> None:

@@ -61,6 +61,7 @@ from flashfsm.events.models import (
     HeartbeatObserved,
     StatusFetchFailed,
     StatusObserved,
+    WorkerObserved,
 )
 from flashfsm.events.policy import DEFAULT_POLICY
 from flashfsm.fsm.commands import Verdict
@@ -73,6 +74,10 @@ TERMINAL_STATUSES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"})
 #: The platform ended the job: infra-shaped, retried, no worker heartbeat consulted.
 PLATFORM_TERMINATIONS = frozenset({"CANCELLED", "TIMED_OUT"})
 QUEUED_STATUS = "IN_QUEUE"
+#: A listed worker's states (`WorkerObserved.status`) that mean capacity was found for the
+#: job: a worker is starting or up. `throttled` waits for a host; `unhealthy` crash-loops.
+STARTED_STATES = frozenset({"initializing", "running", "idle", "ready"})
+UNHEALTHY_STATE = "unhealthy"
 #: Heartbeat stages sent during cold start, before the training loop runs.
 SETUP_STAGE_ORDER = ("boot", "sft_start", "rl_start", "sft_model_load", "rl_train_start")
 SETUP_STAGES = frozenset(SETUP_STAGE_ORDER)
@@ -220,6 +225,9 @@ class Signal(Enum):
     PROBE_NOT_UNHEALTHY = "a probe not finding only unhealthy workers"
     PROBE_THROTTLED = "a probe finding only throttled workers"
     PROBE_NOT_THROTTLED = "a probe not finding only throttled workers"
+    WORKER_NONE = "a worker record read while IN_QUEUE listing no worker"
+    WORKER_CRASHING = "a worker record read while IN_QUEUE listing an unhealthy worker"
+    WORKER_STARTING = "a worker record read while IN_QUEUE listing a starting or up worker"
 
 
 #: What a timer's reading is: its name in the live view and its limit, or None when the
@@ -268,6 +276,10 @@ def _unhealthy_limit(s: JobState) -> tuple[str, float]:
     return "unhealthy grace", s.policy.unhealthy_grace_s
 
 
+def _start_limit(s: JobState) -> tuple[str, float]:
+    return "start grace", s.policy.start_grace_s
+
+
 def stall_limit_name(s: JobState) -> tuple[float, str, str]:
     """The stall limit, the phase it belongs to and the limit's name."""
     limit, phase = stall_limit(s)
@@ -302,6 +314,20 @@ UNHEALTHY_TIMER = TimerSpec(
     arms=(Signal.PROBE_UNHEALTHY,),
     clears=(Signal.PROBE_NOT_UNHEALTHY, Signal.LEFT_QUEUE),  # LEFT_QUEUE: D1
 )
+#: The queue timers the worker records keep (only a watch with a worker reader has them):
+#: a worker listed starting or up (capacity was found), and one listed crash-looping.
+STARTING_TIMER = TimerSpec(
+    "starting",
+    _start_limit,
+    arms=(Signal.WORKER_STARTING,),
+    clears=(Signal.WORKER_NONE, Signal.LEFT_QUEUE),
+)
+CRASHING_TIMER = TimerSpec(
+    "crashing",
+    _unhealthy_limit,
+    arms=(Signal.WORKER_CRASHING,),
+    clears=(Signal.WORKER_NONE, Signal.LEFT_QUEUE),
+)
 PROGRESS_TIMER = TimerSpec(
     "progress",
     _progress_limit,
@@ -316,6 +342,7 @@ DEADLINE_TIMER = TimerSpec(
 )
 #: The names of the timers the hottest measures read (their declarations' names).
 _QUEUE, _PROGRESS = QUEUE_TIMER.name, PROGRESS_TIMER.name
+_STARTING, _CRASHING = STARTING_TIMER.name, CRASHING_TIMER.name
 
 
 # --- the reads a rule waits for -------------------------------------------------------------
@@ -1110,6 +1137,43 @@ def _measure_platform_termination(
     )
 
 
+def _measure_expired_in_queue(s: JobState, now: float, t: TimeText | None = None) -> Finding | None:
+    """Step 5, with worker records: TIMED_OUT before any worker took the job, while the
+    records read in the queue listed no worker starting or crash-looping: the platform's
+    capacity answer, not a preemption."""
+    st = s.status
+    if st is None or st.status != "TIMED_OUT" or s.picked_up or not s.policy.queue_by_workers:
+        return None
+    record, timers = s.queue_record, s.timers
+    if record is None or _STARTING in timers or _CRASHING in timers:
+        return None
+    queued = timers.get(_QUEUE)
+    since = () if queued is None else (queued[SEQ],)
+    waited = "" if queued is None else f" after {st.at - queued[SINCE]:.0f}s IN_QUEUE"
+    return Finding(
+        True,
+        facts=() if t is None else (_where(st, t), f"the worker record at seq {record}"),
+        evidence=(*since, record, st.seq),
+        state=JobPhase.NO_CAPACITY,
+        detail=f"never scheduled: TIMED_OUT{waited} before any worker took it, no worker "
+        f"listed starting (seq {record}), no capacity for this GPU class; retry on the "
+        "next-best GPU",
+    )
+
+
+EXPIRED_IN_QUEUE = Rule(
+    name="expired_in_queue",
+    step="5",
+    why="TIMED_OUT before any worker took the job, with worker records listing none: no "
+    "capacity for this GPU class, not a preemption.",
+    fires="TIMED_OUT, never picked up, and the last worker record read while IN_QUEUE "
+    "(a watch with a worker reader) lists no worker starting or crash-looping",
+    verdict="NO_CAPACITY / `no_capacity`",
+    measure=_measure_expired_in_queue,
+    render=_render_status("the job never TIMED_OUT in the queue with worker records read"),
+    waits_for={Read.STATUS},
+)
+
 PLATFORM_TERMINATION = Rule(
     name="platform_termination",
     step="5",
@@ -1156,22 +1220,145 @@ def _measure_queue_grace(s: JobState, now: float, t: TimeText | None = None) -> 
     st = s.status
     if st is None or st.status != QUEUED_STATUS:
         return None
-    queued = s.timers.get(_QUEUE)
+    timers = s.timers
+    queued = timers.get(_QUEUE)
     if queued is None:
         return None
+    if (_STARTING in timers or _CRASHING in timers) and s.policy.queue_by_workers:
+        return None  # a worker was listed for the job: `slow_start` or `crash_loop` judges
     name, grace = _queue_limit(s)
     waited = st.at - queued[SINCE]
     fired = waited > grace
     if not fired and t is None:
         return None
+    record = s.queue_record if s.policy.queue_by_workers else None
+    listed = "" if record is None else f"no worker listed starting (seq {record}), "
     return _judged(
         Measure("IN_QUEUE", waited, name, grace, fired),
         facts=_waits_for_fetch(s, t, "the queue grace"),
-        evidence=(queued[SEQ], st.seq),
+        evidence=(queued[SEQ], st.seq) if record is None else (queued[SEQ], record, st.seq),
         state=JobPhase.NO_CAPACITY,
         detail=f"never scheduled: IN_QUEUE for {waited:.0f}s (queue grace {grace:.0f}s), "
-        "no capacity for this GPU class; retry on the next-best GPU",
+        f"{listed}no capacity for this GPU class; retry on the next-best GPU",
     )
+
+
+def _measure_queued_worker(
+    s: JobState,
+    t: TimeText | None,
+    name: str,
+    state: JobPhase,
+    detail: Callable[[Measure], str],
+    record: WorkerObserved | None = None,
+) -> Finding | None:
+    """Step 8 with worker records: an IN_QUEUE status (or this poll's `record`) against the
+    grace of the queue timer `name` a worker record armed (that record, this poll's and the
+    status are the evidence)."""
+    st = s.status
+    if st is None or st.status != QUEUED_STATUS or not s.policy.queue_by_workers:
+        return None
+    since = s.timers.get(name)
+    if since is None:
+        return None
+    spec = TIMERS_BY_NAME[name]
+    limit = spec.limit(s)
+    assert limit is not None
+    limit_name, grace = limit
+    waited = (st.at if record is None else record.at) - since[SINCE]
+    fired = waited > grace
+    if not fired and t is None:
+        return None
+    quantity = "worker listed unhealthy for" if name == _CRASHING else "worker starting for"
+    m = Measure(quantity, waited, limit_name, grace, fired)
+    seqs = sorted({since[SEQ], st.seq, *(() if record is None else (record.seq,))})
+    return _judged(m, evidence=tuple(seqs), state=state, detail=detail(m))
+
+
+def _crash_loop_detail(m: Measure) -> str:
+    return (
+        f"worker crash-looping: the platform listed it unhealthy {m.value:.0f}s ago while "
+        f"IN_QUEUE (unhealthy grace {m.limit:.0f}s), not a capacity gap; retry on a fresh "
+        "endpoint"
+    )
+
+
+def _measure_crash_loop(s: JobState, now: float, t: TimeText | None = None) -> Finding | None:
+    """Step 8: this poll's worker record, while the records list a worker unhealthy, past the
+    unhealthy grace from the first such record (the health probe may show it restarting,
+    initializing). Judged at the records' pace, as `unhealthy_worker` is at the probe's:
+    where a probe shows the crash loop too, both reach it at the same poll and the probe's
+    rule, first in order, decides as it always has."""
+    if _CRASHING not in s.timers:  # (the common case: no such record)
+        return None
+    record, st = s.worker, s.status
+    if record is None or st is None or record.seq < st.seq:  # (no record in this poll)
+        return None
+    return _measure_queued_worker(s, t, _CRASHING, JobPhase.STALLED, _crash_loop_detail, record)
+
+
+def _slow_start_detail(m: Measure) -> str:
+    return (
+        f"slow start: a worker for the job has been starting for {m.value:.0f}s while IN_QUEUE "
+        f"(start grace {m.limit:.0f}s): capacity was found, the start (an image pull, a model "
+        "load) is slow; retry, not counted against this GPU class"
+    )
+
+
+def _measure_slow_start(s: JobState, now: float, t: TimeText | None = None) -> Finding | None:
+    """Step 8: a worker the records list starting (or up) while the job waits: the queue
+    grace no longer measures capacity; the start grace applies from that record."""
+    if _STARTING not in s.timers:
+        return None
+    return _measure_queued_worker(s, t, _STARTING, JobPhase.SLOW_START, _slow_start_detail)
+
+
+def _render_queued_worker(word: str) -> Render:
+    """The words of a worker-record queue rule: its reading while its timer runs, else the
+    records it never saw."""
+
+    def render(p: Point, seen: Seen) -> Finding:
+        if seen.now is not None:
+            return seen.now
+        longest = seen.longest(seen.history)
+        if longest is not None:
+            m = replace(longest[1].measures[0], fired=False, note="longest spell")
+            return Finding(False, (m,))
+        records = [e.seq for e, _, _ in p.steps if isinstance(e, WorkerObserved)]
+        if records:
+            fact = f"no worker record read while IN_QUEUE listed a worker {word} (seqs {records})"
+        else:
+            fact = "no worker record was read while IN_QUEUE (no worker reader)"
+        return Finding(False, facts=(fact,))
+
+    return render
+
+
+CRASH_LOOP = Rule(
+    name="crash_loop",
+    step="8",
+    why="a worker the platform's records list unhealthy while the job stays IN_QUEUE: a "
+    "crash loop that looks like a queue, not a capacity gap; retry on a fresh endpoint.",
+    fires="a worker record read while IN_QUEUE more than the unhealthy grace after the "
+    "first record of this queue spell that listed the worker unhealthy",
+    verdict="STALLED / `stalled` (fresh endpoint)",
+    measure=_measure_crash_loop,
+    render=_render_queued_worker("unhealthy"),
+    timer=CRASHING_TIMER,
+    waits_for={Read.STATUS, Read.WORKER},
+)
+SLOW_START = Rule(
+    name="slow_start",
+    step="8",
+    why="capacity was found (a worker listed starting for the job) but the start outlasts the "
+    "start grace: retried, and the walk does not count it against the GPU class.",
+    fires="an IN_QUEUE observation more than the start grace after the first worker record "
+    "of this queue spell that listed a worker initializing (or up)",
+    verdict="SLOW_START / `slow_start`",
+    measure=_measure_slow_start,
+    render=_render_queued_worker("starting"),
+    timer=STARTING_TIMER,
+    waits_for={Read.STATUS},
+)
 
 
 def _render_queue_grace(p: Point, seen: Seen) -> Finding:
@@ -1411,11 +1598,14 @@ RULES: tuple[Rule, ...] = (
     POLL_ERRORS,
     COMPLETED,
     COMPLETED_WITH_ERROR,
+    EXPIRED_IN_QUEUE,
     PLATFORM_TERMINATION,
     WORKER_FAILED,
     QUEUE_GRACE,
     UNHEALTHY_WORKER,
     THROTTLED_WORKER,
+    CRASH_LOOP,  # (after the probe's rules: a probe that shows it wins a tie, as today)
+    SLOW_START,
     STALL,
 )
 RULES_BY_NAME: dict[str, Rule] = {rule.name: rule for rule in RULES}
@@ -1428,9 +1618,12 @@ TIMERS: tuple[TimerSpec, ...] = (
     QUEUE_TIMER,
     THROTTLED_TIMER,
     UNHEALTHY_TIMER,
+    CRASHING_TIMER,
+    STARTING_TIMER,
     PROGRESS_TIMER,
     DEADLINE_TIMER,
 )
+TIMERS_BY_NAME: dict[str, TimerSpec] = {spec.name: spec for spec in TIMERS}
 #: The rule each timer belongs to.
 TIMER_RULES: dict[str, Rule] = {r.timer.name: r for r in RULES if r.timer is not None}
 #: The steps of the reference that keep the poll going without ending it (the docs' table).

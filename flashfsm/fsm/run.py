@@ -19,7 +19,9 @@ the order `CandidatesRanked` recorded from the store's capacity memory
 given. Once every candidate has been tried it re-rolls the first of the ranking among them,
 so it never runs off the list. Infra-shaped failures are retried while the budget lasts
 (at most `max_retries + 1` attempts); `job_failed` never is, nor is `unauthorized` (RunPod
-refused the key: every further attempt would be refused too).
+refused the key: every further attempt would be refused too). A `slow_start` (capacity was
+found, but the worker kept starting past the start grace) is retried without holding it
+against its class or provider: the class stays as untried as it was.
 
 The weight cache is a capability of a provider (`PROVIDER_CAPABILITIES`: a RunPod network
 volume), so it is attached only to an attempt whose provider has it. Such an attempt's
@@ -92,11 +94,15 @@ RETRIABLE_FAILURES = frozenset(
     {
         FailureKind.STALLED,
         FailureKind.NO_CAPACITY,
+        FailureKind.SLOW_START,
         FailureKind.POLL_ERROR,
         FailureKind.JOB_PREEMPTED,
         FailureKind.LOST,
     }
 )
+#: Failures the walk does not hold against the attempt's GPU class or provider: capacity
+#: was found (`slow_start`), so the class stays as untried as it was.
+CLASS_KEPT_FAILURES = frozenset({FailureKind.SLOW_START})
 #: Failures whose job may still hold a worker on RunPod: cancelled before the run moves on
 #: or ends. `unauthorized` is never retried (the key was refused: another attempt would be
 #: refused too), but its job may still run and bill, so its cancel is tried all the same;
@@ -485,9 +491,15 @@ def walk_key(
     return key
 
 
+def _held_against(a: Attempt) -> bool:
+    """Whether the walk holds this attempt against its class (not a `slow_start`)."""
+    return a.ended is None or a.ended.failure not in CLASS_KEPT_FAILURES
+
+
 def tried_identities(s: RunState) -> set[Identity]:
-    """The (provider, GPU class) pairs the run's attempts have used."""
-    return {(a.started.provider, a.started.gpu_class) for a in s.attempts}
+    """The (provider, GPU class) pairs the run's attempts have used (an attempt that found
+    capacity but started slowly leaves its class untried)."""
+    return {(a.started.provider, a.started.gpu_class) for a in s.attempts if _held_against(a)}
 
 
 def plan_attempt(s: RunState) -> AttemptPlan | None:
@@ -515,7 +527,10 @@ def plan_attempt(s: RunState) -> AttemptPlan | None:
     failed_providers = {
         a.started.provider
         for a in s.attempts
-        if a.ended is not None and a.ended.rule != SUBMIT_LOST and s.retried(a.ended.failure)
+        if a.ended is not None
+        and a.ended.rule != SUBMIT_LOST
+        and s.retried(a.ended.failure)
+        and _held_against(a)
     }
     last = s.current
     cache_dropped = s.cache_dropped

@@ -81,6 +81,8 @@ class JobState:
     training_seen: bool = False
     # the worker, as the platform lists it (a watch with a worker reader)
     worker: WorkerObserved | None = None  # the last worker record read
+    picked_up: bool = False  # a status has said a worker has the job (ever)
+    queue_record: int | None = None  # the seq of this queue spell's last worker record
     worker_log: WorkerLogObserved | None = None  # the worker's log, read before a failure
     # the end
     verdict: Concluded | None = None

@@ -32,6 +32,7 @@ class JobPhase(StrEnum):
     FAILED = "FAILED"  # the job's own failure: job_failed, not retried
     PREEMPTED = "PREEMPTED"  # the platform or the worker's infra ended it: retried
     NO_CAPACITY = "NO_CAPACITY"
+    SLOW_START = "SLOW_START"  # a worker was found but kept starting past the start grace
     STALLED = "STALLED"
     POLL_ERROR = "POLL_ERROR"
     LOST = "LOST"  # the job no longer exists on RunPod (404)
@@ -57,6 +58,7 @@ FAILURE_KIND: dict[JobPhase, FailureKind | None] = {
     JobPhase.FAILED: FailureKind.JOB_FAILED,
     JobPhase.PREEMPTED: FailureKind.JOB_PREEMPTED,
     JobPhase.NO_CAPACITY: FailureKind.NO_CAPACITY,
+    JobPhase.SLOW_START: FailureKind.SLOW_START,
     JobPhase.STALLED: FailureKind.STALLED,
     JobPhase.POLL_ERROR: FailureKind.POLL_ERROR,
     JobPhase.LOST: FailureKind.LOST,
@@ -70,6 +72,7 @@ VERDICT_TRIGGERS: dict[JobPhase, str] = {
     JobPhase.FAILED: "fail",
     JobPhase.PREEMPTED: "preempt",
     JobPhase.NO_CAPACITY: "starve",
+    JobPhase.SLOW_START: "start_slowly",
     JobPhase.STALLED: "stall",
     JobPhase.POLL_ERROR: "give_up",
     JobPhase.LOST: "lose",

@@ -173,7 +173,8 @@ FIELD_NOTES: dict[tuple[str, str], str] = {
     "event when it started (a reattach from another host); the watch then stamps every event "
     "at its clock plus `skew_s`, never before the log's last event, so times never go back "
     "(D7). A watch without skew writes v1 without the field; a v1 event carrying it is refused",
-    ("WorkerObserved", "worker_id"): "the worker the status named (None: it named none)",
+    ("WorkerObserved", "worker_id"): "the worker the status named, or while queued the "
+    "endpoint's worker the read picked (None: none named or listed)",
     ("WorkerObserved", "found"): "the platform's list of the endpoint's workers names it",
     ("WorkerObserved", "gpu_type"): "the worker's GPU type, as the platform lists it",
     ("WorkerObserved", "datacenter"): "the worker's data centre",
@@ -290,6 +291,8 @@ FAILURE_NOTES: dict[str, str] = {
     "job_failed": "the job's own failure (its code raised): never retried",
     "job_preempted": "the platform or the worker's infra ended it: retried",
     "no_capacity": "never scheduled, no capacity for the GPU class: retried (next GPU)",
+    "slow_start": "capacity found, but the worker the platform listed as starting kept the "
+    "job IN_QUEUE past the start grace: retried, not held against the GPU class",
     "stalled": "no progress, a crash-looping worker, or the client deadline: retried",
     "poll_error": "the status route kept failing, or a deploy or submit failed: retried",
     "lost": "the job no longer exists on RunPod (TTL or retention passed): retried",
