@@ -988,8 +988,14 @@ def _cost_svg(lane: Lane, x: Callable[[float], float], top: float, origin: float
         if not p.billed:
             continue
         x0, x1 = x(p.start - origin), x(p.end - origin)
+        # A second worker billed beside this stretch (an overlap in a requeue, a
+        # crash-looping worker) is billed too: its seconds in here are counted in the tip.
+        beside = sum(max(0.0, min(o.end, p.end) - max(o.start, p.start)) for o in cost.overlaps)
+        seconds = p.seconds + beside
         tip = f"{p.cause.value.replace('_', ' ')}: {duration_text(p.seconds)}"
-        money = None if cost.price_per_hour is None else p.seconds * cost.price_per_hour / 3600
+        if beside > 0:
+            tip += f" (+{duration_text(beside)} of a second worker)"
+        money = None if cost.price_per_hour is None else seconds * cost.price_per_hour / 3600
         if money is not None:
             tip += f" · {money_text(money)}"
         parts.append(

@@ -214,7 +214,7 @@ def cause_parts(a: AttemptLedger, *, billed: bool) -> list[str]:
     """An attempt's billed (or unbilled) causes as `cold start 40 s $0.01` phrases."""
     parts = []
     for cause in CAUSES:
-        seconds = a.billed_seconds(cause) if billed else a.seconds(cause) - a.billed_seconds(cause)
+        seconds = a.billed_seconds(cause) if billed else a.unbilled_seconds(cause)
         if seconds <= 0:
             continue
         text = f"{CAUSE_TEXT[cause]} {duration_text(seconds)}"
@@ -385,6 +385,10 @@ def attempt_ledger_json(a: AttemptLedger) -> dict[str, Any]:
             {"cause": p.cause.value, "start": p.start, "end": p.end, "billed": p.billed}
             for p in a.pieces
         ],
+        "overlaps": [
+            {"cause": p.cause.value, "start": p.start, "end": p.end, "workers": p.workers}
+            for p in a.overlaps
+        ],
         "workers": [
             {
                 "worker_id": w.worker_id,
@@ -393,6 +397,7 @@ def attempt_ledger_json(a: AttemptLedger) -> dict[str, Any]:
                 "stop": w.stop,
                 "start_source": w.start_source,
                 "stop_reason": w.stop_reason,
+                "status": w.status,
             }
             for w in a.workers
         ],

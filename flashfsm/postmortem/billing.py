@@ -9,17 +9,25 @@ The model is RunPod serverless's for flex workers, as its pricing page states it
 (https://docs.runpod.io/serverless/pricing): a worker is billed per second "from when a
 worker starts until it fully stops", during its start time (the cold start: container
 start, model load), its execution time and its idle timeout (the time it stays up after
-its request) — nothing while a job waits in the queue for a worker. Applied to a job:
+its request) — the queue itself is free: a job waiting with no worker up costs nothing.
+Every worker the job's log names with a recorded start is billed: the ones that took the
+job, and the ones the platform listed while the job waited (`WorkerObserved` read while
+IN_QUEUE: a crash-looping worker, one throttled or still starting): the platform started
+them, and bills a worker from its start, though they never took the job. Two workers billed
+at once are each billed. Applied to a job:
 
 - **start**: when the platform started the worker (`WorkerObserved.started_at`), never
   before the job's submission (a warm worker started earlier was billed to whoever used it
-  then); with no such record (a log from before the watch read them) the pickup, the first
-  status that showed a worker had the job.
+  then) nor after the record that showed it; with no such record for the worker that took
+  the job (a log from before the watch read them) the pickup, the first status that showed
+  a worker had the job. A worker named with no recorded start otherwise (only by a
+  worker-log read) is not billed: nothing says when it started.
 - **stop**: whichever comes first of the endpoint's teardown (the run's `EndpointDeleted`,
   or the sweeper's `EndpointReaped`) and the worker's release (the job reached a terminal
-  status, or was cancelled) plus the endpoint's idle timeout. A job requeued by the
-  platform leaves its worker at the requeue; the next worker is billed from its own start.
-  A worker with none of these recorded is still billing (an *open* bill).
+  status, or was cancelled) plus the endpoint's idle timeout: one stop for every worker of
+  the attempt. A job requeued by the platform leaves its worker at the requeue; the next
+  worker is billed from its own start. A worker with none of these recorded is still
+  billing (an *open* bill).
 - **idle timeout**: the one recorded for the endpoint — the value flashfsm set when it
   deployed (`EndpointDeployed.idle_timeout_s`, "recorded"), else the platform's record of
   it (`WorkerObserved.idle_timeout_s`, "platform"), else, for a deploy recorded before the
@@ -29,10 +37,12 @@ its request) — nothing while a job waits in the queue for a worker. Applied to
 
 Known approximations: seconds are not rounded up per worker (RunPod rounds each worker's
 bill up to the second: at most a second per worker more than the ledger); a release is
-taken at the poll that first saw the terminal status (up to a poll interval late); workers
-that overlap in time (a new worker started before the old one's requeue was seen) are
-billed once for the overlap; active (always-on) workers, storage and network volumes are
-not modelled.
+taken at the poll that first saw the terminal status, and a requeue at the poll that saw
+it (each up to a poll interval late: a new worker started before the old one's requeue was
+seen is billed beside it until then); a worker listed while the job waited and never seen
+to stop is billed to the attempt's stop, even when another worker took the job (an upper
+bound: the platform may have stopped it sooner); active (always-on) workers, storage and
+network volumes are not modelled.
 """
 
 from __future__ import annotations
@@ -118,8 +128,8 @@ class BillingModel:
         self, started_at: float | None, picked_up_at: float, not_before: float
     ) -> tuple[float, str]:
         """When a worker's bill starts, and from what: the platform's start of the worker
-        (never before `not_before`, the job's submission, nor after the pickup that showed
-        it), or, with none recorded, the pickup."""
+        (never before `not_before`, the job's submission, nor after `picked_up_at`, the
+        pickup or the worker record that showed it), or, with none recorded, the pickup."""
         if started_at is None:
             return picked_up_at, "pickup"
         start = min(max(started_at, not_before), picked_up_at)

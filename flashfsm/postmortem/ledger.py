@@ -1,31 +1,39 @@
 """The waste ledger: where an attempt's time and money went, cause by cause.
 
 Theory of operation. An attempt is the time from its start (a run's `AttemptStarted`; a bare
-job log's first event) to the end of its billing. Its bill is the platform's: each worker
-that held the job is billed from when the platform started it to when it stopped
-(`flashfsm.postmortem.billing` says how both are read from the records), and the attempt's billed
-time is the union of its workers' billed intervals. The ledger cuts the attempt's time into
-`Piece`s, each with exactly one `Cause`, so every second is accounted for once:
+job log's first event) to the end of its billing. Its bill is the platform's: each worker the
+job's log names with a recorded start — the ones that held the job, and the ones the platform
+listed while the job waited (a crash-looping, throttled or starting worker) — is billed from
+when the platform started it to when it stopped (`flashfsm.postmortem.billing` says how both
+are read from the records), and the attempt's billed time is the sum of its workers' bills:
+two workers billed at once are each billed. The ledger cuts the attempt's time into `Piece`s,
+each with exactly one `Cause`, so every second is accounted for once; a stretch two (or more)
+workers billed at once is one piece, and the other workers' time in it is an overlap piece
+(`AttemptLedger.overlaps`), with their own cause:
 
 - `deploy` (unbilled): a run's attempt deploying its endpoint and submitting its job;
-- `queue` (unbilled): the job waiting for a worker (`QUEUED`, `THROTTLED`, `UNHEALTHY`);
+- `queue` (unbilled): the job waiting for a worker (`QUEUED`, `THROTTLED`, `UNHEALTHY`)
+  while no worker is billed;
 - `cold_start`: a worker billed before its first training heartbeat: from its start to
-  the pickup, then until training shows (after a requeue, the new worker's boot too);
+  the pickup, then until training shows (after a requeue, the new worker's boot too); a
+  worker billed while the job waits (it crash-loops, or starts) and one billed beside the
+  worker that trains (an overlap) never trained either;
 - `training`: the job trains (`TRAINING`, a training heartbeat from this worker seen);
 - `stall`: in an attempt judged `STALLED`, the billed time from its last progress to the
   verdict, and on while the worker still held the job after it;
 - `preempted`: in an attempt judged `PREEMPTED` or `LOST`, all its billed time before the
   worker let go of the job;
 - `failed`: in an attempt that ended on any other failure (the job's own code, poll
-  errors, a refused key, a cancel), the same;
+  errors, a refused key, a cancel, a queue verdict: no capacity, a slow start), the same;
 - `idle`: after the worker let go of the job (a terminal status, a cancel): billed for the
   endpoint's idle timeout, unless torn down first, and unbilled after, until the verdict.
 
 A verdict that came while RunPod still ran the job (its last status not terminal: a stall,
-a poll error) with no cancel, teardown or reap recorded leaves the bill *open*: the worker
-is billed on up to `as_of` (the caller's "now": by default the newest event it passed), and
-the attempt says since when (`open_since`) and at what rate. A sweeper's reap of the
-endpoint (`reaps`: endpoint id to the time of its `EndpointReaped`) ends such a bill.
+a poll error, a crash loop still IN_QUEUE) with no cancel, teardown or reap recorded leaves
+the bill *open*: the worker is billed on up to `as_of` (the caller's "now": by default the
+newest event it passed), and the attempt says since when (`open_since`) and at what rate. A
+sweeper's reap of the endpoint (`reaps`: endpoint id to the time of its `EndpointReaped`)
+ends such a bill.
 
 A what-if's verdict (`outcome`) changes the causes and when the run reacted (the caller
 shifts the run's cancel and teardown with it), never what the platform did: the workers and
@@ -95,8 +103,9 @@ WASTE_CAUSES: frozenset[Cause] = frozenset({Cause.STALL, Cause.PREEMPTED, Cause.
 #: What each cause means, as the docs and the CLI say it.
 CAUSE_MEANING: dict[Cause, str] = {
     Cause.DEPLOY: "deploying the endpoint and submitting the job (unbilled)",
-    Cause.QUEUE: "waiting for a worker: IN_QUEUE, throttled, unhealthy (unbilled)",
-    Cause.COLD_START: "a worker billed from its start, no training heartbeat from it yet",
+    Cause.QUEUE: "waiting for a worker: IN_QUEUE, no worker billed (unbilled)",
+    Cause.COLD_START: "a worker billed from its start, no training heartbeat from it yet "
+    "(one crash-looping or starting while the job waits too)",
     Cause.TRAINING: "training (useful)",
     Cause.STALL: "a stalled attempt, from its last progress until the worker let go",
     Cause.PREEMPTED: "a preempted or lost attempt's billed time, thrown away",
@@ -118,11 +127,19 @@ class Piece:
     start: float
     end: float
     billed: bool
+    #: how many workers the piece bills at once: 1, but an overlap piece (`AttemptLedger.
+    #: overlaps`) stands for every worker billed beside the first one
+    workers: int = 1
 
     @property
     def seconds(self) -> float:
         """How long the piece lasts."""
         return self.end - self.start
+
+    @property
+    def billed_s(self) -> float:
+        """The worker-seconds the piece bills: its length for each worker (0: unbilled)."""
+        return self.seconds * self.workers if self.billed else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,17 +157,21 @@ class Outcome:
 class WorkerBill:
     """One worker's bill: from its start to its stop (epoch seconds), and why each.
 
-    `start_source` is "platform" (the platform's record of the worker's start) or "pickup"
-    (no record: billed from the first status that showed a worker had the job);
-    `stop_reason` is one of `flashfsm.postmortem.billing.STOP_REASONS`.
+    `picked_up_at` is when it took the job (None: it never did, the platform listed it while
+    the job waited: a crash-looping, throttled or starting worker); `start_source` is
+    "platform" (the platform's record of the worker's start) or "pickup" (no record: billed
+    from the first status that showed a worker had the job); `stop_reason` is one of
+    `flashfsm.postmortem.billing.STOP_REASONS`; `status` is the worker's state as the
+    platform last listed it (None: not recorded).
     """
 
     worker_id: str | None
-    picked_up_at: float
+    picked_up_at: float | None
     start: float
     stop: float
     start_source: str
     stop_reason: str
+    status: str | None = None
 
     @property
     def seconds(self) -> float:
@@ -172,9 +193,9 @@ class AttemptLedger:
     pieces: tuple[Piece, ...]
     outcome: Outcome | None  # None: the attempt has not ended
     model: BillingModel = MODEL
-    #: each worker that held the job, with its billed interval
+    #: each worker the log names with a recorded start (or that held the job), with its bill
     workers: tuple[WorkerBill, ...] = ()
-    #: the union of the workers' billed intervals: the attempt's billed time
+    #: the union of the workers' billed intervals: when anything was billed
     billed_intervals: tuple[tuple[float, float], ...] = ()
     #: the endpoint's idle timeout the bill used, and where it came from
     idle_timeout: IdleTimeout | None = None
@@ -187,17 +208,29 @@ class AttemptLedger:
     #: the counterfactual cancel and teardown applied (a what-if), else the recorded ones
     cancel_at: float | None = None
     teardown_at: float | None = None
+    #: the time of the workers billed beside another one (a stretch two workers billed at
+    #: once: the second's), each piece with its cause and how many workers it stands for;
+    #: `pieces` count each second once, these the extra worker-seconds
+    overlaps: tuple[Piece, ...] = ()
 
     def seconds(self, cause: Cause | None = None) -> float:
-        """Seconds given to `cause` (every cause when None)."""
+        """Seconds given to `cause` (every cause when None): each second of the attempt once."""
         return sum((p.seconds for p in self.pieces if cause is None or p.cause == cause), 0.0)
 
     @property
     def billed_s(self) -> float:
-        """Billed seconds: the length of the union of the workers' billed intervals."""
+        """Billed seconds: every worker's bill, added up (the union of the billed intervals,
+        and the overlaps: two workers billed at once are each billed)."""
         if self.billed_intervals:
-            return sum((end - start for start, end in self.billed_intervals), 0.0)
-        return sum((p.seconds for p in self.pieces if p.billed), 0.0)
+            union = sum((end - start for start, end in self.billed_intervals), 0.0)
+        else:
+            union = sum((p.seconds for p in self.pieces if p.billed), 0.0)
+        return union + sum((p.billed_s for p in self.overlaps), 0.0)
+
+    @property
+    def overlap_s(self) -> float:
+        """Billed seconds of workers billed beside another one (see `overlaps`)."""
+        return sum((p.billed_s for p in self.overlaps), 0.0)
 
     @property
     def unbilled_s(self) -> float:
@@ -207,11 +240,18 @@ class AttemptLedger:
     @property
     def waste_s(self) -> float:
         """Billed seconds thrown away (`WASTE_CAUSES`)."""
-        return sum((p.seconds for p in self.pieces if p.billed and p.cause in WASTE_CAUSES), 0.0)
+        wasted = sum((p.seconds for p in self.pieces if p.billed and p.cause in WASTE_CAUSES), 0.0)
+        return wasted + sum((p.billed_s for p in self.overlaps if p.cause in WASTE_CAUSES), 0.0)
 
     def billed_seconds(self, cause: Cause) -> float:
-        """Billed seconds given to `cause`."""
-        return sum((p.seconds for p in self.pieces if p.billed and p.cause == cause), 0.0)
+        """Billed seconds given to `cause` (the overlaps' too: worker-seconds, so they can
+        be more than the attempt's `seconds(cause)`)."""
+        billed = sum((p.seconds for p in self.pieces if p.billed and p.cause == cause), 0.0)
+        return billed + sum((p.billed_s for p in self.overlaps if p.cause == cause), 0.0)
+
+    def unbilled_seconds(self, cause: Cause) -> float:
+        """Seconds given to `cause` that nobody paid for."""
+        return sum((p.seconds for p in self.pieces if not p.billed and p.cause == cause), 0.0)
 
     def money(self, cause: Cause | None = None) -> float | None:
         """The money billed for `cause` (all billed time when None); None: no price."""
@@ -264,8 +304,13 @@ class AttemptLedger:
 
     @property
     def stopped_by(self) -> str | None:
-        """How the last worker's bill ended (`flashfsm.postmortem.billing.STOP_REASONS`)."""
-        return self.workers[-1].stop_reason if self.workers else None
+        """How the bill of the worker that stopped last ended (one of
+        `flashfsm.postmortem.billing.STOP_REASONS`; None: no worker was billed)."""
+        last = None
+        for w in self.workers:  # the last listed of those that stop last
+            if last is None or w.stop >= last.stop:
+                last = w
+        return None if last is None else last.stop_reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,7 +437,23 @@ class AttemptContext:
 class _Pickup:
     at: float
     requeued_at: float | None = None
-    record: WorkerObserved | None = None
+    record: WorkerObserved | None = None  # the worker read after the pickup
+    waited: WorkerObserved | None = None  # the last worker read while the job waited for it
+
+    @property
+    def worker(self) -> WorkerObserved | None:
+        """The platform's record of the worker that took the job: the read after the pickup,
+        else (that read failed) the worker the platform listed while the job waited for it."""
+        return self.record if self.record is not None else self.waited
+
+
+@dataclass(slots=True)
+class _Named:
+    """A worker a record named (by id), when first, its recorded start and its last state."""
+
+    at: float
+    started_at: float | None
+    status: str | None
 
 
 @dataclass(slots=True)
@@ -402,6 +463,8 @@ class _Reading:
 
     modes: list[tuple[float, str]] = field(default_factory=list)
     pickups: list[_Pickup] = field(default_factory=list)
+    #: every worker a record named (found) that is no pickup's read, by id, in order
+    named: dict[str, _Named] = field(default_factory=dict)
     terminal_at: float | None = None
     gone_at: float | None = None  # the 404 that said RunPod no longer has the job
     finished_at: float | None = None  # the `ts` of the worker's end record (stage `done`)
@@ -422,6 +485,7 @@ def _read(log: Sequence[Event], begin: float, cut: float | None, model: BillingM
     last_at = begin
     booting = False
     mode: str | None = None
+    waited: WorkerObserved | None = None  # the last worker read while the job waited
     for event in log:
         at = max(event.at, last_at)
         if r.first_at is None:
@@ -435,10 +499,11 @@ def _read(log: Sequence[Event], begin: float, cut: float | None, model: BillingM
         evolve(state, event)
         after = state.state
         if after in _RUNNING and before not in _RUNNING:  # a worker picked the job up
-            r.pickups.append(_Pickup(at))
-            booting = True
+            r.pickups.append(_Pickup(at, waited=waited))
+            booting, waited = True, None
         elif after in _WAITING and before in _RUNNING and r.pickups:  # requeued: it left
             r.pickups[-1].requeued_at = at
+            waited = None
         trained = (before, after) == (_SETUP, _TRAINING) or (
             isinstance(event, HeartbeatObserved)
             and state.hb_key != key_before
@@ -464,8 +529,21 @@ def _read(log: Sequence[Event], begin: float, cut: float | None, model: BillingM
         elif isinstance(event, WorkerObserved):
             if event.idle_timeout_s is not None:
                 r.platform_idle_s = event.idle_timeout_s
-            if event.found and r.pickups and r.pickups[-1].record is None:
-                r.pickups[-1].record = event
+            last = r.pickups[-1] if r.pickups else None
+            if not event.found:
+                pass
+            elif last is not None and last.record is None and last.requeued_at is None:
+                last.record = event  # the read after the pickup: the worker that took it
+            elif event.worker_id is not None:  # another worker of the endpoint, listed
+                if after in _WAITING:
+                    waited = event
+                known = r.named.get(event.worker_id)
+                if known is None:
+                    r.named[event.worker_id] = _Named(at, event.started_at, event.status)
+                else:
+                    if known.started_at is None:
+                        known.started_at = event.started_at
+                    known.status = event.status or known.status
         timer = PROGRESS_TIMER.of(state)
         if timer is not None and timer[SEQ] == event.seq and (cut is None or at <= cut):
             r.progress_at = at
@@ -558,38 +636,28 @@ def attempt_ledger(
         release = cancel_at if release is None else min(release, cancel_at)
     if verdict is not None and verdict.failure in _GONE:
         release = cut if release is None else min(release, cut)
-    timeout = model.idle_timeout(idle_timeout, r.platform_idle_s) if r.pickups else None
+    # the workers the platform listed while the job waited and that never took it: a
+    # crash-looping, throttled or starting worker, billed from its recorded start
+    took = {w.worker_id for p in r.pickups if (w := p.worker) is not None and w.worker_id}
+    listed = {wid: n for wid, n in r.named.items() if wid not in took and n.started_at is not None}
+    has_workers = bool(r.pickups or listed)
+    timeout = model.idle_timeout(idle_timeout, r.platform_idle_s) if has_workers else None
     stop, reason = model.worker_stop(
         release, timeout.seconds if timeout else 0.0, teardown_at, reap_at, cut
     )
     held = bool(r.pickups) and r.pickups[-1].requeued_at is None
     open_since: float | None = None
-    if stop is None and held:
+    if stop is None and (held or listed):
         open_since = cut
         stop = max(as_of if as_of is not None else last_at, cut)
 
-    workers: list[WorkerBill] = []
-    for p in r.pickups:
-        rec = p.record
-        w_start, source = model.worker_start(
-            None if rec is None else rec.started_at, p.at, min(floor, p.at)
-        )
-        if p.requeued_at is not None:
-            w_stop, why = p.requeued_at, "requeue"
-            if stop is not None and stop < w_stop:
-                w_stop, why = stop, reason
-        else:
-            assert stop is not None
-            w_stop, why = stop, ("open" if open_since is not None else reason)
-        if w_stop > w_start:
-            worker_id = None if rec is None else rec.worker_id
-            workers.append(WorkerBill(worker_id, p.at, w_start, w_stop, source, why))
+    workers = _worker_bills(r, listed, model, floor, (stop, reason), open_since is not None)
     billed = _union((w.start, w.stop) for w in workers)
 
     end = max([cut, *(e for _, e in billed)])
     cuts = {begin, end, job_begin, cut}
     cuts.update(t for t, _ in r.modes)
-    cuts.update(t for span in billed for t in span)
+    cuts.update(t for w in workers for t in (w.start, w.stop))
     if release is not None:
         cuts.add(release)
     if r.progress_at is not None:
@@ -598,31 +666,34 @@ def attempt_ledger(
     mode_at = [t for t, _ in r.modes]
     since = r.progress_at if r.progress_at is not None else begin
     waste = None if verdict is None or verdict.ok else _waste_cause(verdict)
-    spans = iter(billed)
-    span = next(spans, None)
+
+    def billed_cause(a: float, mode: str | None) -> Cause:
+        """The cause of a billed second at `a` of a worker in `mode`."""
+        if release is not None and a >= release:
+            return Cause.IDLE
+        if waste is not None and a >= cut:
+            return waste  # the worker still held the job after the verdict
+        if waste is not None and (waste != Cause.STALL or a >= since):
+            return waste
+        return Cause.TRAINING if mode == _TRAIN else Cause.COLD_START
+
     pieces: list[Piece] = []
+    overlaps: list[Piece] = []
     for a, b in pairwise(times):
-        while span is not None and span[1] <= a:
-            span = next(spans, None)
-        is_billed = span is not None and span[0] <= a < span[1]
+        at_once = sum(1 for w in workers if w.start <= a < w.stop)  # workers billed then
         i = bisect_right(mode_at, a) - 1
         mode = r.modes[i][1] if i >= 0 else None
-        if not is_billed:
-            if mode is None or a < job_begin:
-                cause = Cause.DEPLOY
-            elif workers and release is not None and a >= release:
-                cause = Cause.IDLE  # the worker let go and stopped; the verdict is to come
-            else:
-                cause = Cause.QUEUE
-        elif release is not None and a >= release:
-            cause = Cause.IDLE
-        elif waste is not None and a >= cut:
-            cause = waste  # the worker still held the job after the verdict
+        if at_once:
+            pieces.append(Piece(billed_cause(a, mode), a, b, True))
+        elif mode is None or a < job_begin:
+            pieces.append(Piece(Cause.DEPLOY, a, b, False))
+        elif workers and release is not None and a >= release:
+            # the worker let go and stopped; the verdict is to come
+            pieces.append(Piece(Cause.IDLE, a, b, False))
         else:
-            cause = Cause.TRAINING if mode == _TRAIN else Cause.COLD_START
-            if waste is not None and (waste != Cause.STALL or a >= since):
-                cause = waste
-        pieces.append(Piece(cause, a, b, is_billed))
+            pieces.append(Piece(Cause.QUEUE, a, b, False))
+        if at_once > 1:  # the others beside the one the job's mode speaks of: never training
+            overlaps.append(Piece(billed_cause(a, _BOOT), a, b, True, at_once - 1))
     return AttemptLedger(
         attempt=attempt,
         stream=events[0].stream if events else None,
@@ -641,15 +712,62 @@ def attempt_ledger(
         open_since=open_since,
         cancel_at=cancel_at,
         teardown_at=teardown_at,
+        overlaps=tuple(_merged(overlaps)),
     )
+
+
+def _worker_bills(
+    r: _Reading,
+    listed: Mapping[str, _Named],
+    model: BillingModel,
+    floor: float,
+    stopped: tuple[float | None, str],
+    still_billing: bool,
+) -> list[WorkerBill]:
+    """Each worker's bill: the workers that took the job (one a pickup), then the ones the
+    platform listed while it waited (`listed`), each from its start (`BillingModel.
+    worker_start`, never before `floor`, the submission) to the attempt's stop (`stopped`:
+    when and why; a requeue ends the bill of the worker that lost the job), "open" when
+    `still_billing`. A worker that takes the job again is billed on from its last bill."""
+    stop, reason = stopped
+    bills: list[WorkerBill] = []
+    billed_to: dict[str, float] = {}  # a worker's id -> where its last bill stopped
+    for p in r.pickups:
+        rec = p.worker
+        w_start, source = model.worker_start(
+            None if rec is None else rec.started_at, p.at, min(floor, p.at)
+        )
+        worker_id = None if rec is None else rec.worker_id
+        if worker_id is not None and worker_id in billed_to:
+            w_start = max(w_start, billed_to[worker_id])
+        if p.requeued_at is not None:
+            w_stop, why = p.requeued_at, "requeue"
+            if stop is not None and stop < w_stop:
+                w_stop, why = stop, reason
+        else:
+            assert stop is not None
+            w_stop, why = stop, ("open" if still_billing else reason)
+        if w_stop > w_start:
+            status = None if rec is None else rec.status
+            bills.append(WorkerBill(worker_id, p.at, w_start, w_stop, source, why, status))
+            if worker_id is not None:
+                billed_to[worker_id] = w_stop
+    for worker_id, n in listed.items():
+        assert stop is not None  # (a listed worker nothing stopped bills on: `still_billing`)
+        w_start, source = model.worker_start(n.started_at, n.at, min(floor, n.at))
+        if stop > w_start:
+            why = "open" if still_billing else reason
+            bills.append(WorkerBill(worker_id, None, w_start, stop, source, why, n.status))
+    return bills
 
 
 def _merged(pieces: list[Piece]) -> list[Piece]:
     out: list[Piece] = []
     for p in pieces:
         last = out[-1] if out else None
-        if last and (last.cause, last.billed, last.end) == (p.cause, p.billed, p.start):
-            out[-1] = Piece(p.cause, out[-1].start, p.end, p.billed)
+        kind = (p.cause, p.billed, p.workers)
+        if last and last.end == p.start and (last.cause, last.billed, last.workers) == kind:
+            out[-1] = replace(last, end=p.end)
         else:
             out.append(p)
     return out
@@ -954,7 +1072,7 @@ def group(ledgers: Iterable[Ledger], by: str) -> list[Group]:
     if by == "cause":
         out = []
         for cause in CAUSES:
-            having = [a for a in attempts if a.seconds(cause) > 0]
+            having = [a for a in attempts if a.seconds(cause) > 0 or a.billed_seconds(cause) > 0]
             if not having:
                 continue
             billed = sum((a.billed_seconds(cause) for a in having), 0.0)
