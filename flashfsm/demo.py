@@ -1,7 +1,7 @@
 """The demo: a small fleet of runs through `supervise_run`, against the bundled simulator.
 
 It starts the RunPod + Hugging Face simulator on loopback with a manual clock (each wait
-of a watch jumps simulated time), and runs five training runs end to end into the given
+of a watch jumps simulated time), and runs six training runs end to end into the given
 store — each with its GPU walk, deploys (which take simulated time, `DEPLOY_S`),
 submissions, watches (with the Hub heartbeat and failure readers), retries and cleanup
 recorded as events. The simulator plays a scripted life for each attempt's job.
@@ -122,6 +122,12 @@ DEMO_RUNS: tuple[DemoRun, ...] = (
     ),
     DemoRun(
         "codeerror", "the training code raises: fails fast, not retried", ("L40S",), ("failed",)
+    ),
+    DemoRun(
+        "slowpull",
+        "a 20 GB image pulls past the queue grace: the worker records show capacity, so it is kept",
+        ("RTX4090", "L40S"),
+        ("slow_image_pull", "success"),
     ),
 )
 

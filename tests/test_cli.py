@@ -77,6 +77,7 @@ def test_the_demo_runs_the_fleet_through_supervise_run_to_the_expected_results(
         ),
         "stall": (None, ["L40S", "A100-80GB"], [("stalled", "stall"), (None, "completed")]),
         "codeerror": ("job_failed", ["L40S"], [("job_failed", "worker_failed")]),
+        "slowpull": (None, ["RTX4090"], [(None, "completed")]),
     }
     for demo in DEMO_RUNS:
         assert demo.name in result.output

@@ -55,6 +55,7 @@ PROMISED = {
     "crashloop": (True, None, 2, "stalled"),
     "stall": (True, None, 2, "stalled"),
     "codeerror": (False, "job_failed", 1, "job_failed"),
+    "slowpull": (True, None, 1, None),
 }
 CLEAN_ONLY = tuple(d for d in DEMO_RUNS if d.name == "clean")
 
@@ -217,7 +218,7 @@ def test_the_cli_demo_keeps_to_its_own_store_and_names_a_picture_and_working_com
     out = result.output
     assert not (tmp_path / "events.db").exists()  # the user's store is not touched
     demo_db = f"sqlite://{tmp_path}/demo.db"
-    tag = re.search(r"^flashfsm demo ([0-9a-f]{6}): 5 runs into (\S+)$", out, re.M).groups()
+    tag = re.search(r"^flashfsm demo ([0-9a-f]{6}): 6 runs into (\S+)$", out, re.M).groups()
     assert tag[1] == demo_db
     check_promises(demo_db, tag[0])
     picture = Path(re.search(r"^picture of the runs: (.+)$", out, re.M).group(1))
@@ -374,7 +375,7 @@ def test_ctrl_c_in_the_cli_exits_130_naming_the_cancelled_run(tmp_path, user_dir
     result = CliRunner().invoke(app, argv, env={"COLUMNS": "200"})
     assert result.exit_code == 130, result.output
     tag = "3f9a1c"
-    assert result.output.startswith(f"flashfsm demo {tag}: 5 runs into {url}\n")
+    assert result.output.startswith(f"flashfsm demo {tag}: 6 runs into {url}\n")
     assert f"interrupted: run-demo-{tag}-walk-s1 concluded as cancelled" in result.output
     assert f"export FLASHFSM_STORE={url}\n  # every stream" in result.output
     store = open_store(url)

@@ -106,7 +106,7 @@ def cli_json(*args: str) -> dict:
 
 @pytest.fixture(scope="module")
 def demo_url(tmp_path_factory) -> str:
-    """A store written by the demo: five runs, eight jobs, every kind of verdict it plays."""
+    """A store written by the demo: six runs, nine jobs, every kind of verdict it plays."""
     url = f"sqlite:///{tmp_path_factory.mktemp('demo')}/demo.db"
     run_demo(url, say=lambda _line: None, tag="abcdef")
     return url
@@ -115,7 +115,7 @@ def demo_url(tmp_path_factory) -> str:
 def test_a_scrape_of_a_demo_store_counts_its_streams_and_verdicts_as_ls_lists_them(demo_url):
     samples = scrape_registry(metrics_registry(demo_url, process=False))
     rows = cli_json("ls", "--store", demo_url, "--json")["streams"]
-    assert len(rows) == 13
+    assert len(rows) == 15
 
     assert value(samples, "flashfsm_store_up") == 1
     assert by(samples, "flashfsm_streams", "kind", "state") == Counter(
@@ -129,7 +129,7 @@ def test_a_scrape_of_a_demo_store_counts_its_streams_and_verdicts_as_ls_lists_th
         (r["rule"], r["failure"] or "none") for r in rows if r["kind"] == "job"
     )
     assert verdicts[("queue_grace", "no_capacity")] == 1  # (the demo's walk)
-    assert verdicts[("completed", "none")] == 4
+    assert verdicts[("completed", "none")] == 5
     assert by(samples, "flashfsm_run_results_total", "failure") == Counter(
         (r["failure"] or "none",) for r in rows if r["kind"] == "run"
     )

@@ -175,6 +175,7 @@ NAMES = [
     "demo-crashloop",
     "demo-stall",
     "demo-codeerror",
+    "demo-slowpull",
     "instant-deploys",
     "many-runs",
     "job",
