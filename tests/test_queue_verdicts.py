@@ -343,3 +343,9 @@ def test_on_the_simulator_a_slow_start_is_kept_and_a_capacity_gap_walked_away_fr
     assert (lost["from"], lost["to"]) == ("SUCCEEDED", "NO_CAPACITY (queue_grace)")
     assert lost["delta_s"] == -590.0 and lost["wasted"] > 0
     assert data["metrics"]["success_lost"] == 1
+    # ...and the lost success takes a new attempt, which pays the pull again: the cold start
+    # the records save, named in seconds and money.
+    assert data["metrics"]["cold_start_again_s"] >= 600
+    assert data["metrics"]["cold_start_again"] > 0
+    text = CliRunner().invoke(app, args[:-1], env={"COLUMNS": "200"}).output
+    assert "each lost success takes a new attempt, which pays its cold start again" in text

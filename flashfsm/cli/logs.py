@@ -782,6 +782,12 @@ def _print_corpus(where: str, result: ex.CorpusWhatIf, m: dict[str, float]) -> N
         f"  money: saved {money_text(m['saved'])}, wasted {money_text(m['wasted'])} by the "
         f"changed verdicts (signed: a saving below 0 is money spent more){priced}"
     )
+    if m["success_lost"]:
+        say(
+            f"  each lost success takes a new attempt, which pays its cold start again: "
+            f"{duration_text(m['cold_start_again_s'])}, {money_text(m['cold_start_again'])} "
+            "at least"
+        )
     if not result.shifts:
         return
     table = Table(expand=False)

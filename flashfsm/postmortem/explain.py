@@ -56,6 +56,7 @@ from flashfsm.fsm.table import FAILURE_KIND
 from flashfsm.postmortem.ledger import (
     AttemptContext,
     AttemptLedger,
+    Cause,
     Outcome,
     attempt_bill,
     job_context,
@@ -642,6 +643,10 @@ class JobChange:
     waste_after: float | None  # None: no price, or undecided (the verdict is not known)
     billed_before_s: float = 0.0
     billed_after_s: float = 0.0
+    # The recorded attempt's billed cold start (its worker's start to the job's pickup, the
+    # image pull with it): what a new attempt pays again for a success the policy loses.
+    cold_start_s: float = 0.0
+    cold_start_money: float | None = None
 
     @property
     def saved(self) -> float | None:
@@ -651,6 +656,11 @@ class JobChange:
         if self.money_before is None or self.money_after is None:
             return None
         return _signed(self.money_before - self.money_after)
+
+    @property
+    def success_lost(self) -> bool:
+        """Whether a recorded success is a failure under the new policy."""
+        return self.ok_before and self.ok_after is False
 
     @property
     def wasted(self) -> float | None:
@@ -693,6 +703,9 @@ CORPUS_METRICS: dict[str, str] = {
     "lost_s": "time to verdict lost, summed over the jobs that decide (seconds)",
     "saved": "billed money the changed verdicts do not spend (negative: they spend more)",
     "wasted": "billed money the changed verdicts throw away besides (negative: less)",
+    "cold_start_again_s": "billed cold start of the lost successes, which a new attempt pays "
+    "again (seconds)",
+    "cold_start_again": "its money",
 }
 
 
@@ -718,7 +731,7 @@ class CorpusWhatIf:
         return {
             "jobs": float(self.jobs),
             "changed": float(len(ch)),
-            "success_lost": float(sum(c.ok_before and c.ok_after is False for c in ch)),
+            "success_lost": float(sum(c.success_lost for c in ch)),
             "failure_to_success": float(sum(not c.ok_before and bool(c.ok_after) for c in ch)),
             "verdict_changed": float(sum(c.before != c.after for c in ch)),
             "earlier": float(sum(c.outcome == "earlier" for c in ch)),
@@ -727,6 +740,8 @@ class CorpusWhatIf:
             "lost_s": sum((c.delta_s for c in decided if c.delta_s > 0), 0.0),  # type: ignore[misc,operator]
             "saved": sum((c.saved or 0.0 for c in ch), 0.0),
             "wasted": sum((c.wasted or 0.0 for c in ch), 0.0),
+            "cold_start_again_s": sum((c.cold_start_s for c in ch if c.success_lost), 0.0),
+            "cold_start_again": sum((c.cold_start_money or 0.0 for c in ch if c.success_lost), 0.0),
         }
 
 
@@ -796,6 +811,8 @@ def job_change(log: JobLog, w: WhatIf) -> JobChange | None:
         waste_after=waste_after,
         billed_before_s=before_ledger.billed_s,
         billed_after_s=billed_after,
+        cold_start_s=before_ledger.billed_seconds(Cause.COLD_START),
+        cold_start_money=before_ledger.money(Cause.COLD_START),
     )
 
 
