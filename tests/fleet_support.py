@@ -203,6 +203,15 @@ class FleetHarness:
         self.replicas[owner] = proc = self.spawn(owner, f"{owner}.{n}")
         return proc
 
+    def await_log(self, owner: str, text: str, timeout_s: float = 60.0) -> None:
+        """Wait until `owner`'s latest incarnation has written `text` (a loaded host starts
+        a process slowly: a kill before it is up would test nothing)."""
+        deadline = time.monotonic() + timeout_s
+        path = self.log(owner)
+        while not (path.exists() and text in path.read_text(errors="replace")):
+            assert time.monotonic() < deadline, f"{path.name}: no {text!r} in {timeout_s} s"
+            time.sleep(0.1)
+
     def await_replicas(self, count: int, timeout_s: float = 60.0) -> None:
         """Wait until `count` replicas have a live heartbeat (a loaded host starts them
         slowly)."""

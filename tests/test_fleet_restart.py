@@ -69,6 +69,8 @@ def test_replicas_killed_and_restarted_under_their_names_lose_nothing_and_write_
                 fleet.replicas[owner].kill()  # SIGKILL
                 fleet.replicas[owner].wait()
                 fleet.start(owner)  # at once, under the same name
+            for owner in OWNERS:  # each new incarnation is up before the next round kills it
+                fleet.await_log(owner, "took over from a dead incarnation")
             time.sleep(pause)
         # a live replica's name is still refused to a duplicate, in one line
         line = one_line_refusal(fleet, "r0")

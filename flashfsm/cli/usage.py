@@ -62,7 +62,7 @@ _FAILURE_MEANINGS: dict[str, str] = {
     FailureKind.NO_CANDIDATES: "the run had no GPU candidate to try",
     FailureKind.UNAUTHORIZED: "RunPod refused the API key (401/403; not retried)",
     FailureKind.LOST_UNVERIFIED: "RunPod forgot the job unwatched; nothing says it finished",
-    FailureKind.SLOW_START: "capacity found, but the worker kept starting past the start grace",
+    FailureKind.SLOW_START: "capacity found, but the start outlasted the start grace",
 }
 
 #: Every exit code the command uses, in order: its help ends with this table (rendered by
