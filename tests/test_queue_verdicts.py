@@ -349,3 +349,18 @@ def test_on_the_simulator_a_slow_start_is_kept_and_a_capacity_gap_walked_away_fr
     assert data["metrics"]["cold_start_again"] > 0
     text = CliRunner().invoke(app, args[:-1], env={"COLUMNS": "200"}).output
     assert "each lost success takes a new attempt, which pays its cold start again" in text
+
+
+def test_capacity_memory_counts_a_slow_start_as_capacity_found_not_a_starved_class() -> None:
+    from flashfsm.fsm.capacity import CapacityPolicy, job_wait
+
+    policy = CapacityPolicy()
+    pull, plain = watch(SLOW_PULL), watch(SLOW_PULL, records=False)
+    found = job_wait("runpod", "L40S", pull)
+    assert found is not None and found.picked_up and found.waited_s < POLICY.queue_grace_s
+    # without the records the same wait is a capacity gap, as the reference judged it
+    reference = job_wait("runpod", "L40S", plain)
+    assert reference is not None and reference.no_capacity and not reference.picked_up
+    gap = job_wait("runpod", "L40S", watch(NO_WORKER))  # no worker listed: still starved
+    assert gap is not None and gap.no_capacity and not gap.picked_up
+    assert found.waited_s < policy.starve_after_s and not found.no_capacity

@@ -35,8 +35,10 @@ from flashfsm.events.models import (
     HealthObserved,
     JobSubmitted,
     StatusObserved,
+    WorkerObserved,
 )
 from flashfsm.events.policy import DEFAULT_POLICY
+from flashfsm.fsm.rules import STARTED_STATES
 
 #: The ranking rule's name, as `CandidatesRanked.rule` records it.
 STARVED_LAST = "starved_last"
@@ -79,9 +81,9 @@ class JobWait:
     provider: str
     gpu_class: str
     at: float  # when the attempt ended (or its log's last event, for one still running)
-    waited_s: float  # IN_QUEUE before a worker took it (to its end when none did)
+    waited_s: float  # IN_QUEUE before capacity was found (to its end when none was)
     throttled_s: float  # of that wait, with the endpoint's workers throttled
-    picked_up: bool
+    picked_up: bool  # a worker took the job, or its records listed one starting for it
     no_capacity: bool
     ended: bool = True  # the attempt or its job reached an outcome
 
@@ -105,9 +107,11 @@ def job_wait(
     """How one attempt's job waited, from its job log (None for an empty log).
 
     The wait runs from the submission (`JobSubmitted.submitted_at`, else the log's first
-    event) to the first status other than IN_QUEUE, or to the log's end when no worker took
-    the job. Throttled time is the part of it during which `/health` said the workers were
-    throttled with none usable. `failure` (the run's `AttemptEnded`) wins over the log's
+    event) to the first status other than IN_QUEUE — or, sooner, the first worker record
+    read while IN_QUEUE that lists a worker starting or up (capacity was found; the start
+    is not the class's shortage, D10) — or to the log's end when neither came. Throttled
+    time is the part of it during which `/health` said the workers were throttled with
+    none usable. `failure` (the run's `AttemptEnded`) wins over the log's
     own verdict for `no_capacity`.
     """
     if not events:
@@ -126,6 +130,8 @@ def job_wait(
     for e in events:
         if isinstance(e, StatusObserved) and picked_at is None and e.status != "IN_QUEUE":
             picked_at = e.at
+        elif isinstance(e, WorkerObserved) and picked_at is None and e.status in STARTED_STATES:
+            picked_at = e.at  # (a pickup's record comes after its status: never this one)
         elif isinstance(e, HealthObserved) and picked_at is None:
             w = e.workers
             usable = w.running + w.ready + w.idle + w.initializing
