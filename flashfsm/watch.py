@@ -674,8 +674,9 @@ def loop_steps(
                 built, at = failure_detail_observation(raw), got.at + skew
             case ReadWorker():
                 got = yield ApiCall(own, "endpoint_workers", (endpoint_id,), {})
-                endpoint = None
-                if state.worker is None or state.worker.idle_timeout_s is None:
+                endpoint, last = None, state.worker
+                # The endpoint's record once a watch: again only after a read that failed.
+                if last is None or (last.idle_timeout_s is None and last.read_error is not None):
                     endpoint = yield ApiCall(own, "get_endpoint", (endpoint_id,), {})
                 built, at = worker_observation(worker_id, got, endpoint), got.at + skew
             case ReadWorkerLog():

@@ -145,8 +145,10 @@ def test_why_not_quotes_the_numbers_of_a_rule_that_did_not_fire(logs):
     text = why_not(logs["training_stall"], "queue_grace")
     assert re.search(r"IN_QUEUE \d+ s < queue grace 300 s \(longest wait\)", text), text
     assert re.search(r"the job left IN_QUEUE at t\+\d+ s \(seq \d+, status IN_PROGRESS\)", text)
+    # The records list the crash-looping worker (D10): the queue grace stopped measuring.
     text = why_not(logs["crash_loop"], "queue_grace")
-    assert re.search(r"IN_QUEUE (\d+) s [<≤] queue grace 300 s", text), text
+    assert re.search(r"a worker record \(seq \d+\) listed a worker crash-looping", text), text
+    assert text.endswith("so the queue grace stopped measuring and `crash_loop` judges")
 
 
 def test_why_not_a_throttled_worker_quotes_the_last_probe(logs):

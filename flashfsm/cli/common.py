@@ -85,7 +85,11 @@ class PlainConsole(Console):
         """The console's width and height (see the class notes)."""
         dims = Console.size.fget(self)  # type: ignore[attr-defined]
         columns = os.environ.get("COLUMNS", "")
-        if self.set_width is None and not columns.isdigit() and not self.is_terminal:
+        if self.set_width is None and columns.isdigit():
+            # `$COLUMNS` as it is now (rich reads it once, when the console is made: a
+            # process that sets it later, a test runner say, would get the first value).
+            return ConsoleDimensions(int(columns), dims.height)
+        if self.set_width is None and not self.is_terminal:
             return ConsoleDimensions(PIPED_WIDTH, dims.height)
         return dims
 

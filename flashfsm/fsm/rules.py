@@ -264,8 +264,23 @@ class TimerSpec:
         return s.timers.get(self.name)
 
 
-def _queue_limit(s: JobState) -> tuple[str, float]:
+def _queue_limit(s: JobState) -> tuple[str, float] | None:
+    if _worker_listed(s) is not None:  # capacity was found: the queue grace no longer counts
+        return None
     return "queue grace", s.policy.queue_grace_s
+
+
+def _worker_listed(s: JobState) -> tuple[str, Timer] | None:
+    """The queue timer a worker record armed in this queue spell (crash-looping first, then
+    starting), when the policy tells queue verdicts apart by the records (D10)."""
+    if not s.policy.queue_by_workers:
+        return None
+    timers = s.timers
+    for name in (_CRASHING, _STARTING):
+        timer = timers.get(name)
+        if timer is not None:
+            return name, timer
+    return None
 
 
 def _throttled_limit(s: JobState) -> tuple[str, float]:
@@ -1220,13 +1235,25 @@ def _measure_queue_grace(s: JobState, now: float, t: TimeText | None = None) -> 
     st = s.status
     if st is None or st.status != QUEUED_STATUS:
         return None
-    timers = s.timers
-    queued = timers.get(_QUEUE)
+    queued = s.timers.get(_QUEUE)
     if queued is None:
         return None
-    if (_STARTING in timers or _CRASHING in timers) and s.policy.queue_by_workers:
-        return None  # a worker was listed for the job: `slow_start` or `crash_loop` judges
-    name, grace = _queue_limit(s)
+    limit = _queue_limit(s)
+    if limit is None:  # a worker was listed for the job: `slow_start` or `crash_loop` judges
+        if t is None:
+            return None
+        name, (_, seq) = _worker_listed(s)  # type: ignore[misc]
+        rule, kind = (
+            ("crash_loop", "crash-looping") if name == _CRASHING else ("slow_start", "starting")
+        )
+        return Finding(
+            False,
+            facts=(
+                f"a worker record (seq {seq}) listed a worker {kind} for the job: capacity "
+                f"was found, so the queue grace stopped measuring and `{rule}` judges",
+            ),
+        )
+    name, grace = limit
     waited = st.at - queued[SINCE]
     fired = waited > grace
     if not fired and t is None:
