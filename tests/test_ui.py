@@ -126,7 +126,7 @@ def test_the_runs_page_lists_every_stream_with_the_state_ls_gives(demo_store, cl
     listed = json.loads(runner.invoke(cli, ["ls", "--json", "--store", demo_store]).output)
     shown = cells(page.text)
     assert shown == {row["stream"]: row["state"] for row in listed["streams"]}
-    assert len(shown) == 13
+    assert len(shown) == 15
 
 
 def test_the_costs_page_totals_what_cost_bills(demo_store, client_for):
@@ -145,7 +145,7 @@ def test_filters_keep_only_the_matching_streams(demo_store, client_for):
     assert stalled and set(stalled.values()) == {"STALLED"}
     runs = client.get("/rows.json", params={"kind": "run", "sort": "cost", "desc": "1"}).json()
     costs = [r["cost"] for r in runs["streams"]]
-    assert [r["kind"] for r in runs["streams"]] == ["run"] * 5
+    assert [r["kind"] for r in runs["streams"]] == ["run"] * 6
     assert costs == sorted(costs, reverse=True)
     named = cells(client.get("/", params={"q": "walk"}).text)
     assert named and all("walk" in name for name in named)
@@ -281,11 +281,13 @@ def test_cancel_with_the_flag_asks_then_records_who_asked(mixed_store, client_fo
     assert 'href="/cancel/run-open"' in client.get("/s/run-open").text
     form = client.get("/cancel/run-open").text
     csrf = re.search(r'name="csrf" value="([^"]+)"', form).group(1)
-    stale = client.post("/cancel/run-open", data={"by": "ann", "csrf": "forged"})
+    here = {"origin": "http://127.0.0.1"}  # a browser's, posting this site's form
+    stale = client.post("/cancel/run-open", data={"by": "ann", "csrf": "forged"}, headers=here)
     assert stale.status_code == 403 and cancels(mixed_store, "run-open") == []
     done = client.post(
         "/cancel/run-open",
         data={"by": "ann", "reason": "wrong data set", "csrf": csrf},
+        headers=here,
         follow_redirects=False,
     )
     assert done.status_code == 303 and done.headers["location"] == "/s/run-open"

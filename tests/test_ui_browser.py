@@ -473,15 +473,24 @@ def test_with_allow_cancel_a_confirmed_cancel_is_recorded_naming_who_asked(
     run = stores.to_cancel.run
     url = stores.cancel_url
 
-    # a form from elsewhere, and one naming nobody, append nothing
+    # a form from elsewhere, one from another site, and one naming nobody, append nothing
     page.goto(ui_cancel.url(stream_path(run, "cancel")))
+    here = {"origin": ui_cancel.base}
     answer = page.request.post(
-        ui_cancel.url(stream_path(run, "cancel")), form={"by": "eve", "csrf": "forged"}
+        ui_cancel.url(stream_path(run, "cancel")),
+        form={"by": "eve", "csrf": "forged"},
+        headers=here,
     )
     assert answer.status == 403
     nonce = page.locator("form.confirm input[name=csrf]").input_value()
     answer = page.request.post(
-        ui_cancel.url(stream_path(run, "cancel")), form={"by": "  ", "csrf": nonce}
+        ui_cancel.url(stream_path(run, "cancel")),
+        form={"by": "eve", "csrf": nonce},
+        headers={"origin": "http://evil.example"},
+    )
+    assert answer.status == 403
+    answer = page.request.post(
+        ui_cancel.url(stream_path(run, "cancel")), form={"by": "  ", "csrf": nonce}, headers=here
     )
     assert answer.status == 400
     assert not any(isinstance(e, CancelRequested) for e in stores.read(run, url))

@@ -59,10 +59,18 @@ def ui_command(
     poll: Annotated[
         str, typer.Option(metavar="DURATION", help="How often to read the store for changes.")
     ] = "0.5s",
+    trusted_proxy: Annotated[
+        str | None,
+        typer.Option(
+            metavar="ADDR",
+            help="The reverse proxy's IP address: its X-Forwarded-* headers are believed "
+            "(from anyone else they are ignored).",
+        ),
+    ] = None,
 ) -> None:
     """Serve a web view of the store: runs and jobs, a run's picture and explanations, costs,
     the fleet, updated live; read-only unless --allow-cancel."""
-    from flashfsm.ui.app import UiConfig, create_app, is_loopback
+    from flashfsm.ui.app import UiConfig, create_app, ip_of, is_loopback
 
     url = store_url(store)
     token = token or os.environ.get(TOKEN_ENV) or None
@@ -75,6 +83,8 @@ def ui_command(
             f"--host {host} serves other machines: give a token (--token or ${TOKEN_ENV}), "
             "or serve on 127.0.0.1"
         )
+    if trusted_proxy is not None and ip_of(trusted_proxy) is None:
+        raise fail(f"--trusted-proxy {trusted_proxy}: give the proxy's IP address (127.0.0.1)")
     poll_s = parse_duration(poll, "--poll")
     if not 0.05 <= poll_s <= 60:
         raise fail(f"--poll {poll}: between 0.05 s and 60 s")
@@ -84,7 +94,14 @@ def ui_command(
             opened.streams()
     finally:
         opened.close()
-    config = UiConfig(url, host=host, token=token, allow_cancel=allow_cancel, poll_s=poll_s)
+    config = UiConfig(
+        url,
+        host=host,
+        token=token,
+        allow_cancel=allow_cancel,
+        poll_s=poll_s,
+        trusted_proxy=trusted_proxy,
+    )
     app = create_app(config)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -94,7 +111,13 @@ def ui_command(
     except OSError as exc:
         sock.close()
         raise fail(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
-    bound = sock.getsockname()[1]
+    address, bound = sock.getsockname()[:2]
+    if token is None and not is_loopback(address):  # (`localhost` named something else)
+        sock.close()
+        raise fail(
+            f"--host {host} is {address}, which serves other machines: give a token "
+            f"(--token or ${TOKEN_ENV}), or serve on 127.0.0.1"
+        )
     shown_host = f"[{host}]" if ":" in host else host
     mode = "cancel allowed" if allow_cancel else "read-only"
     guard = ", token required" if token else ""
@@ -106,10 +129,17 @@ def ui_command(
 
 
 def serve(app: object, sock: socket.socket) -> None:
-    """Serve `app` on the bound `sock` with uvicorn until interrupted."""
+    """Serve `app` on the bound `sock` with uvicorn until interrupted (uvicorn's own reading
+    of forwarded headers off: the app believes them only from its trusted proxy)."""
     import uvicorn
 
     server = uvicorn.Server(
-        uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")  # type: ignore[arg-type]
+        uvicorn.Config(
+            app,  # type: ignore[arg-type]
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            proxy_headers=False,
+        )
     )
     server.run(sockets=[sock])

@@ -7,11 +7,16 @@ reloading. Every page reads the index, which opened the store read-only; the onl
 process can make is a cancel, and only when it was started with `allow_cancel`: the same
 `flashfsm.runs.request_cancel` a program calls, its `CancelRequested` naming who asked.
 
-Guards. A request must name a loopback host, or the host the app was bound to (a web page
-elsewhere cannot reach it through DNS rebinding); with a token, every request carries it (a
-bearer header, or once as `?token=`, which sets a cookie); a cancel also carries the page's
-form nonce. Pages are served with a Content-Security-Policy that runs only the app's own
-script. A stream is served only when the index lists it (a name never becomes a path).
+Guards. Loopback is judged by address (127.0.0.0/8, ::1, or the name `localhost`): any other
+bind needs a token. A request must name a loopback host, or the host the app was bound to (a
+web page elsewhere cannot reach it through DNS rebinding); with a token, every request carries
+it (a bearer header, or once as `?token=`, which sets a cookie and redirects to a path of this
+site, never `//elsewhere`). A cancel must come from this site's own page (its Origin, else its
+Referer) and carry the nonce of the form it was asked in: one per form, for that run, good
+once (`FormNonces`). The address a cancel records is the connection's; forwarded headers count
+only from the `trusted_proxy`. Pages are served with a Content-Security-Policy that runs only
+the app's own script. A stream is served only when the index lists it (a name never becomes a
+path).
 
 Metrics. `/metrics` serves the store's Prometheus metrics (`flashfsm.metrics`: read from the
 store on a scrape, at most every few seconds) behind the same guards.
@@ -22,15 +27,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import ipaddress
 import json
+import re
 import secrets
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -64,8 +72,11 @@ KEEPALIVE_S = 15.0
 FEED_BACKLOG = 256
 #: The most characters of a cancel's reason and of its asker's name the event keeps.
 REASON_CAP = 400
+#: How long a cancel form's nonce stays good (seconds), and the most forms whose nonces are
+#: kept at once (the oldest are forgotten first).
+FORM_TTL_S = 3600.0
+FORMS_KEPT = 1000
 COOKIE = "flashfsm_ui"
-LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; style-src-attr 'unsafe-inline'; "
@@ -84,7 +95,9 @@ class UiConfig:
     allow_cancel: bool = False
     poll_s: float = DEFAULT_POLL_S
     wall: Callable[[], float] = time.time
-    csrf: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    #: The IP address of the reverse proxy whose X-Forwarded-For/-Proto/-Host are believed
+    #: (from it alone); None: forwarded headers are ignored.
+    trusted_proxy: str | None = None
 
 
 class Feeds:
@@ -130,9 +143,112 @@ def _allowed_hosts(host: str) -> list[str]:
     return ["*"]  # every address: the token guards it
 
 
+IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def ip_of(text: str) -> IpAddress | None:
+    """`text` as an IP address (IPv6 in brackets or not), or None when it is not one."""
+    try:
+        return ipaddress.ip_address(text.strip().removeprefix("[").removesuffix("]"))
+    except ValueError:
+        return None
+
+
 def is_loopback(host: str) -> bool:
-    """Whether binding to `host` serves this machine alone."""
-    return host in LOOPBACK or host.startswith("127.")
+    """Whether binding to `host` serves this machine alone: an address in 127.0.0.0/8 or ::1,
+    or the name `localhost` (reserved for loopback, RFC 6761; `flashfsm ui` also checks the
+    address it bound). Any other name is not loopback, whatever it starts with: its owner
+    says where `127.evil.example` points."""
+    if host.lower() == "localhost":
+        return True
+    address = ip_of(host)
+    return address is not None and address.is_loopback
+
+
+class FormNonces:
+    """The nonces of the cancel forms served: one per form, for the run it asks about, good
+    once (spent when presented, whatever the answer), for `FORM_TTL_S`."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._issued: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def issue(self, run: str) -> str:
+        """A new form's nonce, good for one cancel of `run`."""
+        nonce = secrets.token_urlsafe(24)
+        with self._lock:
+            self._issued[nonce] = (run, self._clock())
+            while len(self._issued) > FORMS_KEPT:
+                self._issued.popitem(last=False)
+        return nonce
+
+    def spend(self, nonce: str, run: str) -> bool:
+        """Whether `nonce` was issued for a cancel of `run` and is still good; it is spent."""
+        with self._lock:
+            issued = self._issued.pop(nonce, None)
+        if issued is None:
+            return False
+        return issued[0] == run and self._clock() - issued[1] <= FORM_TTL_S
+
+
+def _from_proxy(request: Request, proxy: IpAddress | None) -> bool:
+    return proxy is not None and request.client is not None and ip_of(request.client.host) == proxy
+
+
+def asker_address(request: Request, proxy: IpAddress | None) -> str:
+    """Where a request came from, as a cancel records it: the connection's address; through
+    the trusted `proxy`, the address the proxy says it served (the last X-Forwarded-For) and
+    the proxy's. Forwarded headers from anyone else are ignored."""
+    peer = request.client.host if request.client is not None else "unknown"
+    if not _from_proxy(request, proxy):
+        return peer
+    hops = ",".join(request.headers.getlist("x-forwarded-for")).split(",")
+    behind = ip_of(hops[-1])
+    return peer if behind is None else f"{behind} via {peer}"
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin(url: str) -> tuple[str, str, int] | None:
+    """The (scheme, host, port) of an http(s) `url`, or None."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS or not parts.hostname:
+        return None
+    return scheme, parts.hostname.lower(), port or _DEFAULT_PORTS[scheme]
+
+
+def from_this_site(request: Request, proxy: IpAddress | None) -> bool:
+    """Whether a request says it comes from a page of this site: its Origin (or, without one,
+    its Referer) names this site's scheme, host and port (the ones the trusted `proxy`
+    forwards, through it). A request that names no site, or `null`, does not."""
+    scheme, host = request.url.scheme, request.headers.get("host", "")
+    if _from_proxy(request, proxy):
+        scheme = request.headers.get("x-forwarded-proto", scheme).split(",")[0].strip()
+        host = request.headers.get("x-forwarded-host", host).split(",")[0].strip()
+    origin = request.headers.get("origin")
+    source = origin if origin is not None else request.headers.get("referer", "")
+    given = _origin(source)
+    return given is not None and given == _origin(f"{scheme}://{host}")
+
+
+#: The bytes a redirect's path may not hold raw: controls, spaces, backslashes (a browser
+#: reads `/\host` as `//host`, and drops tabs and line breaks) and anything not ASCII.
+_UNSAFE_IN_PATH = re.compile(rb"[^\x21-\x7e]|\\")
+
+
+def same_site_path(scope: Any) -> str:
+    """The request's path (as the client sent it, still percent-encoded) as a redirect that
+    stays on this site: its leading slashes one slash, nothing a browser reads as a slash."""
+    raw = scope.get("raw_path") or quote(scope.get("path", "/")).encode()
+    path = _UNSAFE_IN_PATH.sub(lambda m: b"%%%02X" % m.group()[0], raw.split(b"?", 1)[0])
+    return "/" + path.decode("ascii").lstrip("/")
 
 
 def create_app(config: UiConfig, index: StoreIndex | None = None) -> Starlette:
@@ -142,6 +258,14 @@ def create_app(config: UiConfig, index: StoreIndex | None = None) -> Starlette:
             f"binding to {config.host} serves other machines: give a token (--token or "
             "$FLASHFSM_UI_TOKEN) or bind to 127.0.0.1"
         )
+    proxy = None
+    if config.trusted_proxy is not None:
+        proxy = ip_of(config.trusted_proxy)
+        if proxy is None:
+            raise ValueError(
+                f"trusted proxy {config.trusted_proxy!r}: give its IP address (127.0.0.1)"
+            )
+    nonces = FormNonces()
     state: dict[str, Any] = {}
     feeds = Feeds()
     frame = pages.Frame(display_url(config.url), not config.allow_cancel)
@@ -263,10 +387,16 @@ def create_app(config: UiConfig, index: StoreIndex | None = None) -> Starlette:
             text = "only a run can be cancelled from here (this stream is a " + entry.row["kind"]
             return html(pages.message_page(frame, "refused", text + ")", back=back), 409)
         if request.method == "GET":
-            return html(pages.cancel_form(frame, entry.name, config.csrf))
+            return html(pages.cancel_form(frame, entry.name, nonces.issue(entry.name)))
+        if not from_this_site(request, proxy):
+            text = (
+                "this cancel comes from another site, or names none (Origin, Referer): "
+                "cancel from the run's page in this view"
+            )
+            return html(pages.message_page(frame, "refused", text, back=back), 403)
         form = await request.form()
-        if not hmac.compare_digest(str(form.get("csrf", "")), config.csrf):
-            text = "the form is stale or from elsewhere: open the run's page and try again"
+        if not nonces.spend(str(form.get("csrf", "")), entry.name):
+            text = "the form is stale, used or from elsewhere: open the run's page and try again"
             return html(pages.message_page(frame, "refused", text, back=back), 403)
         who = str(form.get("by", "")).strip()
         if not who:
@@ -275,7 +405,7 @@ def create_app(config: UiConfig, index: StoreIndex | None = None) -> Starlette:
         if concluded(events):
             text = f"{entry.name} has already concluded: nothing to cancel"
             return html(pages.message_page(frame, "refused", text, back=back), 409)
-        client = request.client.host if request.client is not None else "unknown"
+        client = asker_address(request, proxy)
         by = redact_then_cap(f"{who} (flashfsm ui, from {client})", NAME_CAP)
         reason = redact_then_cap(str(form.get("reason", "")), REASON_CAP)
         last = max(e.at for e in events)
@@ -350,7 +480,9 @@ def create_app(config: UiConfig, index: StoreIndex | None = None) -> Starlette:
 _HEADERS = {
     "Content-Security-Policy": CSP,
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # (same-origin: a form posted to this site says it came from here, in its Origin and
+    # Referer; no address of this view ever goes elsewhere)
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 _STATIC = {"ui.js": "text/javascript; charset=utf-8", "ui.css": "text/css; charset=utf-8"}
@@ -396,7 +528,7 @@ class TokenGuard:
         given = request.query_params.get("token")
         if given is not None and hmac.compare_digest(given, self.token):
             rest = {k: v for k, v in request.query_params.items() if k != "token"}
-            target = request.url.path + (f"?{urlencode(rest)}" if rest else "")
+            target = same_site_path(scope) + (f"?{urlencode(rest)}" if rest else "")
             response: Response = RedirectResponse(target, 303)
             response.set_cookie(COOKIE, self.token, httponly=True, samesite="strict")
             await response(scope, receive, send)

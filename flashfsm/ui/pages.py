@@ -45,6 +45,8 @@ from flashfsm.views import job_view, last_job_stream, run_label, stream_kind, vi
 UNBILLED_COLOUR = "#d6dbe4"
 #: Rows on one page of the runs list (a store of thousands of streams is paged).
 PAGE_ROWS = 200
+#: The damaged streams the runs list names (the count says how many in all).
+DAMAGED_SHOWN = 20
 #: The columns of the runs list a user may sort by, with the row value each sorts on.
 SORT_KEYS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "stream": lambda r: r["stream"],
@@ -318,7 +320,8 @@ def runs_page(frame: Frame, index: StoreIndex, query: dict[str, str]) -> str:
         shown_count=len(chosen.chosen),
         total=len(rows),
         total_cost=total,
-        damaged=len(index.damaged),
+        damaged=sorted(dict(index.damaged)),  # (a copy: the refresh adds to it)
+        damaged_shown=DAMAGED_SHOWN,
         pages=chosen.pages,
         page_no=chosen.page,
         error=chosen.error,
