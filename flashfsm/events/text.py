@@ -7,9 +7,10 @@ in Python runs the field's validator, which always does the same three things in
 order, so no call site can get them wrong:
 
 1. make the text valid UTF-8 (a lone surrogate from the wire is replaced);
-2. mask every known secret (`mask`): each whole secret, any bearer token, and then any
-   `FRAGMENT`-character piece of a secret or of one of its encoded forms that is left (a
-   secret the outside world had already cut in two still loses both halves);
+2. mask every known secret (`mask`): each secret percent-encoded in any way, then each
+   whole secret, any bearer token, and then any `FRAGMENT`-character piece of a secret or
+   of one of its encoded forms that is left (a secret the outside world had already cut in
+   two still loses both halves);
 3. cap the result at `limit` characters (its head, or its tail).
 
 Masking before cutting is the point: a cut through a secret would leave a piece that no
@@ -28,6 +29,18 @@ lower-case hex). A core shorter than `FRAGMENT` (a secret of 6 or 7 bytes) is ma
 Limits: a form split by a line break or other inserted characters keeps its pieces shorter
 than `FRAGMENT` (at most 5 bytes of the secret each); other encodings (hex, base32,
 double encodings, base64 of a percent-encoding) are not derived.
+
+Percent-encoding in general (`_percent_spans`). Any character of a URL may be escaped, not
+only those `quote` escapes: `%68%66%5F…` (every byte), a mix of escapes and literal
+characters, either hex case. No list of forms can hold them all, so a text holding an
+escape is also read decoded around each run of escapes (`FRAGMENT - 1` characters either
+side), the run turned back into its UTF-8 characters; when a secret holds a space, it is
+read once more with `+` for a space (a form body's). The secrets, and any `FRAGMENT`
+characters of one, are looked for in the decoded text as in the plain one, and whatever
+they stand on in the text is masked, together with the plain hits of the same text (so a
+secret partly escaped goes whole). A piece of a form that decodes to fewer than `FRAGMENT`
+characters of a secret is left (unless it is a piece of a derived form). A text with no
+`%` pays one substring test for this.
 
 Finding the pieces costs what the text is long, not how many pieces there are: every
 `FRAGMENT`-character window holds one of the text's `_BLOCK`-aligned `_BLOCK`-character
@@ -86,6 +99,8 @@ class SecretIndex(NamedTuple):
     pieces: frozenset[str]
     #: Every `_BLOCK`-character piece of those pieces (what the search looks up).
     blocks: frozenset[str]
+    #: Whether a secret holds a space (a form body may carry it as `+`).
+    spaced: bool = False
 
 
 _NO_INDEX = SecretIndex((), frozenset(), frozenset())
@@ -93,6 +108,10 @@ _NO_INDEX = SecretIndex((), frozenset(), frozenset())
 #: (key, secrets longest first, their index, masked short texts).
 _known: tuple[Any, tuple[str, ...], SecretIndex, dict[str, str]] = (None, (), _NO_INDEX, {})
 _PERCENT_HEX = re.compile(r"%[0-9A-F]{2}")
+#: A run of percent escapes (either hex case; the leading `%` lets the search skip ahead),
+#: and the same or a `+` (a space, in a form body).
+_ESCAPES = re.compile(r"%[0-9A-Fa-f]{2}(?:%[0-9A-Fa-f]{2})*")
+_ESCAPES_OR_PLUS = re.compile(r"\+|%[0-9A-Fa-f]{2}(?:%[0-9A-Fa-f]{2})*")
 _SHORT = 64  # texts this short (statuses, stages, class names) are masked once per secret set
 _SHORT_CACHE_MAX = 4096
 
@@ -159,7 +178,8 @@ def index_secrets(secrets: Iterable[str]) -> SecretIndex:
                 wholes.add(form)
     pieces = frozenset(v[i : i + FRAGMENT] for v in sources for i in range(len(v) - FRAGMENT + 1))
     blocks = frozenset(p[i : i + _BLOCK] for p in pieces for i in range(FRAGMENT - _BLOCK + 1))
-    return SecretIndex(tuple(sorted(wholes, key=len, reverse=True)), pieces, blocks)
+    spaced = any(" " in value for value in wholes)
+    return SecretIndex(tuple(sorted(wholes, key=len, reverse=True)), pieces, blocks, spaced)
 
 
 def _current() -> tuple[Any, tuple[str, ...], SecretIndex, dict[str, str]]:
@@ -218,14 +238,110 @@ def _fragment_spans(text: str, index: SecretIndex) -> list[tuple[int, int]]:
     return spans
 
 
+def _unescape(run: re.Match[str]) -> str:
+    """A run of `%XX` escapes decoded as UTF-8; a byte that is no part of a character
+    becomes a lone surrogate (`surrogateescape`, as `os.environ` reads such a byte)."""
+    return bytes.fromhex(run.group(0).replace("%", "")).decode("utf-8", "surrogateescape")
+
+
+def _decoded_starts(text: str) -> list[int]:
+    """Where each character of `_ESCAPES.sub(_unescape, text)` starts in `text`, and then
+    `len(text)` (so a decoded span `[s, e)` stands on `text[starts[s] : starts[e]]`)."""
+    starts: list[int] = []
+    done = 0
+    for run in _ESCAPES.finditer(text):
+        starts.extend(range(done, run.start()))
+        at = run.start()
+        for char in _unescape(run):
+            starts.append(at)
+            at += 3 * len(char.encode("utf-8", "surrogateescape"))  # `%XX` per byte
+        done = run.end()
+    starts.extend(range(done, len(text) + 1))
+    return starts
+
+
+def _spans(text: str, index: SecretIndex) -> list[tuple[int, int]]:
+    """Where a whole secret (or short form) or a `FRAGMENT`-character piece stands in `text`
+    (a whole of `FRAGMENT` characters or more is found as its pieces)."""
+    spans: list[tuple[int, int]] = []
+    for value in reversed(index.wholes):  # shortest first
+        if len(value) >= FRAGMENT:
+            break
+        at = text.find(value)
+        while at >= 0:
+            spans.append((at, at + len(value)))
+            at = text.find(value, at + len(value))
+    if index.pieces and len(text) >= FRAGMENT:
+        spans += _fragment_spans(text, index)
+    return spans
+
+
+def _escaped_spans(text: str, index: SecretIndex, plus: bool) -> list[tuple[int, int]]:
+    """Where a whole secret (or short form) or a `FRAGMENT`-character piece stands in `text`
+    once its escapes are decoded (and once more with `+` read as a space, when `plus`).
+
+    Only the regions around the runs of escapes (and the `+`s, when `plus`) are decoded,
+    `FRAGMENT - 1` characters either side of each (regions that meet are joined, so none
+    cuts a run): every `FRAGMENT`-character window, and every shorter whole, that holds an
+    escaped character (or a `+`) lies within one.
+    """
+    reach = FRAGMENT - 1
+    regions: list[tuple[int, int]] = []
+    for run in (_ESCAPES_OR_PLUS if plus else _ESCAPES).finditer(text):
+        low, high = max(0, run.start() - reach), run.end() + reach
+        if regions and low <= regions[-1][1]:
+            regions[-1] = (regions[-1][0], high)
+        else:
+            regions.append((low, high))
+    spans: list[tuple[int, int]] = []
+    for low, high in regions:
+        region = text[low:high]
+        found = _spans(_ESCAPES.sub(_unescape, region), index)
+        if plus and "+" in region:  # as long as `region`: its spans stand alike on both
+            found += _spans(_ESCAPES.sub(_unescape, region.replace("+", " ")), index)
+        if found:
+            starts = _decoded_starts(region)
+            spans += [(low + starts[start], low + starts[end]) for start, end in found]
+    return spans
+
+
+def _percent_spans(text: str, index: SecretIndex) -> list[tuple[int, int]]:
+    """Where `text` holds a secret (or a `FRAGMENT`-character piece of one) percent-encoded
+    in any way: every byte escaped or some, in either hex case, and with `+` for a space
+    (a form body's) when a secret holds a space (see the module notes).
+
+    The windows found are those that hold an escaped character (or a `+` read as a space);
+    the ones that hold none are plain ones, which `mask` finds in `text` itself, so that a
+    secret partly escaped is masked whole.
+    """
+    return _escaped_spans(text, index, index.spaced and "+" in text)
+
+
+def _masked(text: str, spans: list[tuple[int, int]]) -> str:
+    """`text` with each of `spans` (in any order, overlapping or not) replaced by `MASK`."""
+    out: list[str] = []
+    last = 0
+    for start, end in sorted(spans):
+        if start > last or not out:
+            out.append(text[last:start])
+            out.append(MASK)
+        last = max(last, end)
+    out.append(text[last:])
+    return "".join(out)
+
+
 def mask(text: str, secrets: Sequence[str], index: SecretIndex | None = None) -> str:
-    """`text` with each secret, any bearer token and any long piece of a secret or of one of
-    its encoded forms (`encoded_forms`) masked.
+    """`text` with each secret (percent-encoded in any way too), any bearer token and any
+    long piece of a secret or of one of its encoded forms (`encoded_forms`) masked.
 
     `index` is `index_secrets(secrets)` (computed when not given).
     """
     if index is None:
         index = index_secrets(secrets)
+    if index.wholes and "%" in text:
+        spans = _percent_spans(text, index)
+        if spans:  # and the plain hits of the same text: a secret partly escaped goes whole
+            text = _masked(text, spans + _spans(text, index))
     for value in index.wholes:
         if value in text:
             text = text.replace(value, MASK)
@@ -234,13 +350,7 @@ def mask(text: str, secrets: Sequence[str], index: SecretIndex | None = None) ->
     if index.pieces and len(text) >= FRAGMENT:
         spans = _fragment_spans(text, index)
         if spans:
-            out, last = [], 0
-            for start, end in spans:
-                out.append(text[last:start])
-                out.append(MASK)
-                last = end
-            out.append(text[last:])
-            text = "".join(out)
+            text = _masked(text, spans)
     return text
 
 
