@@ -108,7 +108,15 @@ from flashfsm.events.store import (
 )
 from flashfsm.events.text import redact_then_cap
 from flashfsm.fsm.job import JobState
-from flashfsm.naming import attempt_stream, check_stream, job_stream, run_stream
+from flashfsm.naming import (
+    attempt_stream,
+    character_name,
+    check_plain,
+    check_stream,
+    control_character,
+    job_stream,
+    run_stream,
+)
 from flashfsm.runs import RunAdapters, RunpodRunAdapters, supervise_run
 from flashfsm.shell import resolve_store
 from flashfsm.supervisor import JobSpec, StopsOnSignals, Supervisor
@@ -163,13 +171,14 @@ MAX_CANDIDATES = 100
 
 
 def _plain(value: str) -> str:
-    bad = next((c for c in value if ord(c) < 32 or ord(c) == 127), None)
+    bad = control_character(value)
     if bad is not None:
-        raise ValueError(f"holds the control character {bad!r}")
+        raise ValueError(f"holds a control character ({character_name(bad)})")
     return value
 
 
-#: An id or name of a hand-off: a string of 1 to `NAME_CAP` characters, none a control one.
+#: An id or name of a hand-off: a string of 1 to `NAME_CAP` characters, none a control one
+#: (`flashfsm.naming.control_character`).
 IntakeName = Annotated[str, Field(min_length=1, max_length=NAME_CAP), AfterValidator(_plain)]
 _STRICT = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
 
@@ -370,8 +379,10 @@ def hand_off_job(
     wrong, and nothing written). A stream that already records this job is left as it is
     (handing off twice is harmless), but for its failed mark, if a replica marked it
     (`MAX_CLAIM_FAILURES`): handing it off again clears it, and replicas claim it again.
-    One that records another job is a `ValueError`. The handle is JSON-only there
-    (`trusted_output` is not recorded).
+    One that records another job, or this job id on another endpoint, is a `ValueError`
+    naming both. A stream name, an id or a name holding a control character is refused
+    (`flashfsm.naming.check_stream`). The handle is JSON-only there (`trusted_output` is
+    not recorded).
     """
     fields = dict(handle.to_dict() if isinstance(handle, JobHandle) else handle)
     given = {"policy": policy, "stream": stream, "hub": hub, "interval_s": interval_s}
@@ -399,6 +410,12 @@ def _record_hand_off(store: EventStore, intake: JobIntake, clock: Callable[[], f
     if recorded is not None:
         if recorded.job_id != job.job_id:
             raise ValueError(f"stream {name!r} records job {recorded.job_id!r}, not {job.job_id!r}")
+        if recorded.endpoint_id != job.endpoint_id:
+            raise ValueError(
+                f"stream {name!r} records job {job.job_id!r} on endpoint "
+                f"{recorded.endpoint_id!r}, not on {job.endpoint_id!r}: a job id names one job "
+                "(hand the other off with its own stream)"
+            )
         if not writer.state.done:
             leases.unmark(name)  # (a stream marked failed to start is claimed again)
         return
@@ -584,6 +601,8 @@ class Fleet(StopsOnSignals):
     """One replica of a fleet: claims open streams of `store`, watches them, hands them on.
 
     `client` is the async RunPod client the jobs are watched with (see `Supervisor`);
+    `owner` names the replica (default `default_owner()`; a control character in it is a
+    `ValueError`: it is written in its log lines and in every lease it holds);
     `run_adapters` (optional) drives handed-off runs, which a replica without it leaves to
     others. `supervisor_options` go to the replica's `Supervisor`. A run's thread waits on
     the real clock; `run_sleep` (a blocking `sleep(seconds)`, e.g. a simulator clock's) makes
@@ -609,6 +628,8 @@ class Fleet(StopsOnSignals):
     ):
         if lease_s <= 0 or interval_s <= 0:
             raise ValueError("lease_s and interval_s must be positive")
+        if owner:
+            check_plain(owner, "owner")
         self.store = resolve_store(store)
         self.leases = _require_leases(self.store)
         self.owner = owner or default_owner()

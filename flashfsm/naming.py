@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -41,9 +42,63 @@ def endpoint_name(run_id: str, gpu_class: str, seed: int, attempt: int = 0) -> s
 STREAM_CAP = NAME_CAP
 
 
+#: Unicode categories no name holds: control characters (C0, DEL, C1: a line feed, an
+#: escape), format characters (bidirectional overrides, zero-width ones), surrogates, and
+#: the line and paragraph separators. Each breaks a log line, a terminal or a URL, or shows
+#: a name other than the one stored.
+CONTROL_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+#: How much of a refused name its error shows (escaped).
+SHOWN_CHARS = 60
+
+
+def control_character(text: str) -> str | None:
+    """The first character of `text` that no name may hold (`CONTROL_CATEGORIES`), or None."""
+    if text.isprintable():  # (fast: every refused character is unprintable)
+        return None
+    return next((c for c in text if unicodedata.category(c) in CONTROL_CATEGORIES), None)
+
+
+def escaped(text: str) -> str:
+    """`text` as an error shows it: quoted, every unprintable character escaped, cut at
+    `SHOWN_CHARS` characters (never the raw characters a name was refused for)."""
+    shown = repr(text[:SHOWN_CHARS])
+    return f"{shown}…" if len(text) > SHOWN_CHARS else shown
+
+
+def character_name(char: str) -> str:
+    """One character as an error names it: its code point and its escaped form."""
+    return f"U+{ord(char):04X} {char!r}"
+
+
+def check_plain(value: str, what: str) -> str:
+    """`value`, or a one-line `ValueError` naming `what`, the value (escaped) and the first
+    control character it holds (`control_character`)."""
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a string, not {type(value).__name__}")
+    bad = control_character(value)
+    if bad is not None:
+        raise ValueError(
+            f"{what} {escaped(value)} holds a control character ({character_name(bad)})"
+        )
+    return value
+
+
 def check_stream(name: str, made_from: str = "") -> str:
-    """`name`, or a `ValueError` naming `STREAM_CAP` when it is longer (`made_from`: what
-    the name was made from, for the message)."""
+    """`name`, or a one-line `ValueError`: a control character in it (`check_plain`), or
+    longer than `STREAM_CAP` (`made_from`: what the name was made from, for the message).
+
+    Every entry that names a stream checks its name here before anything is opened or
+    recorded (`hand_off_job`, `flashfsm runs add`, `supervise_run`, `submit_run`,
+    `poll_job`, `JobSpec`, the sweeper), so no stream is created with a name a log line,
+    a terminal or a URL would break."""
+    if not isinstance(name, str):
+        raise ValueError(f"a stream name must be a string, not {type(name).__name__}")
+    if made_from and (bad := control_character(name)) is not None:
+        raise ValueError(
+            f"{made_from} makes the stream name {escaped(name)}, which holds a control "
+            f"character ({character_name(bad)})"
+        )
+    check_plain(name, "stream name")
     if len(name) > STREAM_CAP:
         source = f"{made_from} makes " if made_from else ""
         raise ValueError(

@@ -110,7 +110,7 @@ from flashfsm.fsm.run import (
     decide_run,
 )
 from flashfsm.fsm.sweep import bare_name
-from flashfsm.naming import attempt_stream, endpoint_name, run_stream
+from flashfsm.naming import attempt_stream, check_plain, check_stream, endpoint_name, run_stream
 from flashfsm.redact import redact
 from flashfsm.results import Portable
 from flashfsm.shell import JobHandle, PollResult, opened_store, poll_job
@@ -304,7 +304,9 @@ def supervise_run(
     The stream defaults to `run-<run_id>`; each attempt's job stream is
     `job-<run_id>-a<n>` (`job-<run_id>-s<seed>-a<n>` with a seed). An orchestrator's worker
     names the run by ids its retries keep (`flashfsm.naming.stable_run_id`), so a retried
-    worker resumes the run rather than starting a second one.
+    worker resumes the run rather than starting a second one. A run id or stream holding a
+    control character (`flashfsm.naming.check_stream`) is a `ValueError` before anything is
+    opened.
 
     `store` is a store object (the caller's, left open), a URL (opened, and closed on
     return), or by default the durable default store (`default_store_url()`:
@@ -477,6 +479,12 @@ class _RunSettings:
     capacity: CapacityPolicy
     stream: str | None
     detach: bool
+
+    def __post_init__(self) -> None:
+        # (both drivers make these settings before the store is opened: a run id or stream
+        # that would name a stream with a control character is refused before anything)
+        check_plain(self.run_id, "run_id")
+        check_stream(self.stream or run_stream(self.run_id), "" if self.stream else "run_id")
 
     def writers(self, opened: EventStore) -> tuple[StreamWriter[RunState], StreamWriter[RunState]]:
         """The run's writer, and the one a Ctrl-C winds the run down through (opened then)."""

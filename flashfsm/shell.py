@@ -19,6 +19,7 @@ from flashfsm.events.policy import DEFAULT_POLICY, GracePolicy
 from flashfsm.events.store import EventStore
 from flashfsm.fsm.commands import Verdict
 from flashfsm.fsm.job import JobState
+from flashfsm.naming import check_stream, job_stream
 from flashfsm.watch import (
     ApiCall,
     Clock,
@@ -135,8 +136,10 @@ def attach(
     is: its verdict stands. Raises `JobOwnedElsewhere` when a newer watch claims it first.
     `writer` may be given (a subclass, say) to attach through it. `has_worker_reader` says
     the client that will drive the watch reads worker records and logs (`has_worker_reader`
-    of `flashfsm.watch`).
+    of `flashfsm.watch`). A stream name holding a control character is a `ValueError`
+    (`flashfsm.naming.check_stream`).
     """
+    check_stream(stream)
     spec = WatchSpec.of(
         handle,
         policy,
@@ -268,8 +271,10 @@ def poll_job(
     open), a URL (opened, and closed on return), or by default the durable default store
     (`default_store_url()`: `$FLASHFSM_STORE`, else SQLite in the user's data directory),
     so calling again after a crash resumes; `store="memory://"` asks for a fresh in-memory
-    store (nothing to resume). When the stream already holds a watch of this job, the log
-    is replayed and the watch continues where it stopped (a reattach): its recorded policy
+    store (nothing to resume). A stream name (or a job id making the default one) holding a
+    control character is a `ValueError` before anything is opened (`check_stream` of
+    `flashfsm.naming`). When the stream already holds a watch of this job, the log is
+    replayed and the watch continues where it stopped (a reattach): its recorded policy
     stands and the time nobody watched is charged to no timer. When it already holds a
     verdict, that verdict is returned without any call. A `KeyboardInterrupt` (SIGINT)
     records nothing and leaves the job running: calling again reattaches. Raises
@@ -286,6 +291,7 @@ def poll_job(
         handle = JobHandle.from_dict(handle)
     if not (interval_s > 0):
         raise ValueError(f"interval_s must be positive, got {interval_s!r}")
+    check_stream(stream or job_stream(handle.job_id), "" if stream else "job_id")
     policy = GracePolicy(
         stall_after_s=stall_after_s,
         setup_grace_s=setup_grace_s,

@@ -63,7 +63,6 @@ from flashfsm.adapters.runpod import (
 )
 from flashfsm.errors import RunpodApiError, WatchStopped
 from flashfsm.events.models import (
-    NAME_CAP,
     SPEC_CAP,
     AttemptStarted,
     Candidate,
@@ -508,7 +507,8 @@ def submit_run(
     - `store` is a store or a URL (default `default_store_url()`); `run_stream` defaults
       to `run-<run_id>-s<seed>-a<attempt>`, the job stream is
       `job-<run_id>-s<seed>-a<attempt>`. Calling again on a run stream whose attempt has
-      not concluded resumes it.
+      not concluded resumes it. A `run_stream` holding a control character is a
+      `ValueError` (`flashfsm.naming.check_stream`).
     - `client` is a `RunpodClient` for every call; by default one is made for the account
       the endpoint lands on, of `accounts` (default `KeyPool.from_env()`).
     - `sweep`, `deployer`, `function`, `hub_options`, `allow_pickle`: as for
@@ -530,10 +530,8 @@ def submit_run(
         raise ValueError(f"attempt must be a non-negative integer, got {attempt!r}")
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise ValueError(f"seed must be an integer, got {seed!r}")
-    job_stream = attempt_stream(spec.run_id, attempt, seed)
-    if len(job_stream) > NAME_CAP:
-        raise ValueError(f"run id {spec.run_id!r} makes a job stream name over {NAME_CAP} chars")
-    stream = run_stream or naming.run_stream(spec.run_id, seed, attempt)
+    job_stream = naming.check_stream(attempt_stream(spec.run_id, attempt, seed), "run_id")
+    stream = naming.check_stream(run_stream or naming.run_stream(spec.run_id, seed, attempt))
     adapter_options = {
         "client": client,
         "accounts": accounts,

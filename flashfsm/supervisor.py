@@ -41,6 +41,7 @@ from flashfsm.events.models import Event
 from flashfsm.events.policy import GracePolicy
 from flashfsm.events.store import EventStore, append_many
 from flashfsm.fsm.job import JobState
+from flashfsm.naming import check_stream, job_stream
 from flashfsm.shell import resolve_store
 from flashfsm.watch import (
     ApiCall,
@@ -278,7 +279,9 @@ class JobSpec:
     """One job to watch.
 
     Output is JSON-only unless `handle.trusted_output` (an endpoint this run deployed);
-    `allow_pickle` overrides the handle as in `poll_job`.
+    `allow_pickle` overrides the handle as in `poll_job`. Its stream (`stream`, else
+    `job-<job_id>`) holding a control character is a `ValueError` when it is made
+    (`flashfsm.naming.check_stream`).
     """
 
     handle: JobHandle
@@ -292,6 +295,9 @@ class JobSpec:
     #: ends the watch with `WatchStopped`, recording nothing. None: the watch stops only
     #: when its task is cancelled (`Supervisor.stop`).
     stop: Callable[[], Awaitable[bool]] | None = None
+
+    def __post_init__(self) -> None:
+        check_stream(self.stream or job_stream(self.handle.job_id), "" if self.stream else "job_id")
 
 
 class StopsOnSignals:

@@ -65,6 +65,7 @@ from flashfsm.fsm.sweep import (
     protected_names,
     read_health,
 )
+from flashfsm.naming import check_stream
 from flashfsm.redact import redact, redact_then_cap
 from flashfsm.writer import REBUILD, SWEEPER, Contention, StreamWriter
 
@@ -130,8 +131,8 @@ class IdleSweeper:
     """Deletes flash training endpoints that stayed idle, keeping its timers as events.
 
     `client` is a `RunpodClient` (or anything with its three endpoint methods), `store`
-    the event store holding the `stream` (one per account: see the module notes), `clock`
-    the time source (epoch seconds).
+    the event store holding the `stream` (one per account: see the module notes; a name
+    holding a control character is a `ValueError`), `clock` the time source (epoch seconds).
     """
 
     def __init__(
@@ -144,6 +145,7 @@ class IdleSweeper:
     ):
         if not isinstance(stream, str) or not stream or len(stream) > NAME_CAP:
             raise ValueError(f"a sweeper stream name must be 1 to {NAME_CAP} characters")
+        check_stream(stream)
         self.client = client
         self.store = store
         self.stream = stream

@@ -16,7 +16,7 @@ import pytest
 from rich.text import Text
 from typer.testing import CliRunner
 
-from flashfsm import JobHandle, PollResult, open_store, poll_job
+from flashfsm import JobHandle, MemoryStore, PollResult, open_store, poll_job
 from flashfsm.cli import app
 from flashfsm.cli.common import shown, shown_text
 
@@ -47,24 +47,31 @@ class Answers:
 
 def watch_scripted_job(url: str, stream: str, client: Answers) -> PollResult:
     """Watch one job answered by `client` into the store at `url`, as `stream`, on a clock
-    of its own."""
+    of its own. No entry names a stream with a control character (`check_stream`), so the
+    job is watched under a plain name and its log stored under `stream`, as a store written
+    before names were checked, or one `flashfsm import` copied, holds it."""
     now = [1_700_000_000.0]
 
     def sleep(seconds: float) -> None:
         now[0] += seconds
 
+    scratch, plain = MemoryStore(), "job-scripted"
+    result = poll_job(
+        JobHandle("ep-1", "flash-evil", "job-1", submitted_at=now[0]),
+        client=client,
+        clock=lambda: now[0],
+        sleep=sleep,
+        store=scratch,
+        stream=plain,
+    )
     store = open_store(url)
     try:
-        return poll_job(
-            JobHandle("ep-1", "flash-evil", "job-1", submitted_at=now[0]),
-            client=client,
-            clock=lambda: now[0],
-            sleep=sleep,
-            store=store,
-            stream=stream,
+        store.append(
+            stream, [e.model_copy(update={"stream": stream}) for e in scratch.read(plain)], 0
         )
     finally:
         store.close()
+    return result
 
 
 @pytest.fixture

@@ -43,8 +43,8 @@ an append under a lease reads its row `FOR SHARE` and refuses a stale token
 (`StaleLease`). A writer open creates both tables and fills the index from the log once,
 and adds the columns an older library's tables lack (`ADD COLUMN IF NOT EXISTS`, only
 when one is missing); a read-only open never does, and reads such tables as saying
-nothing there. Every pooled connection
-ends a transaction left idle for `idle_in_transaction_s` (default 5 s: the server's
+nothing there. Every pooled connection ends a transaction left idle for
+`idle_in_transaction_s` (default 5 s, from 0.5 to 86,400: the server's
 `idle_in_transaction_session_timeout`): our transactions never wait on anything but the
 client, so one idle that long belongs to a paused or cut-off process, and the row locks it
 holds must not keep `SKIP LOCKED` claims from the streams whose leases it lost. (Keep
@@ -78,6 +78,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import math
 import re
 import threading
 import time
@@ -90,7 +91,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from flashfsm.adapters.urls import hide_url_secrets
+from flashfsm.adapters.urls import check_option, hide_url_secrets, in_range, option_range
 from flashfsm.errors import StoreNotFound
 from flashfsm.events.errors import (
     ConcurrencyError,
@@ -161,11 +162,16 @@ class PostgresStore:
         snapshot_every: int | None = DEFAULT_SNAPSHOT_EVERY,
         idle_in_transaction_s: float = DEFAULT_IDLE_IN_TRANSACTION_S,
     ):
-        if not _TABLE_NAME.match(table):
+        if not isinstance(table, str) or not _TABLE_NAME.fullmatch(table):
             raise ValueError(
                 f"table name {table!r}: letters, digits and underscores, at most 50, "
                 "not starting with a digit"
             )
+        check_option("pool_size", pool_size)
+        check_option("fallback_s", fallback_s)
+        check_option("idle_in_transaction_s", idle_in_transaction_s)
+        if connect_timeout_s is not None:
+            check_option("connect_timeout_s", connect_timeout_s)
         self.dsn = dsn
         self.table = table
         self.channel = f"{table}_appended"
@@ -174,8 +180,6 @@ class PostgresStore:
         self.strict = strict
         #: Events between two snapshots of a watched job stream (None: never written).
         self.snapshot_every = checked_interval(snapshot_every)
-        if idle_in_transaction_s <= 0:
-            raise ValueError("idle_in_transaction_s must be positive")
         #: How long a pooled connection may sit idle inside a transaction (see above).
         self.idle_in_transaction_s = idle_in_transaction_s
         self._snap = sql.Identifier(f"{table}_snapshots")
@@ -191,7 +195,7 @@ class PostgresStore:
         self._pool = ConnectionPool(
             dsn,
             min_size=1,
-            max_size=max(1, pool_size),
+            max_size=pool_size,
             kwargs={"autocommit": True, **self._connect_kwargs},
             configure=self._configure,
             open=True,
@@ -1101,10 +1105,15 @@ def _connect_timeout(dsn: str, given: float | None) -> tuple[float, dict[str, in
     raw = info.get("connect_timeout")
     if raw not in (None, ""):
         try:
-            seconds = float(raw)
+            seconds = float(raw) if len(raw) <= 32 else math.nan
         except ValueError:
-            raise ValueError(f"connect_timeout={raw!r} is not a number of seconds") from None
-        if seconds > 0:  # libpq: 0 or less waits forever; we wait the default instead
+            seconds = math.nan
+        if in_range("connect_timeout", seconds):
             return seconds, {}
+        if not seconds <= 0:  # (libpq: 0 or less waits forever; we wait the default instead)
+            raise ValueError(
+                f"connect_timeout={raw[:40]!r} is not {option_range('connect_timeout')} "
+                "seconds (or 0: the default)"
+            )
     seconds = DEFAULT_CONNECT_TIMEOUT_S if given is None else given
     return seconds, {"connect_timeout": max(1, round(seconds))}

@@ -19,8 +19,8 @@ time-ordered (they land at the right end of the b-tree).
 
 The file is in WAL mode: readers never block the writer and see a consistent snapshot
 per statement. An append is one `BEGIN IMMEDIATE` transaction: IMMEDIATE takes the write
-lock up front (waiting up to `busy_timeout_s` for another writer, thread or process), so
-the stream's max seq read inside it cannot change before the insert. A stale
+lock up front (waiting up to `busy_timeout_s`, 1 to 3,600 s, for another writer, thread or
+process), so the stream's max seq read inside it cannot change before the insert. A stale
 `expected_seq` is a `ConcurrencyError`; an id clash makes the unique index raise, mapped
 to `DuplicateEventError`; either way the transaction is rolled back and nothing of the
 batch remains.
@@ -90,7 +90,7 @@ from typing import TypeVar
 from urllib.parse import quote
 
 from flashfsm.adapters._files import create_private_file, make_private_dirs
-from flashfsm.adapters.urls import path_url
+from flashfsm.adapters.urls import check_option, path_url
 from flashfsm.errors import StoreNotFound
 from flashfsm.events.codec import CHUNK, gc_paused, strict_mode
 from flashfsm.events.errors import (
@@ -300,6 +300,7 @@ class SqliteStore:
         strict: bool = False,
         snapshot_every: int | None = DEFAULT_SNAPSHOT_EVERY,
     ):
+        check_option("busy_timeout_s", busy_timeout_s)
         self.path = Path(path).expanduser().absolute()
         self.strict = strict
         #: Events between two snapshots of a watched job stream (None: never written).

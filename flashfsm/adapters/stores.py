@@ -2,7 +2,7 @@
 
 Store URLs (`open_store`):
 
-- `memory://` – an in-memory store (a new, empty one per call).
+- `memory://` – an in-memory store (a new, empty one per call; it takes no option).
 - `sqlite:///abs/path/events.db` – a SQLite file; the URL's path is the file path, as in
   `file:` URLs, so three slashes mean an absolute path. `sqlite:////abs/path.db` (the
   SQLAlchemy spelling of an absolute path) names the same file. A relative path has no
@@ -18,10 +18,12 @@ Store URLs (`open_store`):
   and `idle_in_transaction_s=` are the store's own (see `PostgresStore`); every other one
   goes to libpq (`sslmode=require`, `connect_timeout=5`, …).
 
-A numeric option must be a positive, finite number no larger than its bound in
-`URL_NUMBER_MAX` (`busy_timeout_s` 3600, `idle_in_transaction_s` 86400, `snapshot_every`
-1,000,000, `pool_size` 1000); anything else is a `ValueError` before the store is opened or
-created.
+A numeric option must be a finite number within its range (`STORE_OPTION_RANGES` in
+`flashfsm.adapters.urls`: `busy_timeout_s` 1 to 3600 seconds, `idle_in_transaction_s` 0.5
+to 86400 seconds, `snapshot_every` a whole number from 1 to 1,000,000, `pool_size` 1 to
+1000, libpq's `connect_timeout` 1 to 3600 seconds or 0 for the default); anything else is a
+one-line `ValueError` naming the option and its range, before the store is opened or
+created. The stores' keywords of the same names take the same ranges (`check_option`).
 
 Every durable store keeps a CRC-32 of each event's bytes and verifies it on every read
 (a mismatch is `CorruptLogError`); events written before checksums read unchecked, unless
@@ -49,7 +51,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from flashfsm.adapters.urls import display_url, path_url, url_path
+from flashfsm.adapters.urls import display_url, in_range, option_range, path_url, url_path
 from flashfsm.events.codec import require_checksums
 from flashfsm.events.store import EventStore, check_store
 
@@ -74,32 +76,18 @@ def _flag(url: str, params: dict[str, str], name: str, default: bool) -> bool:
     raise ValueError(f"{display_url(url)!r}: {name}={value!r} is not a boolean")
 
 
-#: The most each numeric URL option may be: a timeout beyond an hour or a day is a typo, and
-#: the databases take these as 32-bit milliseconds (at most ~24 days) or small counts.
-URL_NUMBER_MAX: dict[str, int] = {
-    "busy_timeout_s": 3600,
-    "idle_in_transaction_s": 86_400,
-    "snapshot_every": 1_000_000,
-    "pool_size": 1000,
-}
-
-
 def _number(url: str, params: dict[str, str], name: str, kind: Callable[[str], Any]) -> Any:
-    """Pop `name` as a positive, finite `kind` (int or float) of at most
-    `URL_NUMBER_MAX[name]`; None when it is absent."""
+    """Pop `name` as a `kind` (int or float) within its `STORE_OPTION_RANGES`; None when it
+    is absent, else a one-line `ValueError` naming the option and its range."""
     value = params.pop(name, None)
     if value is None:
         return None
-    most = URL_NUMBER_MAX[name]
     try:
         number = kind(value) if len(value) <= 32 else None
     except ValueError:
         number = None
-    if number is None or not 0 < number <= most:  # (NaN is in no range)
-        raise ValueError(
-            f"{display_url(url)!r}: {name}={value[:40]!r} is not a positive number of at most "
-            f"{most:,}"
-        )
+    if number is None or not in_range(name, number):
+        raise ValueError(f"{display_url(url)!r}: {name}={value[:40]!r} is not {option_range(name)}")
     return number
 
 
@@ -120,6 +108,7 @@ def _no_more(url: str, params: dict[str, str]) -> None:
 def _memory(url: str, read_only: bool) -> EventStore:
     from flashfsm.adapters.memory import MemoryStore
 
+    _no_more(url, _query(url))  # (it takes no option: an option given is a typo)
     return MemoryStore()
 
 

@@ -11,6 +11,11 @@ libpq keyword DSN (`host=db password=pw`). Whatever prints a store URL or puts o
 error prints `display_url(url)`, which masks each of them as `***`; `hide_url_secrets` masks
 them in a message that may quote them another way (a driver's error), and `scrub_urls` masks
 a password in any URL found in a line of text (the CLI's last line of defence).
+
+The numeric options of a store (its URL's query options, and the stores' keywords of the
+same names) each have a range, `STORE_OPTION_RANGES`: `check_option` refuses a value out of
+it in one line naming the option and the range (`flashfsm.adapters.stores` checks a URL's
+with `in_range`, before the store is opened).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote, unquote, unquote_plus, urlsplit
 
 
@@ -149,3 +155,52 @@ def scrub_urls(text: str) -> str:
     if "://" not in text:
         return text
     return _URL_IN_TEXT.sub(lambda m: display_url(m.group(0)), text)
+
+
+# --- the ranges of the stores' numeric options -----------------------------------------------
+
+#: The range of each numeric store option, `(least, most)`: its URL query option and the
+#: store's keyword of the same name (`SqliteStore(busy_timeout_s=…)`,
+#: `PostgresStore(idle_in_transaction_s=…)`, …) take the same. Above its most, a timeout is
+#: a typo (the databases take these as 32-bit milliseconds, at most ~24 days) and a count
+#: is no store's; below its least, a timeout ends the store's own work (an
+#: idle-in-transaction timeout of a millisecond ends its transactions between two of their
+#: statements; a busy timeout under a second fails a write another writer delays a moment).
+STORE_OPTION_RANGES: dict[str, tuple[float, int]] = {
+    "busy_timeout_s": (1, 3600),
+    "idle_in_transaction_s": (0.5, 86_400),
+    "snapshot_every": (1, 1_000_000),
+    "pool_size": (1, 1000),
+    "connect_timeout": (1, 3600),
+    "connect_timeout_s": (1, 3600),
+    "fallback_s": (0.1, 3600),
+}
+#: The whole-number options of `STORE_OPTION_RANGES`.
+WHOLE_OPTIONS = frozenset({"snapshot_every", "pool_size"})
+
+
+def option_range(name: str) -> str:
+    """What store option `name` may be, as its errors say: "a number of at least 0.5 and at
+    most 86,400" ("a whole number …" for a count)."""
+    least, most = STORE_OPTION_RANGES[name]
+    kind = "a whole number" if name in WHOLE_OPTIONS else "a number"
+    return f"{kind} of at least {least:,g} and at most {most:,}"
+
+
+def in_range(name: str, value: object) -> bool:
+    """Whether `value` is a value store option `name` may take (`STORE_OPTION_RANGES`):
+    a finite number (a whole one for a count; never a bool) within its range."""
+    least, most = STORE_OPTION_RANGES[name]
+    kinds = int if name in WHOLE_OPTIONS else int | float
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        return False
+    return least <= value <= most  # (NaN is in no range)
+
+
+def check_option(name: str, value: Any) -> Any:
+    """`value` of the store's keyword option `name`, or a one-line `ValueError` naming the
+    option and its range (`STORE_OPTION_RANGES`)."""
+    if not in_range(name, value):
+        shown = repr(value)[:40]
+        raise ValueError(f"{name}={shown} is out of range: {option_range(name)}")
+    return value

@@ -43,6 +43,7 @@ from flashfsm.fleet import (
     load_intake,
     run_intake,
 )
+from flashfsm.naming import check_plain
 
 if TYPE_CHECKING:
     from flashfsm.metrics import LagHistogram, MetricsServer
@@ -148,6 +149,11 @@ def supervise_command(
         raise fail(f"--max-streams must be at least 1, not {max_streams}")
     if metrics_port is not None and not 1 <= metrics_port <= MAX_PORT:
         raise fail(f"--metrics-port must be a port from 1 to {MAX_PORT}, not {metrics_port}")
+    if owner:  # (it is written in every log line and lease of the replica)
+        try:
+            check_plain(owner, "--owner")
+        except ValueError as exc:
+            raise fail(str(exc)) from None
     factory = _factory(run_adapters) if run_adapters else None
     url = store_url(store)
     opened = open_store_or_fail(url)
