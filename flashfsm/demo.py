@@ -125,7 +125,7 @@ DEMO_RUNS: tuple[DemoRun, ...] = (
     ),
     DemoRun(
         "slowpull",
-        "a 20 GB image pulls past the queue grace: the worker records show capacity, so it is kept",
+        "a 20 GB image pull outlasts the queue grace: kept on its class",
         ("RTX4090", "L40S"),
         ("slow_image_pull", "success"),
     ),
