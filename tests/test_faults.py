@@ -154,6 +154,9 @@ POLICY = GracePolicy()
 #: window of 600 s ends a watch that never gets a usable probe answer.
 HEALTH_POLICY = GracePolicy(queue_grace_s=3600.0, stall_after_s=600.0)
 
+#: A crash loop judged on the worker records alone (the probe blind or late, D10).
+CRASH_LOOP_BY_RECORDS = ("STALLED", "crash_loop")
+
 SETUPS: dict[str, Setup] = {
     "status": Setup("success", POLICY, ("SUCCEEDED", "completed"), ("POLL_ERROR", "poll_errors")),
     "health": Setup(
@@ -321,7 +324,13 @@ def expect(route: str, fault: str, mode: str) -> Expect:
         failed_probes = None if mode == "always" else 0 if fault in TRANSIENT else 1
         if fault == "missing_keys":
             failed_probes = 0  # not a failed probe: an answer whose counts all read 0
-        return Expect(setup.expected if mode == "once" else setup.blind, 0, failed_probes)
+        # The client reads the platform's worker records too (D10): they list the worker
+        # unhealthy from the first poll, so when the first probe shows nothing (it failed,
+        # or read every count as 0) the records' crash_loop limit passes first; a
+        # transient fault is retried away and the probe's rule decides, as without them.
+        useless = fault not in TRANSIENT or fault == "missing_keys"
+        verdict = CRASH_LOOP_BY_RECORDS if mode == "always" or useless else setup.expected
+        return Expect(verdict, 0, failed_probes)
     # The Hub: a read that fails found nothing; only the forced read can change a verdict,
     # and a transient error on it is read again (so it changes nothing).
     if mode == "always":
@@ -691,9 +700,19 @@ _RETRIABLE_UNREAD = (
     "try of a transient one failed, so `retriable` is unknown"
 )
 #: The other verdicts a fault on a route may lead a scenario to, and why that is no lie.
+_RECORDS_FIRST = (
+    "the worker records list the worker unhealthy from the first poll (D10): with the probe "
+    "late or blind, their crash_loop limit passes first"
+)
 DEGRADED: dict[tuple[str, str], dict[tuple[str, str], str]] = {
-    ("crash_loop", "health"): {("NO_CAPACITY", "queue_grace"): _UNHEALTHY_LATE},
-    ("crash_loop", "status"): {("NO_CAPACITY", "queue_grace"): _UNHEALTHY_LATE},
+    ("crash_loop", "health"): {
+        ("NO_CAPACITY", "queue_grace"): _UNHEALTHY_LATE,
+        CRASH_LOOP_BY_RECORDS: _RECORDS_FIRST,
+    },
+    ("crash_loop", "status"): {
+        ("NO_CAPACITY", "queue_grace"): _UNHEALTHY_LATE,
+        CRASH_LOOP_BY_RECORDS: _RECORDS_FIRST,
+    },
     ("failed_retriable", "hub_resolve"): {("FAILED", "worker_failed"): _RETRIABLE_UNREAD},
     ("completed_error_retriable", "hub_resolve"): {
         ("FAILED", "completed_with_error"): _RETRIABLE_UNREAD
