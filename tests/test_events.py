@@ -609,3 +609,14 @@ def test_a_v1_log_still_asks_for_a_heartbeat_read_on_every_poll() -> None:
     assert replay(events).pending == ("heartbeat",)  # v1: every poll; v2's default: not at 10
     new = [events[0].model_copy(update={"policy": GracePolicy()}), *events[1:]]
     assert replay(new).pending == ()
+
+
+def test_a_v4_watch_started_is_read_as_it_is_and_an_extra_field_is_named() -> None:
+    # (v4: a worker reader that reads the queue's records too; CI's property found the slow
+    # path asking for an upcaster for it)
+    raw = minimal("WatchStarted", seq=1, v=4, has_worker_reader=True)
+    event = decode(json.dumps(raw))
+    assert isinstance(event, WatchStarted) and event.reads_queue_records
+    with pytest.raises(EventDecodeError) as info:
+        decode(json.dumps({**raw, "Status": "rp_secret"}))
+    assert "Status" in str(info.value) and "upcaster" not in str(info.value)

@@ -71,9 +71,8 @@ V1or2 = Annotated[int, Field(strict=True, ge=1, le=2)]
 #: Version 2 or 3, the same way: `JobSubmitted` v3 adds the fields a fleet's hand-off sets
 #: only when it has them (`hub`, `interval_s`).
 V2or3 = Annotated[int, Field(strict=True, ge=2, le=3)]
-#: Versions 1 to 3: `WatchStarted` v3 adds `has_worker_reader`, set only by a watch that
-#: reads the platform's worker records (v2 its `skew_s`).
-V1to3 = Annotated[int, Field(strict=True, ge=1, le=3)]
+#: Versions 1 to 4: `WatchStarted` v3 adds `has_worker_reader`, set only by a watch that
+#: reads the platform's worker records (v2 its `skew_s`; v4 reads them while queued too).
 V1to4 = Annotated[int, Field(strict=True, ge=1, le=4)]
 #: The first `WatchStarted` version whose worker reader also reads the endpoint's workers
 #: while the job is IN_QUEUE (a v3 watch read them only at a pickup).
@@ -869,11 +868,12 @@ EVENT_TYPES: dict[str, type[EventBase]] = {
 """Every event kind and its model."""
 
 #: The versions of a kind its model validates as they are, without an upcaster, where that
-#: is more than its current one: `WatchStarted` is v1 without a skew, v2 with one and v3
-#: with a worker reader, `JobSubmitted` v2 without a hand-off's fields and v3 with them,
-#: `EndpointDeployed` v1 without an idle timeout and v2 with one.
+#: is more than its current one: `WatchStarted` is v1 without a skew, v2 with one, v3 with
+#: a worker reader and v4 with one that reads the queue's records too, `JobSubmitted` v2
+#: without a hand-off's fields and v3 with them, `EndpointDeployed` v1 without an idle
+#: timeout and v2 with one.
 VERSIONS_READ_AS_IS: dict[str, frozenset[int]] = {
-    "WatchStarted": frozenset({1, 2, 3}),
+    "WatchStarted": frozenset({1, 2, 3, 4}),
     "JobSubmitted": frozenset({2, 3}),
     "EndpointDeployed": frozenset({1, 2}),
 }
