@@ -21,7 +21,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flashfsm import JobHandle, MemoryStore
+from flashfsm import JobHandle, MemoryStore, poll_job
 from flashfsm.events.models import Concluded, Event, WorkerObserved
 from flashfsm.events.policy import GracePolicy
 from flashfsm.fsm.job import verify
@@ -364,3 +364,56 @@ def test_capacity_memory_counts_a_slow_start_as_capacity_found_not_a_starved_cla
     gap = job_wait("runpod", "L40S", watch(NO_WORKER))  # no worker listed: still starved
     assert gap is not None and gap.no_capacity and not gap.picked_up
     assert found.waited_s < policy.starve_after_s and not found.no_capacity
+
+
+def test_a_watch_killed_before_its_first_record_reads_one_before_a_queue_verdict() -> None:
+    """One job, one verdict: a watch killed after its first probe and before that poll's
+    worker record (the reattach drops the stale poll's reads) still reads a record before
+    the queue grace may judge, so it reaches the unbroken watch's verdict (CI's fleet test
+    found a crash loop called no_capacity after such a takeover)."""
+    from flashfsm.adapters.simulator import Simulator
+    from flashfsm.events.models import HealthObserved
+
+    class Killed(Exception):
+        pass
+
+    class KilledAfterTheProbe(MemoryStore):
+        armed = True
+
+        def append(self, stream: str, events: Any, expected_seq: int, **kw: Any) -> Any:
+            result = super().append(stream, events, expected_seq, **kw)
+            if self.armed and any(isinstance(e, HealthObserved) for e in events):
+                self.armed = False
+                raise Killed
+            return result
+
+    graces = {"queue_grace_s": 20.0, "unhealthy_grace_s": 20.0, "throttled_grace_s": 20.0}
+    verdicts = []
+    for kill in (False, True):
+        with Simulator(speed=0) as sim, sim.client() as client:
+            endpoint, t0 = sim.add_endpoint("flash-q"), sim.clock.now()
+            handle = JobHandle(
+                endpoint,
+                "flash-q",
+                sim.submit(endpoint, {"scenario": "crash_loop"}),
+                submitted_at=t0,
+            )
+            store = KilledAfterTheProbe() if kill else MemoryStore()
+            run = dict(
+                client=client,
+                interval_s=2.0,
+                clock=sim.clock.now,
+                sleep=sim.clock.sleep,
+                store=store,
+                stream="j",
+                **graces,
+            )
+            try:
+                poll_job(handle, **run)
+            except Killed:
+                sim.clock.sleep(5.0)
+                poll_job(handle, **run)
+            log = store.read("j")
+            assert verify(log).ok, str(verify(log))
+            verdicts.append((verdict(log).state, verdict(log).rule))
+    assert verdicts[1] == verdicts[0] and verdicts[0][0] == "STALLED"

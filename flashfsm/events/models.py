@@ -357,9 +357,10 @@ class FailureDetailObserved(EventBase):
 class WorkerObserved(EventBase):
     """A worker of the job's endpoint, as the platform lists it (RunPod REST v2
     `GET /v2/serverless/{id}/workers`), read by a watch with a worker reader: once per
-    pickup (the worker that took the job), and at the probe pace while the job is IN_QUEUE
-    (no status names a worker then: the endpoint's worker, an unhealthy one first, then
-    throttled, initializing, running, idle, ready).
+    pickup (the worker that took the job), and while the job is IN_QUEUE at the probe pace
+    and on every poll until a queue spell's first record (no status names a worker then:
+    the endpoint's worker, an unhealthy one first, then throttled, initializing, running,
+    idle, ready).
 
     `started_at` is when the platform started the worker: its bill starts there, before
     the job was picked up (the ledger's cold start). `status` is the worker's state in the

@@ -349,8 +349,11 @@ def _on_status(s: JobState, e: StatusObserved) -> None:
             fire(s, Trigger.REQUEUED)
         probe = probe_is_due(s.last_probe_at, at, s.policy.probe_every_s)
         s.pending = (_PROBE_READ,) * probe + (_HEARTBEAT_READ,) * _heartbeat_due(s, has_hb, at)
-        if probe and watch is not None and watch.reads_queue_records:
-            s.pending += (_WORKER_READ,)  # the endpoint's workers, at the probe's pace
+        if watch is not None and watch.reads_queue_records and (probe or s.queue_record is None):
+            # The endpoint's workers, at the probe's pace, and on every poll of a queue
+            # spell until its first record is in (a watch interrupted before it, or a
+            # requeue off the probe's pace, still reads them before a queue verdict).
+            s.pending += (_WORKER_READ,)
         return
     # Any other status (IN_PROGRESS, RUNNING, or one we do not know) means a worker has it.
     if s.running & _LEFT_QUEUE_MASK:  # (most statuses find nothing to clear: no call)

@@ -1413,7 +1413,9 @@ QUEUE_GRACE = Rule(
     measure=_measure_queue_grace,
     render=_render_queue_grace,
     timer=QUEUE_TIMER,
-    waits_for={Read.STATUS},
+    # (a watch that reads the queue's worker records reads one first: whether a worker is
+    # listed decides whether the queue grace counts at all, D10)
+    waits_for={Read.STATUS, Read.WORKER},
 )
 
 
