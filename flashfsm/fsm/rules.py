@@ -1159,10 +1159,10 @@ def _measure_expired_in_queue(s: JobState, now: float, t: TimeText | None = None
     st = s.status
     if st is None or st.status != "TIMED_OUT" or s.picked_up or not s.policy.queue_by_workers:
         return None
-    record, timers = s.queue_record, s.timers
-    if record is None or _STARTING in timers or _CRASHING in timers:
+    record = s.queue_record
+    if record is None or _worker_listed(s) is not None:
         return None
-    queued = timers.get(_QUEUE)
+    queued = s.timers.get(_QUEUE)
     since = () if queued is None else (queued[SEQ],)
     waited = "" if queued is None else f" after {st.at - queued[SINCE]:.0f}s IN_QUEUE"
     return Finding(
@@ -1273,29 +1273,25 @@ def _measure_queue_grace(s: JobState, now: float, t: TimeText | None = None) -> 
 def _measure_queued_worker(
     s: JobState,
     t: TimeText | None,
-    name: str,
+    spec: TimerSpec,
+    quantity: str,
     state: JobPhase,
     detail: Callable[[Measure], str],
     record: WorkerObserved | None = None,
 ) -> Finding | None:
     """Step 8 with worker records: an IN_QUEUE status (or this poll's `record`) against the
-    grace of the queue timer `name` a worker record armed (that record, this poll's and the
+    grace of the queue timer `spec` a worker record armed (that record, this poll's and the
     status are the evidence)."""
     st = s.status
     if st is None or st.status != QUEUED_STATUS or not s.policy.queue_by_workers:
         return None
-    since = s.timers.get(name)
-    if since is None:
+    reading = _elapsed(s, spec, st.at if record is None else record.at)
+    if reading is None:
         return None
-    spec = TIMERS_BY_NAME[name]
-    limit = spec.limit(s)
-    assert limit is not None
-    limit_name, grace = limit
-    waited = (st.at if record is None else record.at) - since[SINCE]
+    waited, limit_name, grace, since = reading
     fired = waited > grace
     if not fired and t is None:
         return None
-    quantity = "worker listed unhealthy for" if name == _CRASHING else "worker starting for"
     m = Measure(quantity, waited, limit_name, grace, fired)
     seqs = sorted({since[SEQ], st.seq, *(() if record is None else (record.seq,))})
     return _judged(m, evidence=tuple(seqs), state=state, detail=detail(m))
@@ -1320,7 +1316,15 @@ def _measure_crash_loop(s: JobState, now: float, t: TimeText | None = None) -> F
     record, st = s.worker, s.status
     if record is None or st is None or record.seq < st.seq:  # (no record in this poll)
         return None
-    return _measure_queued_worker(s, t, _CRASHING, JobPhase.STALLED, _crash_loop_detail, record)
+    return _measure_queued_worker(
+        s,
+        t,
+        CRASHING_TIMER,
+        "worker listed unhealthy for",
+        JobPhase.STALLED,
+        _crash_loop_detail,
+        record,
+    )
 
 
 def _slow_start_detail(m: Measure) -> str:
@@ -1336,7 +1340,9 @@ def _measure_slow_start(s: JobState, now: float, t: TimeText | None = None) -> F
     grace no longer measures capacity; the start grace applies from that record."""
     if _STARTING not in s.timers:
         return None
-    return _measure_queued_worker(s, t, _STARTING, JobPhase.SLOW_START, _slow_start_detail)
+    return _measure_queued_worker(
+        s, t, STARTING_TIMER, "worker starting for", JobPhase.SLOW_START, _slow_start_detail
+    )
 
 
 def _render_queued_worker(word: str) -> Render:
@@ -1652,7 +1658,6 @@ TIMERS: tuple[TimerSpec, ...] = (
     PROGRESS_TIMER,
     DEADLINE_TIMER,
 )
-TIMERS_BY_NAME: dict[str, TimerSpec] = {spec.name: spec for spec in TIMERS}
 #: The rule each timer belongs to.
 TIMER_RULES: dict[str, Rule] = {r.timer.name: r for r in RULES if r.timer is not None}
 #: The steps of the reference that keep the poll going without ending it (the docs' table).
