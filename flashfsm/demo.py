@@ -16,7 +16,10 @@ Where. By default the demo writes to its own SQLite file, `demo.db`, beside the 
 store when that is a SQLite file (`$FLASHFSM_STORE`, else the user's `events.db`), else in
 the user's data directory (`demo_store_url`); its picture, `demo-<tag>.html`, goes beside
 the store (`picture_path`). `reset_demo_store` deletes a demo store, and refuses any store
-that holds a stream the demo did not write.
+that holds a stream the demo did not write. While no default store exists (and
+`$FLASHFSM_STORE` names none), the CLI's commands that only read, given no `--store`, read
+the demo's store (`flashfsm.cli.common.store_url`), so a bare `flashfsm ls` or `flashfsm ui`
+after a first demo shows its runs; the commands that write keep the default store.
 
 Quiet. The Hub readers download into a temporary cache, with huggingface_hub's progress
 bars off for the duration of the demo (and back on after, if they were on).
@@ -480,8 +483,9 @@ def write_picture(
 def explore_commands(store: EventStore, results: Sequence[RunResult]) -> list[tuple[str, str]]:
     """(command, what it shows) pairs that explore a demo's streams by their real names:
     `ls`, `explain` of the first attempt that failed, `timeline` of the first run that
-    took several attempts, `replay` of the last run. They name no store: run them with
-    `FLASHFSM_STORE` set to the demo's (`store_export`), so each fits a line."""
+    took several attempts, `replay` of the last run. They name no store, so each fits a
+    line: run them with `FLASHFSM_STORE` set to the demo's (`store_export`), or as they are
+    while no default store exists (they read the demo's then)."""
     commands = [("flashfsm ls", "every stream, its state and its verdict")]
     failed = next(
         (

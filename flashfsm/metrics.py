@@ -4,66 +4,73 @@ Theory of operation. There are two sources of numbers, and each is exposed by it
 collector (a `prometheus_client` custom collector, registered in a `CollectorRegistry` of
 the process's own, never the library's global one):
 
-- **The store's facts** (`StoreCollector`). The log is the record, so every number that is
-  a fact of the log is derived from it on each scrape, by one pure function
-  (`store_facts`) over what a store holds: the streams by kind and state (the state as
-  `flashfsm ls` gives it: `flashfsm.cli.store.stream_row`), job verdicts by rule and
-  failure, run results by failure, the errors the watches recorded by kind, takeovers
-  (a job's watch passing to another watcher), the open-streams index's leases and live
-  replicas, how far the open jobs' snapshots lag their logs, and the money billed and
-  wasted by cause (the ledgers `flashfsm cost` prints: `flashfsm.postmortem.ledger`). So a scrape
-  equals what `ls`, `ls --owner` and `cost --json` say of the same store, whichever
-  process serves it, and a replica that restarts loses no count. `read_store_facts` reads
-  a store for it read-only, as every reader does; reads never write.
+- **The store's facts** (`StoreCollector`): every number that is a fact of the log,
+  counted by one pure function over what a store holds (`flashfsm.store_facts`: streams by
+  kind and state as `flashfsm ls` gives them, verdicts, results, recorded errors, takeovers,
+  leases and replicas, snapshot lag, money by cause as `flashfsm cost` bills it). So a
+  scrape equals what `ls`, `ls --owner` and `cost --json` say of the same store, whichever
+  process serves it, and a replica that restarts loses no count; the web view serves the
+  same facts from its index without reading the store again.
 - **The process's own doings** (`ReplicaCollector`), which no log records: how late each
   status poll ran against its due time (`LagHistogram`, which the replica's `Supervisor`
   feeds through its `lag_observer`: a bisect and two additions per poll, no lock), and a
   fleet replica's counters (`FleetStats`: claims, releases, leases lost, watches finished
   and failed, failed renewals) and the streams it holds now.
 
-Cost. A scrape of the store's facts reads the whole store, as `ls` and `cost` do, in the
-scraping thread; `StoreCollector(max_age_s=...)` serves facts read less than `max_age_s`
-ago (10 s by default: `STORE_FACTS_MAX_AGE_S`) without reading again, so scrapers that ask
-often cost one read per `max_age_s`. A read that fails is `flashfsm_store_up 0`, and the
-store's other metrics are left out of that scrape.
+Cost. A scrape of `read_store_facts` reads the whole store, as `ls` and `cost` do, in the
+scraping thread; `StoreCollector(max_age_s=...)` serves facts whose read ended less than
+`max_age_s` ago (10 s by default: `STORE_FACTS_MAX_AGE_S`) without reading again, so
+scrapers that ask often cost one read per `max_age_s`, however long a read takes. A read
+that fails is `flashfsm_store_up 0`, and the store's other metrics are left out of that
+scrape.
 
 Labels. No label holds a stream name, an error message or any other outside text: a
 state, a rule, a failure kind, a cause, an event kind, an exception's class name (one that
 is not a plain identifier is counted as `other`) and an HTTP status are all bounded sets.
-`serve_metrics` serves a registry over HTTP (`prometheus_client.start_http_server`);
-`metrics_app` gives it as an ASGI app to mount (`prometheus_client.make_asgi_app`).
+
+Serving. A scrape is a GET (or a HEAD); any other method is 405. `serve_metrics` serves a
+registry over HTTP in threads of its own (wsgiref's server, a thread per request, around
+`prometheus_client.make_wsgi_app`); `metrics_app` gives it as an ASGI app to mount, which
+collects in a worker thread so a web app's event loop never waits for a scrape.
 """
 
 from __future__ import annotations
 
+import asyncio
+import gzip
 import logging
 import math
-import re
+import socket
 import threading
 import time
 from bisect import bisect_left
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
+from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, ProcessCollector, make_asgi_app
-from prometheus_client import start_http_server as _start_http_server
+from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
 )
+from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import Collector
 
-from flashfsm.adapters.stores import open_store
-from flashfsm.cli.store import stream_row
-from flashfsm.events.errors import CorruptLogError, EventDecodeError
-from flashfsm.events.models import Event
-from flashfsm.events.store import CLOSED_BY, OpenStream, Replica, capabilities
-from flashfsm.fsm.snapshot import FOLD_VERSION
-from flashfsm.postmortem.ledger import CAUSES, WASTE_CAUSES, Ledger, newest, store_ledgers
+from flashfsm.store_facts import (
+    ERROR_EVENTS,
+    StoreFacts,
+    StreamTally,
+    facts_of,
+    read_snapshots,
+    read_store_facts,
+    store_facts,
+    stream_tally,
+)
 
 if TYPE_CHECKING:
     from flashfsm.fleet import Fleet
@@ -74,27 +81,6 @@ logger = logging.getLogger("flashfsm.metrics")
 STORE_FACTS_MAX_AGE_S = 10.0
 #: The upper bounds of the poll-lag histogram's buckets (seconds).
 POLL_LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-#: The events whose fields record a failed call, and where the error's class is: the
-#: `error_class` field, or the first word of the `read_error` text ("Class HTTP code: …").
-ERROR_EVENTS: Mapping[str, str] = {
-    "StatusFetchFailed": "error_class",
-    "HealthProbeFailed": "error_class",
-    "DeployFailed": "error_class",
-    "SubmitFailed": "error_class",
-    "HeartbeatObserved": "read_error",
-    "WorkerObserved": "read_error",
-    "WorkerLogObserved": "read_error",
-}
-#: The label value of a failure kind, an HTTP status or a snapshot when there is none.
-NONE = "none"
-#: The state label of a sweeper's stream (which never concludes; `ls` shows how many
-#: endpoints it reaped, a number that would make a new series at every reap).
-SWEEPING = "sweeping"
-#: The lease states of a handed-off stream (`flashfsm_leases`).
-LEASE_STATES = ("held", "expired", "free", "failed")
-#: The snapshot states of an open job stream (`flashfsm_snapshots`).
-SNAPSHOT_STATES = ("current", "other_version", NONE)
-
 #: A fleet replica's counters: (metric, `FleetStats` field, help).
 REPLICA_COUNTERS = (
     ("flashfsm_replica_claims", "claimed", "Streams this replica claimed."),
@@ -121,307 +107,6 @@ REPLICA_COUNTERS = (
     ),
 )
 
-_CLASS = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,63}")
-_READ_ERROR = re.compile(r"([^\s:]+)(?: HTTP (\d{3}))?")
-
-
-# --- the store's facts (pure) -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StoreFacts:
-    """What a store says, counted: every number `StoreCollector` exposes of it.
-
-    A field that is None is one the store cannot say (no open-streams index: `replicas`,
-    `leases`; no snapshots: `snapshots`): its metric is left out, never shown as zero.
-    """
-
-    #: every stream, by (kind, state): the kind and state `flashfsm ls` lists
-    streams: Mapping[tuple[str, str], int] = field(default_factory=dict)
-    #: the job and run streams with no verdict or result yet, by (kind, state)
-    open_streams: Mapping[tuple[str, str], int] = field(default_factory=dict)
-    #: job verdicts by (rule, failure kind or "none")
-    verdicts: Mapping[tuple[str, str], int] = field(default_factory=dict)
-    #: run results by failure kind (or "none")
-    run_results: Mapping[str, int] = field(default_factory=dict)
-    #: recorded errors by (event kind, exception class, HTTP status or "none")
-    errors: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
-    #: job watches started by another watcher than the stream's previous one
-    takeovers: int = 0
-    #: streams skipped because an event of theirs cannot be read
-    damaged: int = 0
-    #: the newest event's time (Unix seconds), None for an empty store
-    newest_at: float | None = None
-    #: live replicas (an unexpired heartbeat)
-    replicas: int | None = None
-    #: handed-off streams by lease state (`LEASE_STATES`)
-    leases: Mapping[str, int] | None = None
-    #: the least time a held lease has left, by the database's clock (None: none held)
-    lease_min_remaining_s: float | None = None
-    #: the longest time an expired lease has lain unclaimed (None: none expired)
-    lease_max_expired_s: float | None = None
-    #: open job streams by snapshot state (`SNAPSHOT_STATES`)
-    snapshots: Mapping[str, int] | None = None
-    #: the most events a replay of an open job stream folds past its snapshot
-    snapshot_max_lag: int | None = None
-    #: billed seconds by cause (every attempt, priced or not)
-    billed_s: Mapping[str, float] = field(default_factory=dict)
-    #: money billed by cause, over the attempts that have a price
-    billed_dollars: Mapping[str, float] = field(default_factory=dict)
-    #: money thrown away by cause (`flashfsm.postmortem.ledger.WASTE_CAUSES`), priced attempts
-    wasted_dollars: Mapping[str, float] = field(default_factory=dict)
-    #: billed attempts without a price (their money is in no dollar figure)
-    unpriced_attempts: int = 0
-    #: attempts whose worker is still billing (no stop recorded)
-    open_bills: int = 0
-    #: what the priced open bills accrue per hour, together
-    open_bills_dollars_per_hour: float = 0.0
-    #: when the facts were read (Unix seconds) and how long the read took
-    read_at: float | None = None
-    read_s: float | None = None
-
-
-def store_facts(
-    logs: Mapping[str, Sequence[Event]],
-    *,
-    open_streams: Sequence[OpenStream] | None = None,
-    replicas: Sequence[Replica] | None = None,
-    snapshots: Mapping[str, tuple[int, int]] | None = None,
-    damaged: int = 0,
-    price_per_hour: float | None = None,
-) -> StoreFacts:
-    """The facts of a store that holds `logs` (stream name to events, every readable stream),
-    the open-streams index `open_streams` and the live `replicas` (None: a store without an
-    index), and `snapshots` (stream to the `(seq, fold version)` of its snapshot; None: a
-    store that keeps none). `damaged` counts the streams that could not be read. Bare job
-    logs are priced at `price_per_hour` (None: their money is unknown), as `cost --price`.
-
-    Pure: it reads no clock (lease times are the index's, by the database's clock)."""
-    streams: Counter[tuple[str, str]] = Counter()
-    open_: Counter[tuple[str, str]] = Counter()
-    verdicts: Counter[tuple[str, str]] = Counter()
-    results: Counter[str] = Counter()
-    open_jobs: list[str] = []
-    for name, events in logs.items():
-        row = stream_row(name, list(events))
-        kind = row["kind"]
-        state = SWEEPING if kind == "sweeper" else str(row["state"])
-        streams[kind, state] += 1
-        if kind == "sweeper":
-            continue
-        if row["ok"] is None:
-            open_[kind, state] += 1
-            if kind == "job":
-                open_jobs.append(name)
-        elif kind == "job":
-            verdicts[str(row["rule"]), _failure(row["failure"])] += 1
-        else:
-            results[_failure(row["failure"])] += 1
-    errors, takeovers = _recorded(logs)
-    leases, remaining, expired = _leases(open_streams)
-    snap_states, lag = _snapshots(logs, open_jobs, snapshots)
-    money = _money(store_ledgers(logs, price_per_hour))
-    return StoreFacts(
-        streams=dict(streams),
-        open_streams=dict(open_),
-        verdicts=dict(verdicts),
-        run_results=dict(results),
-        errors=errors,
-        takeovers=takeovers,
-        damaged=damaged,
-        newest_at=newest(*logs.values()),
-        replicas=None if replicas is None else len(replicas),
-        leases=leases,
-        lease_min_remaining_s=remaining,
-        lease_max_expired_s=expired,
-        snapshots=snap_states,
-        snapshot_max_lag=lag,
-        **money,
-    )
-
-
-def _failure(failure: Any) -> str:
-    return NONE if failure is None else str(failure)
-
-
-def error_class_label(text: str | None) -> str:
-    """An exception's class name as a label value: itself when it is a plain identifier
-    (dots allowed, at most 64 characters), else "other" (never outside text)."""
-    if text and _CLASS.fullmatch(text):
-        return text
-    return "other"
-
-
-def _recorded(logs: Mapping[str, Sequence[Event]]) -> tuple[dict[tuple[str, str, str], int], int]:
-    """The errors recorded in `logs` by (event kind, class, HTTP status), and the takeovers:
-    job watches (`WatchStarted`) whose watcher is not the previous watch's."""
-    errors: Counter[tuple[str, str, str]] = Counter()
-    takeovers = 0
-    for events in logs.values():
-        watcher: str | None = None
-        for event in events:
-            kind = event.kind
-            where = ERROR_EVENTS.get(kind)
-            if where == "error_class":
-                status = getattr(event, "http_status", None)
-                label = error_class_label(getattr(event, "error_class", None))
-                errors[kind, label, NONE if status is None else str(status)] += 1
-            elif where == "read_error":
-                text = getattr(event, "read_error", None)
-                if text is not None:
-                    match = _READ_ERROR.match(text)
-                    name = match.group(1) if match else None
-                    code = match.group(2) if match else None
-                    errors[kind, error_class_label(name), code or NONE] += 1
-            elif kind == "WatchStarted":
-                now_watching = event.watcher  # type: ignore[union-attr]
-                if watcher is not None and now_watching != watcher:
-                    takeovers += 1
-                watcher = now_watching
-    return dict(errors), takeovers
-
-
-def _leases(
-    rows: Sequence[OpenStream] | None,
-) -> tuple[dict[str, int] | None, float | None, float | None]:
-    """The handed-off streams of the index (`rows`; a run's attempts, leased with their run,
-    and streams watched by their opener are left out) by lease state, the least time a
-    held lease has left, and the longest an expired one has lain unclaimed."""
-    if rows is None:
-        return None, None, None
-    states = dict.fromkeys(LEASE_STATES, 0)
-    remaining: float | None = None
-    expired: float | None = None
-    for row in rows:
-        if not row.handoff or row.parent is not None:
-            continue
-        if row.failed is not None:
-            states["failed"] += 1
-        elif row.held:
-            states["held"] += 1
-            left = float(row.expires_in)  # type: ignore[arg-type]
-            remaining = left if remaining is None else min(remaining, left)
-        elif row.owner is not None and row.expires_in is not None:
-            states["expired"] += 1
-            ago = -row.expires_in
-            expired = ago if expired is None else max(expired, ago)
-        else:
-            states["free"] += 1
-    return states, remaining, expired
-
-
-def _snapshots(
-    logs: Mapping[str, Sequence[Event]],
-    open_jobs: Iterable[str],
-    snapshots: Mapping[str, tuple[int, int]] | None,
-) -> tuple[dict[str, int] | None, int | None]:
-    """The open job streams by snapshot state, and the most events a replay of one folds
-    past its snapshot (its whole log when it has none of this library's fold version)."""
-    if snapshots is None:
-        return None, None
-    states = dict.fromkeys(SNAPSHOT_STATES, 0)
-    lag = 0
-    for name in open_jobs:
-        head = logs[name][-1].seq
-        kept = snapshots.get(name)
-        if kept is None:
-            states[NONE] += 1
-            behind = head + 1
-        elif kept[1] != FOLD_VERSION:
-            states["other_version"] += 1
-            behind = head + 1
-        else:
-            states["current"] += 1
-            behind = max(0, head - kept[0])
-        lag = max(lag, behind)
-    return states, lag
-
-
-def _money(ledgers: Sequence[Ledger]) -> dict[str, Any]:
-    """Billed seconds and money by cause, the waste by cause and the open bills of
-    `ledgers`, summed in the order `flashfsm cost` sums them."""
-    attempts = [a for led in ledgers for a in led.attempts]
-    billed_s = {c.value: sum((a.billed_seconds(c) for a in attempts), 0.0) for c in CAUSES}
-    dollars = {
-        c.value: sum(
-            (m for a in attempts if a.billed_seconds(c) and (m := a.money(c)) is not None), 0.0
-        )
-        for c in CAUSES
-    }
-    wasted = {c.value: dollars[c.value] for c in CAUSES if c in WASTE_CAUSES}
-    open_bills = [a for a in attempts if a.billing_open]
-    return {
-        "billed_s": billed_s,
-        "billed_dollars": dollars,
-        "wasted_dollars": wasted,
-        "unpriced_attempts": sum(
-            1 for a in attempts if a.billed_s > 0 and a.price_per_hour is None
-        ),
-        "open_bills": len(open_bills),
-        "open_bills_dollars_per_hour": sum(
-            (a.price_per_hour for a in open_bills if a.price_per_hour is not None), 0.0
-        ),
-    }
-
-
-# --- reading a store for them ---------------------------------------------------------------
-
-
-def read_store_facts(url: str, *, price_per_hour: float | None = None) -> StoreFacts:
-    """The facts of the store at `url`, opened read-only (nothing is created or written):
-    every stream read (a damaged one counted and skipped, as `ls` and `cost` skip it), its
-    open-streams index and live replicas, and the snapshots of its open job streams, when
-    the store keeps them. Raises what opening or listing the store raises."""
-    started, clock = time.perf_counter(), time.time()
-    store = open_store(url, read_only=True)
-    try:
-        logs: dict[str, list[Event]] = {}
-        damaged = 0
-        for name in store.streams():
-            try:
-                events = store.read(name)
-            except (CorruptLogError, EventDecodeError):
-                damaged += 1
-                continue
-            if events:
-                logs[name] = events
-        leases = capabilities(store).leases
-        index = None if leases is None else leases.open_streams()
-        replicas = None if leases is None else leases.replicas()
-        snapshots = _read_snapshots(store, logs)
-    finally:
-        store.close()
-    facts = store_facts(
-        logs,
-        open_streams=index,
-        replicas=replicas,
-        snapshots=snapshots,
-        damaged=damaged,
-        price_per_hour=price_per_hour,
-    )
-    return _stamped(facts, clock, time.perf_counter() - started)
-
-
-def _read_snapshots(
-    store: Any, logs: Mapping[str, Sequence[Event]]
-) -> dict[str, tuple[int, int]] | None:
-    """`(seq, version)` of the snapshot of each stream of `logs` whose last event is no
-    verdict (the open job streams among them), or None when the store keeps none."""
-    caps = capabilities(store)
-    if caps.bulk_reads is None and caps.snapshots is None:
-        return None
-    names = [n for n, ev in logs.items() if ev[-1].kind not in CLOSED_BY]
-    if caps.bulk_reads is not None:
-        kept = caps.bulk_reads.load_snapshots(names)
-    else:
-        assert caps.snapshots is not None
-        kept = {n: got for n in names if (got := caps.snapshots.load_snapshot(n)) is not None}
-    return {name: (int(seq), int(version)) for name, (seq, version, _body) in kept.items()}
-
-
-def _stamped(facts: StoreFacts, at: float, took: float) -> StoreFacts:
-    return replace(facts, read_at=at, read_s=took)
-
 
 # --- the collectors ---------------------------------------------------------------------------
 
@@ -445,14 +130,15 @@ class StoreCollector(Collector):
         self._last: tuple[float, StoreFacts] | None = None
 
     def current(self) -> StoreFacts:
-        """The facts to expose now: the last ones read, if younger than `max_age_s`, else
-        freshly read (one read at a time, however many scrapes ask)."""
+        """The facts to expose now: the last ones read, if read (finished) less than
+        `max_age_s` ago, else freshly read (one read at a time, however many scrapes ask)."""
         with self._lock:
-            now = self.clock()
-            if self._last is not None and now - self._last[0] < self.max_age_s:
+            if self._last is not None and self.clock() - self._last[0] < self.max_age_s:
                 return self._last[1]
             facts = self.facts()
-            self._last = (now, facts)
+            # (aged from the read's end: a read that takes longer than `max_age_s` is still
+            # served again, and scrapers that ask often cost one read per `max_age_s`)
+            self._last = (self.clock(), facts)
             return facts
 
     def collect(self) -> Iterator[Metric]:
@@ -700,23 +386,34 @@ class ReplicaCollector(Collector):
 
 # --- registries and serving -------------------------------------------------------------------
 
+#: The methods a scrape endpoint answers (any other: 405).
+SCRAPE_METHODS = ("GET", "HEAD")
+_NOT_ALLOWED = b"405 Method Not Allowed: a scrape is a GET (or a HEAD)\n"
+
 
 def metrics_registry(
     store_url: str | None = None,
     *,
+    facts: Callable[[], StoreFacts] | None = None,
     fleet: Fleet | None = None,
     lag: LagHistogram | None = None,
     max_age_s: float = STORE_FACTS_MAX_AGE_S,
     process: bool = True,
 ) -> CollectorRegistry:
     """A registry of this process's own (never the global one) with the facts of the store at
-    `store_url` (read read-only on a scrape, at most once per `max_age_s`), this process's
-    replica metrics (`fleet`, `lag`) and, with `process`, its CPU and memory
+    `store_url` (read read-only on a scrape, at most once per `max_age_s`) or, instead, those
+    `facts()` gives (a reader that keeps them current, as the web view's index does), this
+    process's replica metrics (`fleet`, `lag`) and, with `process`, its CPU and memory
     (`prometheus_client.ProcessCollector`: `process_*`)."""
     registry = CollectorRegistry(auto_describe=False)
-    if store_url is not None:
+    if facts is None and store_url is not None:
         url = store_url
-        registry.register(StoreCollector(lambda: read_store_facts(url), max_age_s=max_age_s))
+
+        def facts() -> StoreFacts:
+            return read_store_facts(url)
+
+    if facts is not None:
+        registry.register(StoreCollector(facts, max_age_s=max_age_s))
     if fleet is not None or lag is not None:
         registry.register(ReplicaCollector(fleet, lag))
     if process:
@@ -724,10 +421,99 @@ def metrics_registry(
     return registry
 
 
+def exposition(
+    registry: CollectorRegistry, accept: str = "", accept_encoding: str = "", query: str = ""
+) -> tuple[list[tuple[str, str]], bytes]:
+    """A scrape of `registry`: its headers and body, in the format the `Accept` header asks
+    for (Prometheus text or OpenMetrics: `prometheus_client.exposition.choose_encoder`),
+    gzipped when `Accept-Encoding` allows it, restricted to the `name[]` of the `query`
+    string when it names any. Synchronous: it collects (a store read, maybe)."""
+    encoder, content_type = choose_encoder(accept)
+    names = parse_qs(query).get("name[]")
+    body = encoder(registry.restricted_registry(names) if names else registry)
+    headers = [("Content-Type", content_type)]
+    if gzip_accepted(accept_encoding):
+        body = gzip.compress(body)
+        headers.append(("Content-Encoding", "gzip"))
+    return headers, body
+
+
 def metrics_app(registry: CollectorRegistry) -> Callable[..., Any]:
-    """The registry's scrape endpoint as an ASGI app (`prometheus_client.make_asgi_app`),
-    for a web app to mount at /metrics."""
-    return make_asgi_app(registry)
+    """The registry's scrape endpoint as an ASGI app, for a web app to mount at /metrics: a
+    GET or HEAD is collected in a worker thread (`asyncio.to_thread`), so a slow collection
+    never holds the event loop and the app's other requests are answered meanwhile; any other
+    method is 405."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        assert scope["type"] == "http"
+        method = scope["method"]
+        if method not in SCRAPE_METHODS:
+            head = [("Allow", ", ".join(SCRAPE_METHODS)), ("Content-Type", "text/plain")]
+            await _respond(send, 405, head, _NOT_ALLOWED)
+            return
+        asked = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        headers, body = await asyncio.to_thread(
+            exposition,
+            registry,
+            asked.get("accept", ""),
+            asked.get("accept-encoding", ""),
+            scope.get("query_string", b"").decode("latin-1"),
+        )
+        await _respond(send, 200, headers, b"" if method == "HEAD" else body, len(body))
+
+    return app
+
+
+async def _respond(
+    send: Any, status: int, headers: list[tuple[str, str]], body: bytes, length: int | None = None
+) -> None:
+    raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+    raw.append((b"content-length", str(len(body) if length is None else length).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+def scrape_wsgi_app(registry: CollectorRegistry) -> Callable[..., Any]:
+    """The registry's scrape endpoint as a WSGI app (`prometheus_client.make_wsgi_app`) that
+    answers GET and HEAD (the headers of a GET, no body) and 405 to any other method."""
+    scrape = make_wsgi_app(registry)
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        method = environ.get("REQUEST_METHOD", "GET")
+        if method not in SCRAPE_METHODS:
+            start_response(
+                "405 Method Not Allowed",
+                [
+                    ("Allow", ", ".join(SCRAPE_METHODS)),
+                    ("Content-Type", "text/plain"),
+                    ("Content-Length", str(len(_NOT_ALLOWED))),
+                ],
+            )
+            return [_NOT_ALLOWED]
+        if method == "GET":
+            return scrape(environ, start_response)
+        said: list[Any] = []
+        body = b"".join(scrape({**environ, "REQUEST_METHOD": "GET"}, lambda *a: said.append(a)))
+        status, headers = said[0][0], list(said[0][1])
+        if not any(k.lower() == "content-length" for k, _ in headers):
+            headers.append(("Content-Length", str(len(body))))
+        start_response(status, headers)
+        return []
+
+    return app
+
+
+class _ThreadingWsgiServer(ThreadingMixIn, WSGIServer):
+    """wsgiref's server, each request in a thread of its own (a slow scrape blocks no other)."""
+
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """wsgiref's request handler without its access log on stderr."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Log nothing (a scrape every few seconds is not news)."""
 
 
 @dataclass
@@ -755,26 +541,41 @@ class MetricsServer:
 def serve_metrics(
     registry: CollectorRegistry, host: str = "127.0.0.1", port: int = 0
 ) -> MetricsServer:
-    """Serve `registry` on `host`:`port` (0: a free port) in a daemon thread, with
-    `prometheus_client.start_http_server`. Raises `OSError` when the address cannot be
-    bound (in use, not this host's)."""
-    server, thread = _start_http_server(port, addr=host, registry=registry)
+    """Serve `registry` on `host`:`port` (0: a free port) in a daemon thread: wsgiref's server,
+    a thread per request, serving `scrape_wsgi_app` (GET and HEAD; any other method 405).
+    Raises `OSError` when the address cannot be bound (in use, not this host's)."""
+    family, _, _, _, sockaddr = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    server_class = type("MetricsWsgiServer", (_ThreadingWsgiServer,), {"address_family": family})
+    server = make_server(
+        sockaddr[0], port, scrape_wsgi_app(registry), server_class, handler_class=_QuietHandler
+    )
+    thread = threading.Thread(target=server.serve_forever, name="flashfsm-metrics", daemon=True)
+    thread.start()
     return MetricsServer(host, int(server.server_address[1]), server, thread)
 
 
 __all__ = [
     "ERROR_EVENTS",
     "POLL_LAG_BUCKETS",
+    "SCRAPE_METHODS",
     "STORE_FACTS_MAX_AGE_S",
     "LagHistogram",
     "MetricsServer",
     "ReplicaCollector",
     "StoreCollector",
     "StoreFacts",
+    "StreamTally",
+    "exposition",
     "facts_metrics",
+    "facts_of",
     "metrics_app",
     "metrics_registry",
+    "read_snapshots",
     "read_store_facts",
+    "scrape_wsgi_app",
     "serve_metrics",
     "store_facts",
+    "stream_tally",
 ]

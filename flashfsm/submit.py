@@ -755,7 +755,9 @@ HAND_OFF_FIELDS = frozenset({"seed", "candidates", "max_retries"})
 
 def spec_intake(data: Mapping[str, Any]) -> tuple[RunSpec, int, list[Candidate], int]:
     """A spec hand-off's data checked, before any store is opened: the `RunSpec`, the seed,
-    the candidates and the retries (a `ValueError` naming what is wrong)."""
+    the candidates and the retries (a `ValueError` naming what is wrong). Each candidate
+    carries the price it was given; one given none (and the default, the spec's GPU class
+    alone) is unpriced (`price_per_hour` None), so its money shows as such, never $0."""
     fields = {k: v for k, v in data.items() if k not in HAND_OFF_FIELDS}
     spec = RunSpec.model_validate(fields)
     raw = data.get("candidates")
@@ -764,7 +766,7 @@ def spec_intake(data: Mapping[str, Any]) -> tuple[RunSpec, int, list[Candidate],
     candidates = (
         [Candidate.model_validate(c) for c in raw]
         if raw is not None
-        else [Candidate(gpu_class=spec.gpu_class)]
+        else [Candidate(gpu_class=spec.gpu_class, price_per_hour=None)]
     )
     seed, retries = data.get("seed", 0), data.get("max_retries", 2)
     if not isinstance(seed, int) or isinstance(seed, bool):

@@ -71,7 +71,7 @@ def test_a_bare_job_has_no_money_without_a_price(examples: Path) -> None:
     job = str(examples / "job-stall-s0-a0.jsonl")
     unknown = json.loads(invoke(["cost", job, "--json"]).output)
     assert unknown["ledgers"][0]["money"] is None
-    assert "price unknown" in invoke(["cost", job]).output
+    assert "unpriced" in invoke(["cost", job]).output
     priced = json.loads(invoke(["cost", job, "--price", "3.6", "--json"]).output)
     assert priced["ledgers"][0]["money"] == pytest.approx(priced["ledgers"][0]["billed_s"] / 1000)
 

@@ -236,7 +236,7 @@ def test_the_cli_demo_keeps_to_its_own_store_and_names_a_picture_and_working_com
     assert commands[1] == f"flashfsm explain job-demo-{tag[0]}-walk-s1-a0"
     assert out.rstrip().endswith(commands[-1])
     # last, how to open the web view on the demo's store (it serves until interrupted)
-    assert "# all of it in a browser: http://127.0.0.1:8765/\n  flashfsm ui" in explore
+    assert "# all of it in a browser: http://127.0.0.1:8766/\n  flashfsm ui" in explore
     assert all(len(line) <= 80 for line in explore.splitlines() if "export" not in line)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("FLASHFSM_STORE", exported)

@@ -20,6 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -46,11 +47,11 @@ from flashfsm.metrics import (
     LagHistogram,
     StoreCollector,
     StoreFacts,
-    error_class_label,
     metrics_registry,
     serve_metrics,
 )
 from flashfsm.postmortem.ledger import WASTE_CAUSES
+from flashfsm.store_facts import error_class_label
 from flashfsm.watch import submission
 from flashfsm.writer import JOB, NEWER_WATCH_WINS, StreamWriter
 
@@ -303,22 +304,29 @@ def test_leases_and_replicas_equal_what_ls_owner_and_the_index_say(tmp_path):
 # --- snapshots -----------------------------------------------------------------------------------
 
 
+def write_snapshot_streams(store: Any) -> None:
+    """Four handed-off job streams of 11, 4, 7 and 30 polls (the last one concluded), the
+    first with a snapshot of this fold version at seq 5, the second one of an older version
+    at seq 2, the third with none."""
+    for name, polls in (("current", 11), ("old", 4), ("bare", 7), ("done", 30)):
+        handle = JobHandle("ep", "flash-ep", name, submitted_at=T0)
+        hand_off_job(handle, store, clock=lambda: T0)
+        writer = StreamWriter(store, f"job-{name}", JOB, NEWER_WATCH_WINS)
+        writer.open()
+        writer.record(WatchStarted, T0 + 1, watcher="w")
+        for n in range(polls):
+            writer.record(StatusFetchFailed, T0 + 2 + n, error_class="ConnectError")
+        if name == "done":
+            writer.record(Concluded, T0 + 99, state="POLL_ERROR", ok=False, rule="poll_errors")
+    store.save_snapshot("job-current", 5, FOLD_VERSION, b"{}")
+    store.save_snapshot("job-old", 2, FOLD_VERSION - 1, b"{}")
+
+
 def test_snapshot_lag_is_the_events_a_reattach_folds_past_each_open_job_s_snapshot(tmp_path):
     url = f"sqlite:///{tmp_path}/snapshots.db"
     store = open_store(url)
     try:
-        for name, polls in (("current", 11), ("old", 4), ("bare", 7), ("done", 30)):
-            handle = JobHandle("ep", "flash-ep", name, submitted_at=T0)
-            hand_off_job(handle, store, clock=lambda: T0)
-            writer = StreamWriter(store, f"job-{name}", JOB, NEWER_WATCH_WINS)
-            writer.open()
-            writer.record(WatchStarted, T0 + 1, watcher="w")
-            for n in range(polls):
-                writer.record(StatusFetchFailed, T0 + 2 + n, error_class="ConnectError")
-            if name == "done":
-                writer.record(Concluded, T0 + 99, state="POLL_ERROR", ok=False, rule="poll_errors")
-        store.save_snapshot("job-current", 5, FOLD_VERSION, b"{}")
-        store.save_snapshot("job-old", 2, FOLD_VERSION - 1, b"{}")
+        write_snapshot_streams(store)
         heads = {name: store.read(name)[-1].seq for name in store.streams()}
         kept = {name: store.load_snapshot(name) for name in heads}
     finally:

@@ -28,7 +28,12 @@ from flashfsm.adapters.stores import open_store
 from flashfsm.cli.common import shown
 from flashfsm.cli.store import stream_row
 from flashfsm.demo import run_demo
-from flashfsm.events.models import CancelRequested, HeartbeatObserved, StatusObserved
+from flashfsm.events.models import (
+    CancelRequested,
+    HeartbeatObserved,
+    RunConcluded,
+    StatusObserved,
+)
 from tests.ui_browser import (
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -351,10 +356,51 @@ def test_the_list_row_of_an_open_job_follows_an_appended_event_without_a_reload(
     assert "flash" in (row(page, job).get_attribute("class") or "")
     assert_not_reloaded(page)
 
-    news = page.locator("#news")
-    assert news.is_hidden()
-    _append_later(stores.url, f"job-late-{LIVE_TAG}", StatusObserved, 1, status="IN_QUEUE")
-    news.wait_for(state="visible")  # a new stream: the list offers a reload
+    late = f"job-late-{LIVE_TAG}"
+    total = int(page.locator("#total-count").inner_text())
+    _append_later(stores.url, late, StatusObserved, 1, status="IN_QUEUE")
+    row(page, late).wait_for()  # a new stream joins the list, where the server sorts it
+    assert page.locator("#total-count").inner_text() == str(total + 1)
+    assert listed(page) == server_order(page, ui, "/rows.json")
+    assert_not_reloaded(page)
+
+
+def wait_listed(page: Page, server: UiServer, stream: str) -> None:
+    """Wait until `server`'s view has read `stream` (it polls the store every 0.1 s)."""
+    deadline = time.monotonic() + LIVE_MS / 1000
+    while not page.request.get(server.url(f"/rows.json?q={quote(stream)}")).json()["streams"]:
+        assert time.monotonic() < deadline, f"the view never listed {stream}"
+        time.sleep(0.1)
+
+
+def server_order(page: Page, ui: UiServer, path: str) -> list[str]:
+    """The stream names, as shown, that the view's `/rows.json` lists for `path`'s query, in
+    its order (the first page's worth)."""
+    rows = page.request.get(ui.url(path)).json()["streams"]
+    return [shown(r["stream"]) for r in rows][: len(listed(page))]
+
+
+def test_new_streams_join_a_filtered_list_in_order_without_a_reload(
+    ui: UiServer, stores: Stores, tab: Tab, shots: Path
+) -> None:
+    page = tab.page
+    page.goto(ui.url("/?kind=run&sort=stream"))
+    page.wait_for_selector("#live.on")
+    mark_no_reload(page)
+    shown_before = int(page.locator("#shown-count").inner_text())
+    store = open_store(stores.url)
+    try:  # a run named to sort first, and its job (which the filter leaves out)
+        opened = write_open_run(store, "join", _newest(stores.url) + 5, run="run-0-joins")
+    finally:
+        store.close()
+    row(page, opened.run).wait_for()
+    assert listed(page)[0] == shown(opened.run)
+    assert listed(page) == server_order(page, ui, "/rows.json?kind=run&sort=stream")
+    assert row(page, opened.job).count() == 0
+    assert page.locator("#shown-count").inner_text() == str(shown_before + 1)
+    for width in WIDTHS:
+        page.set_viewport_size({"width": width, "height": 900})
+        screenshot(page, shots, f"live-joined-{width}")
     assert_not_reloaded(page)
 
 
@@ -424,6 +470,40 @@ def test_an_event_appended_while_the_page_feed_is_connecting_still_reaches_the_p
     held[0].continue_()
     page.wait_for_selector("#live.on")
     page.wait_for_selector(f"#ev-{beat.seq}", timeout=3000)
+
+
+def test_the_costs_and_fleet_pages_follow_the_store_without_a_reload(
+    ui: UiServer, stores: Stores, browser: Browser, shots: Path
+) -> None:
+    costs, fleet = open_tab(browser).page, open_tab(browser).page
+    try:
+        costs.goto(ui.url("/costs"))
+        fleet.goto(ui.url("/fleet"))
+        for page in (costs, fleet):
+            page.wait_for_selector("#live.on")
+            mark_no_reload(page)
+        billed = costs.locator("p.count").inner_text()
+        run = "run-live-fleetjoin"
+        assert run not in fleet.locator("main").inner_text()
+        store = open_store(stores.url)
+        try:  # a new open run (a lease-less open stream) whose job bills on at once
+            opened = write_open_run(store, "fleetjoin", _newest(stores.url) + 5, run=run)
+        finally:
+            store.close()
+        _append_later(stores.url, opened.job, StatusObserved, 3600, status="IN_PROGRESS")
+        fleet.locator("main td.name a", has_text=run).wait_for()
+        costs.wait_for_function(
+            "(old) => document.querySelector('p.count').innerText !== old", arg=billed
+        )
+        for name, page in (("costs", costs), ("fleet", fleet)):
+            assert page.locator("h1").count() == 1  # the content replaced, not nested
+            assert_not_reloaded(page)
+            for width in WIDTHS:
+                page.set_viewport_size({"width": width, "height": 900})
+                screenshot(page, shots, f"live-{name}-{width}")
+    finally:
+        costs.context.close()
+        fleet.context.close()
 
 
 # --- cancel -------------------------------------------------------------------------------------
@@ -503,6 +583,38 @@ def test_with_allow_cancel_a_confirmed_cancel_is_recorded_naming_who_asked(
     assert cancels[0].reason == f"asked by {asker}"
     page.reload()  # the run's page, rendered after the cancel (see test_…_feed_is_connecting)
     assert page.locator("#events tr", has_text="CancelRequested").count() == 1
+
+
+def test_a_cancelled_run_shows_its_cancel_pending_then_its_end_without_a_reload(
+    ui_cancel: UiServer, stores: Stores, tab: Tab, shots: Path
+) -> None:
+    page = tab.page
+    url = stores.cancel_url
+    store = open_store(url)
+    try:
+        opened = write_open_run(store, "pending", _newest(url) + 5)
+    finally:
+        store.close()
+    run = opened.run
+    wait_listed(page, ui_cancel, run)
+    cancel_through_the_page(page, ui_cancel, run, "Grace Hopper")
+    state = page.locator("#live-part dl.facts dd.state")
+    assert state.inner_text().startswith("cancel pending")
+    assert page.locator("#live-part a.button.danger").count() == 0
+    assert "cancel pending" in page.locator("#live-part p.actions").inner_text()
+    assert page.request.get(ui_cancel.url(stream_path(run, "cancel"))).status == 409
+    screenshot(page, shots, "cancel-pending-1280")
+    mark_no_reload(page)
+
+    _append_later(url, run, RunConcluded, 5, ok=False, failure="cancelled", attempts=1)
+    page.locator("#live-part dl.facts dt", has_text="verdict").wait_for()
+    assert "cancelled" in page.locator("#live-part dl.facts").inner_text()
+    assert not state.inner_text().startswith("cancel pending")
+    assert page.locator("#live-part p.actions").count() == 0  # a finished run offers no cancel
+    answer = page.request.get(ui_cancel.url(stream_path(run, "cancel")))
+    assert answer.status == 409 and "already concluded" in answer.text()
+    screenshot(page, shots, "cancel-ended-1280")
+    assert_not_reloaded(page)
 
 
 def test_a_hostile_named_run_is_cancelled_through_its_inert_form(

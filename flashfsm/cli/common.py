@@ -30,7 +30,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
+import click
 import typer
 from pydantic import ValidationError
 from rich.cells import cell_len
@@ -40,8 +42,9 @@ from rich.table import Table
 from rich.text import Text
 
 from flashfsm.adapters.jsonl import read_jsonl_file, stream_file_name
+from flashfsm.adapters.stores import ENV_VAR as STORE_ENV
 from flashfsm.adapters.stores import default_store_url, open_store
-from flashfsm.adapters.urls import display_url, hide_url_secrets, scrub_urls
+from flashfsm.adapters.urls import display_url, hide_url_secrets, scrub_urls, url_path
 from flashfsm.cli.usage import EXIT_CODE_TABLE as EXIT_CODE_TABLE  # (`X as X`: re-exported)
 from flashfsm.cli.usage import EXIT_CODES, EXIT_DAMAGED, EXIT_NO_VERDICT, EXIT_USAGE
 from flashfsm.cli.usage import EXIT_DISAGREES as EXIT_DISAGREES
@@ -477,21 +480,6 @@ def read_all_streams(url: str, since_s: float | None = None) -> StoreLogs:
     return StoreLogs(logs, tuple(damaged))
 
 
-def attempt_prices(logs: dict[str, list[Event]]) -> dict[str, float]:
-    """The hourly price of each job stream a run of `logs` queued, from the run's candidates."""
-    prices: dict[str, float] = {}
-    for events in logs.values():
-        if stream_kind(events) != "run":
-            continue
-        with UsageErrors():
-            run = replay_run(events)
-        candidates = run.started.candidates if run.started is not None else ()
-        for a in run.attempts:
-            if a.job_stream and a.started.candidate < len(candidates):
-                prices[a.job_stream] = candidates[a.started.candidate].price_per_hour
-    return prices
-
-
 # --- sources ------------------------------------------------------------------------------
 
 
@@ -505,9 +493,56 @@ class Source:
     where: str  # the store URL (as printed: `display_url`) or the file's directory
 
 
-def store_url(store: str | None) -> str:
-    """The store a command works on: `--store`, else the default."""
-    return store or default_store_url()
+#: The key in a command's context (`click.Context.meta`) that says it named the demo's store.
+_FALLBACK_SAID = "flashfsm.fallback_said"
+
+
+def store_url(store: str | None, *, reading: bool = False) -> str:
+    """The store a command works on: `--store`, else the default (`$FLASHFSM_STORE`, else
+    the user's `events.db`).
+
+    A command that only reads says `reading`: then, while neither `--store` nor
+    `$FLASHFSM_STORE` names a store and the default store's file does not exist yet, it reads
+    the demo's store when that exists (`demo_fallback_url`), and says so in one line on
+    stderr (once a command). A command that writes keeps the default: its first event
+    creates it."""
+    if store:
+        return store
+    demo = demo_fallback_url() if reading else None
+    if demo is None:
+        return default_store_url()
+    ctx = click.get_current_context(silent=True)
+    meta = ctx.meta if ctx is not None else {}
+    if not meta.get(_FALLBACK_SAID):
+        meta[_FALLBACK_SAID] = True
+        say(
+            f"(no store at {display_url(default_store_url())} yet: reading the demo's store "
+            f"{display_url(demo)})",
+            err=True,
+        )
+    return demo
+
+
+def demo_fallback_url() -> str | None:
+    """The demo's store when the commands that only read, given no `--store`, read it: no
+    `$FLASHFSM_STORE`, no file at the default store's path yet, and the demo's store file
+    (`flashfsm.demo.demo_store_url`) there; else None. Only looks: nothing is created."""
+    if os.environ.get(STORE_ENV, "").strip() or _file_exists(default_store_url()):
+        return None
+    from flashfsm.demo import demo_store_url
+
+    demo = demo_store_url()
+    return demo if _file_exists(demo) else None
+
+
+def _file_exists(url: str) -> bool:
+    """Whether a SQLite store's file exists (other stores: not asked, taken as there)."""
+    if urlsplit(url).scheme != "sqlite":
+        return True
+    try:
+        return url_path(url).expanduser().is_file()
+    except ValueError:
+        return True
 
 
 def open_store_or_fail(url: str) -> Any:
@@ -577,7 +612,7 @@ def open_source(source: str, store: str | None) -> Source:
                 return read_jsonl_file(sibling)
 
         return Source(path.name, read_events_file(path), load_file, str(path.parent))
-    url = store_url(store)
+    url = store_url(store, reading=True)
     events = read_stream(url, source)
     if not events:
         hint = ""

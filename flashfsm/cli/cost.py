@@ -1,7 +1,8 @@
 """The `cost` command: what runs and jobs cost, and why, from the waste ledger.
 
 Each run's attempts are priced by the run's candidates (`RunStarted`); a bare job log (one
-outside any run) by `--price`, else its money is unknown and only its seconds are shown.
+outside any run) by `--price`. Money nobody gave a price for (a candidate without one, a bare
+job log without `--price`) is shown as unpriced, never $0: only its seconds are counted.
 The whole store is every run plus every job no run queued (a run's job streams count once,
 through their run). The sweeper's streams (every sweeper stream of the store; next to a
 `.jsonl` file, the `sweeper*.jsonl` files of its directory) say which endpoints it reaped,
@@ -44,6 +45,7 @@ from flashfsm.postmortem.billing import MODEL
 from flashfsm.postmortem.ledger import (
     CAUSES,
     GROUP_KEYS,
+    UNPRICED,
     AttemptLedger,
     Cause,
     Group,
@@ -93,7 +95,7 @@ def cost_command(
             metavar="USD_PER_HOUR",
             min=0,
             help="The hourly price of a bare job log's worker (a run's attempts are priced "
-            "by its candidates); without it a bare job's money is unknown.",
+            "by its candidates); without it a bare job is unpriced.",
         ),
     ] = None,
     as_json: JsonOption = False,
@@ -110,7 +112,7 @@ def cost_command(
         ledgers = [_named_ledger(name, store, price) for name in streams]
         where = None
     else:
-        url = store_url(store)
+        url = store_url(store, reading=True)
         read = read_all_streams(url, since_s)
         ledgers = store_ledgers(read.logs, price)
         where = display_url(url)
@@ -187,7 +189,7 @@ def sweeper_logs(source: str, src: Source, store: str | None) -> list[list[Event
                 if events and log_kind(events) == "sweeper":
                     found.append(events)
             return found
-        opened = open_reader(store_url(store))
+        opened = open_reader(store_url(store, reading=True))
         try:
             for name in opened.streams():
                 if name.startswith("sweeper"):
@@ -230,8 +232,8 @@ def utc_text(at: float) -> str:
 
 
 def rate_text(rate: float | None) -> str:
-    """An hourly rate as printed: `$0.99/h` (`price unknown` without a price)."""
-    return "price unknown" if rate is None else f"${rate:g}/h"
+    """An hourly rate as printed: `$0.99/h` (`an unpriced rate` without a price)."""
+    return f"an {UNPRICED} rate" if rate is None else f"${rate:g}/h"
 
 
 #: How the CLI names an idle timeout the deploy did not record, by its source.
@@ -285,7 +287,7 @@ def print_ledger(led: Ledger, *, attempts: bool) -> None:
         return
     for a in led.attempts:
         where = a.gpu_class or "unknown GPU"
-        at = "" if a.price_per_hour is None else f" at ${a.price_per_hour:g}/h"
+        at = f" ({UNPRICED})" if a.price_per_hour is None else f" at ${a.price_per_hour:g}/h"
         name = "job" if a.attempt is None or led.kind == "job" else f"attempt {a.attempt}"
         say(f"  {name} on {where}{at}: {a.label}")
         billed = cause_parts(a, billed=True)
@@ -336,14 +338,10 @@ def print_total(ledgers: list[Ledger], groups: list[Group], by: str) -> None:
             str(g.attempts),
             duration_text(g.seconds),
             duration_text(g.billed_s),
-            "-" if g.billed_s == 0 else _short(g.money),
-            "-" if not g.waste_money else _short(g.waste_money),
+            "-" if g.billed_s == 0 else money_text(g.money),
+            "-" if g.waste_money == 0 else money_text(g.waste_money),
         )
     console.print(table)
-
-
-def _short(money: float | None) -> str:
-    return "?" if money is None else money_text(money)
 
 
 def _sum(values: list[float | None]) -> float | None:

@@ -697,7 +697,7 @@ def _whatif_all(
     *,
     as_json: bool,
 ) -> int:
-    url = store_url(store)
+    url = store_url(store, reading=True)
     with UsageErrors():
         ex.policy_with(GracePolicy(), **overrides)  # a bad value is one line, before any work
     read = read_all_streams(url, since_s)
@@ -918,7 +918,7 @@ def watch_command(
 ) -> None:
     """A live view of a job or run (state, time in state, time left on the next timer), or
     of a sweeper (its idle timers running)."""
-    url = store_url(store)
+    url = store_url(store, reading=True)
     clock: Callable[[], float] = (lambda: now) if now is not None else time.time  # type: ignore[assignment]
     opened = open_reader(url)  # a missing store is an error, even to --follow
     try:

@@ -15,6 +15,7 @@ import typer
 
 from flashfsm.adapters.simulator import serve
 from flashfsm.cli.common import fail
+from flashfsm.cli.ui import PORT_HINT
 
 _SERVE = serve.ServeOptions()  # the defaults, shared with `python -m`
 
@@ -57,8 +58,10 @@ def simulator_command(
     except ValueError as exc:
         raise fail(str(exc)) from None
     except OSError as exc:
+        if exc.filename is not None:  # (the --fleet-file, not the port)
+            raise fail(f"{exc.filename}: {exc.strerror or exc}") from None
         raise fail(
-            f"cannot serve on 127.0.0.1:{port}: {exc} (--port 0 picks a free port)"
+            f"cannot serve on 127.0.0.1:{port}: {exc.strerror or exc} ({PORT_HINT})"
         ) from None
 
 

@@ -84,6 +84,8 @@ def stream_row(
             row.update(attempts=len(run.attempts), state=run_label(run, failure=False))
             if run.result is not None:
                 row.update(ok=run.result.ok, failure=run.result.failure)
+            elif run.cancel_requested:
+                row["cancel_pending"] = True
         elif kind == "sweeper":
             view = sweeper_view(events)
             row.update(state=sweeper_state(view), timers=len(view.timers))
@@ -141,9 +143,14 @@ def _reason_text(reason: str) -> str:
 
 def state_text(row: dict[str, Any]) -> str:
     """`ls`'s state cell of a row: a mark or a wait the fleet notes first, then the state
-    (and "(no heartbeat reader)" for an open job watched without one)."""
+    (and "(no heartbeat reader)" for an open job watched without one). A run whose cancel
+    was asked and has not ended says so first: the cancel is pending until a replica winds
+    the run down (and says it waits for one, while none can)."""
     if row.get("failed_to_start") is not None:
         return f"failed to start: {_reason_text(row['failed_to_start'])}"
+    if row.get("cancel_pending"):
+        waiting = row.get("waiting")
+        return "cancel pending" + (f" (waiting: {waiting})" if waiting is not None else "")
     if row.get("waiting") is not None:
         return f"waiting: {row['waiting']}"
     if row.get("heartbeat_reader") is False and row["ok"] is None:
@@ -233,7 +240,7 @@ def ls_command(
     ] = False,
 ) -> None:
     """The store's streams: job, run or sweeper, with their state, verdict and time span."""
-    url = store_url(store)
+    url = store_url(store, reading=True)
     if owner:
         _ls_owners(url, open_reader(url), as_json)
         return
@@ -350,7 +357,7 @@ def export_command(
     as_json: JsonOption = False,
 ) -> None:
     """Copy streams to another store (keeping names, seqs and ids); resumable."""
-    url = store_url(store)
+    url = store_url(store, reading=True)
     missing = [name for name in streams if not read_stream(url, name)]
     if missing:
         raise fail(f"no such stream(s) in {display_url(url)}: {', '.join(missing)}")

@@ -13,7 +13,14 @@ import typer
 
 from flashfsm.adapters.stores import open_store
 from flashfsm.adapters.urls import display_url, hide_url_secrets
-from flashfsm.cli.common import attempt_line, console, fail, print_timeline, styled
+from flashfsm.cli.common import (
+    attempt_line,
+    console,
+    demo_fallback_url,
+    fail,
+    print_timeline,
+    styled,
+)
 from flashfsm.cli.ui import DEFAULT_PORT
 from flashfsm.events.errors import FlashFsmError
 from flashfsm.fsm.run import replay_run
@@ -147,7 +154,13 @@ def _explore(commands: list[tuple[str, str]], url: str, picture: Path | None) ->
     if urlsplit(url).scheme == "memory":
         console.print("(a memory:// store is gone with this process: --store a file keeps it)")
         return
-    console.print("explore (the first line points the commands at the demo's store):")
+    if demo_fallback_url() == url:  # (what a bare `flashfsm ls` reads now: `store_url`)
+        console.print(
+            "explore (with no default store yet, commands without --store read the demo's;\n"
+            "the first line points them at it for good):"
+        )
+    else:
+        console.print("explore (the first line points the commands at the demo's store):")
     console.print(f"  {store_export(url)}", soft_wrap=True)  # pastes as it is
     if display_url(url) != url:
         console.print("  # (a password is never printed: write yours in place of ***)")

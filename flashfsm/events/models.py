@@ -423,14 +423,36 @@ class Concluded(EventBase):
 
 
 class Candidate(BaseModel):
-    """A GPU option for a run: where, what, and what it costs."""
+    """A GPU option for a run: where, what, and what it costs.
+
+    `price_per_hour` None: nobody gave a price, and the money of its attempts is unpriced
+    everywhere (`cost`, the web view, the metrics), never $0. A recorded 0.0 (what a
+    candidate built without a price got before None existed) stays a price of 0.0.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     provider: Text = "runpod"
     gpu_class: Text
-    price_per_hour: float = Field(0.0, ge=0)
+    price_per_hour: float | None = Field(
+        None,
+        ge=0,
+        description="USD per hour of a worker; null: nobody gave a price (unpriced, never "
+        "$0; a `RunStarted` v2 field)",
+    )
     vram_gb: float = Field(0.0, ge=0)
+
+
+def _unpriced(candidates: Any) -> bool:
+    """Whether raw `RunStarted.candidates` (models or dicts) hold one without a price."""
+    if not isinstance(candidates, list | tuple):
+        return False
+    for c in candidates:
+        if isinstance(c, Candidate) and c.price_per_hour is None:
+            return True
+        if isinstance(c, dict) and c.get("price_per_hour") is None:
+            return True
+    return False
 
 
 class RunStarted(EventBase):
@@ -440,10 +462,16 @@ class RunStarted(EventBase):
     with no walk, retry or bonus (what `submit_run` records: its caller walks); its
     `on_last_gpu` is then the caller's word. Logs from before these fields were added
     decode with them unset: a walk, as then.
+
+    v2 lets a candidate have no price (`Candidate.price_per_hour` null): a run whose
+    candidates all have one keeps writing v1, so a library that knows only v1 reads it,
+    and refuses one with an unpriced candidate by its version (rather than read it as
+    $0, the v1 default). Built with an unpriced candidate and no `v`, the event is v2; a
+    v1 candidate without a price reads 0.0, as v1 did.
     """
 
     kind: Literal["RunStarted"] = "RunStarted"
-    v: V1 = 1
+    v: V1or2 = 1
     run_id: Text
     candidates: tuple[Candidate, ...]
     max_retries: NonNegativeInt = 2
@@ -466,6 +494,28 @@ class RunStarted(EventBase):
         "watched and no evidence says whether it finished (`lost_unverified`); unset: not "
         "retried, as a retry may train it a second time",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unpriced_writes_v2(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        candidates = data.get("candidates")
+        if "v" not in data:
+            return {**data, "v": 2} if _unpriced(candidates) else data
+        if data["v"] == 1 and isinstance(candidates, list | tuple):
+            # (v1 had no unpriced candidate: a price left out was the v1 default, 0.0)
+            filled = [
+                {"price_per_hour": 0.0, **c} if isinstance(c, dict) else c for c in candidates
+            ]
+            return {**data, "candidates": filled}
+        return data
+
+    @model_validator(mode="after")
+    def _unpriced_is_v2(self) -> RunStarted:
+        if self.v < 2 and any(c.price_per_hour is None for c in self.candidates):
+            raise ValueError("a candidate without a price is a RunStarted v2 field: write v=2")
+        return self
 
     @model_serializer(mode="wrap")
     def _unset_spec_unwritten(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -872,11 +922,13 @@ EVENT_TYPES: dict[str, type[EventBase]] = {
 #: is more than its current one: `WatchStarted` is v1 without a skew, v2 with one, v3 with
 #: a worker reader and v4 with one that reads the queue's records too, `JobSubmitted` v2
 #: without a hand-off's fields and v3 with them, `EndpointDeployed` v1 without an idle
-#: timeout and v2 with one.
+#: timeout and v2 with one, `RunStarted` v1 with every candidate priced and v2 with one
+#: that is not.
 VERSIONS_READ_AS_IS: dict[str, frozenset[int]] = {
     "WatchStarted": frozenset({1, 2, 3, 4}),
     "JobSubmitted": frozenset({2, 3}),
     "EndpointDeployed": frozenset({1, 2}),
+    "RunStarted": frozenset({1, 2}),
 }
 
 #: Decodes any event. Only keys are cached while parsing: ids, times and most values differ

@@ -210,13 +210,14 @@ def summarize(
 
 
 def static_order(candidates: Sequence[Candidate]) -> tuple[int, ...]:
-    """The order without memory: cheaper first, then the smaller card, then as given."""
-    return tuple(
-        sorted(
-            range(len(candidates)),
-            key=lambda i: (candidates[i].price_per_hour, candidates[i].vram_gb, i),
-        )
-    )
+    """The order without memory: cheaper first, the unpriced (no price given) after every
+    priced one, then the smaller card, then as given."""
+
+    def key(i: int) -> tuple[bool, float, float, int]:
+        price = candidates[i].price_per_hour
+        return (price is None, price or 0.0, candidates[i].vram_gb, i)
+
+    return tuple(sorted(range(len(candidates)), key=key))
 
 
 def rank(
@@ -271,17 +272,16 @@ class RankReason:
     candidate: int  # index into RunStarted.candidates
     provider: str
     gpu_class: str
-    price_per_hour: float
+    price_per_hour: float | None  # None: unpriced
     starved: bool
     reason: str
 
     @property
     def text(self) -> str:
-        """One line: "1. runpod/L4 $0.39/h: not starved (2 jobs, mean wait 12 s)"."""
-        return (
-            f"{self.place + 1}. {self.provider}/{self.gpu_class} "
-            f"${self.price_per_hour:.2f}/h: {self.reason}"
-        )
+        """One line: "1. runpod/L4 $0.39/h: not starved (2 jobs, mean wait 12 s)" ("unpriced"
+        in place of the rate for a candidate nobody gave a price)."""
+        rate = "unpriced" if self.price_per_hour is None else f"${self.price_per_hour:.2f}/h"
+        return f"{self.place + 1}. {self.provider}/{self.gpu_class} {rate}: {self.reason}"
 
 
 def ranking_reasons(

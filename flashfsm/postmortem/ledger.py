@@ -40,8 +40,10 @@ shifts the run's cancel and teardown with it), never what the platform did: the 
 the release are read from the whole log, so a job nobody cancels bills on past an earlier
 verdict exactly as it did. Prices come from the run's candidates
 (`RunStarted.candidates[AttemptStarted.candidate].price_per_hour`) or the caller; without
-one the ledger still counts seconds and says the money is unknown (None). Nothing here does
-I/O or reads a clock: job streams come from the caller's `load`, "now" from its `as_of`.
+one (a candidate nobody gave a price, a bare job log without `--price`) the ledger still
+counts seconds and says the money is unknown (None, shown as "unpriced", never $0).
+Nothing here does I/O or reads a clock: job streams come from the caller's `load`, "now"
+from its `as_of`.
 
 Why it is long: one bill per attempt, cause by cause, for a job log, a run and a whole
 store, through one function (`attempt_bill`) that `cost`, `whatif`, `explain` and `timeline`
@@ -383,11 +385,16 @@ class Ledger:
 # --- one attempt --------------------------------------------------------------------------
 
 
+#: How money nobody gave a price for is shown, by every surface (`cost`, `whatif`, the
+#: timeline, the web view): never as $0.
+UNPRICED = "unpriced"
+
+
 def money_text(money: float | None) -> str:
-    """Money as printed: `$1.27`, `$0.0042` under a cent, `-$0.25` spent more, `price
-    unknown` without a price."""
+    """Money as printed: `$1.27`, `$0.0042` under a cent, `-$0.25` spent more, `unpriced`
+    without a price (`UNPRICED`)."""
     if money is None:
-        return "price unknown"
+        return UNPRICED
     if money == 0:
         return "$0"
     sign = "-" if money < 0 else ""

@@ -18,8 +18,11 @@ only from the `trusted_proxy`. Pages are served with a Content-Security-Policy t
 the app's own script. A stream is served only when the index lists it (a name never becomes a
 path).
 
-Metrics. `/metrics` serves the store's Prometheus metrics (`flashfsm.metrics`: read from the
-store on a scrape, at most every few seconds) behind the same guards.
+Metrics. `/metrics` serves the store's Prometheus metrics (`flashfsm.metrics`) behind the
+same guards, GET or HEAD only: the facts come from the index (`StoreIndex.facts`, what
+`read_store_facts` would read, without reading the store again), collected in a worker
+thread, so a scrape never holds the pages and feeds; until the index's first read is whole,
+`flashfsm_store_up` is 0.
 """
 
 from __future__ import annotations
@@ -33,11 +36,12 @@ import re
 import secrets
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import quote, urlencode, urlsplit
 
 from starlette.applications import Starlette
@@ -60,7 +64,7 @@ from flashfsm.events.text import redact_then_cap
 from flashfsm.metrics import metrics_app, metrics_registry
 from flashfsm.runs import request_cancel
 from flashfsm.ui import pages
-from flashfsm.ui.index import Change, StoreIndex
+from flashfsm.ui.index import FILL_CHUNK, SERVE_WAIT_S, Change, StoreIndex
 from flashfsm.views import concluded
 
 #: How often the index reads the store for what changed, by default (seconds).
@@ -101,17 +105,30 @@ class UiConfig:
 
 
 class Feeds:
-    """The open live feeds: each an asyncio queue filled from the refreshing thread."""
+    """The open live feeds: each an asyncio queue filled from the refreshing thread.
+
+    `end` ends them all, and every feed opened after: the server calls it (every app's at
+    once: `Feeds.end_all`) when its shutdown starts, as an open feed is a response that never
+    completes, and would hold the server open until the page went away. A feed ends on an
+    empty list of changes in its queue (`publish` never offers one)."""
+
+    #: Every `Feeds` of this process (weakly: an app that is gone is forgotten).
+    _every: ClassVar[weakref.WeakSet[Feeds]] = weakref.WeakSet()
 
     def __init__(self) -> None:
         self._queues: set[tuple[asyncio.AbstractEventLoop, asyncio.Queue[list[Change]]]] = set()
         self._lock = threading.Lock()
+        self._ended = False
+        Feeds._every.add(self)
 
     def open(self) -> asyncio.Queue[list[Change]]:
-        """A new feed's queue (on the running loop)."""
+        """A new feed's queue (on the running loop); an ended one once `end` was called."""
         queue: asyncio.Queue[list[Change]] = asyncio.Queue(FEED_BACKLOG)
         with self._lock:
-            self._queues.add((asyncio.get_running_loop(), queue))
+            if self._ended:
+                queue.put_nowait([])
+            else:
+                self._queues.add((asyncio.get_running_loop(), queue))
         return queue
 
     def close(self, queue: asyncio.Queue[list[Change]]) -> None:
@@ -128,6 +145,29 @@ class Feeds:
         for loop, queue in targets:
             with contextlib.suppress(RuntimeError):  # its loop has closed
                 loop.call_soon_threadsafe(_offer, queue, changes)
+
+    def end(self) -> None:
+        """End every open feed (what it had not sent yet is dropped) and every feed opened
+        from now on; from any thread."""
+        with self._lock:
+            self._ended = True
+            targets = list(self._queues)
+            self._queues = set()
+        for loop, queue in targets:
+            with contextlib.suppress(RuntimeError):  # its loop has closed
+                loop.call_soon_threadsafe(Feeds._end_queue, queue)
+
+    @classmethod
+    def end_all(cls) -> None:
+        """`end` every app's feeds in this process (a server shutting down)."""
+        for feeds in list(cls._every):
+            feeds.end()
+
+    @staticmethod
+    def _end_queue(queue: asyncio.Queue[list[Change]]) -> None:
+        while not queue.empty():
+            queue.get_nowait()
+        queue.put_nowait([])
 
 
 def _offer(queue: asyncio.Queue[list[Change]], changes: list[Change]) -> None:
@@ -275,23 +315,27 @@ def create_app(config: UiConfig, index: StoreIndex | None = None) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # Served at once: the index reads the store in the background, in chunks, each handed
+        # to the pages and feeds as it is read; a small store is read whole before the first
+        # page (it waits up to SERVE_WAIT_S for it), a large one fills in while served.
         ix = index if index is not None else StoreIndex(config.url, wall=config.wall)
-        await asyncio.to_thread(ix.refresh)
         state["index"] = ix
         stop = threading.Event()
         unsubscribe = ix.subscribe(feeds.publish)
 
         def refresher() -> None:
-            while not stop.wait(config.poll_s):
+            while not stop.is_set():
                 try:
-                    ix.refresh()
+                    ix.refresh(chunk=FILL_CHUNK, stop=stop)
                 except Exception as exc:  # a store that went away: said, retried
                     state["error"] = redact_then_cap(str(exc), 300)
                 else:
                     state.pop("error", None)
+                stop.wait(config.poll_s)
 
         thread = threading.Thread(target=refresher, name="flashfsm-ui-refresh", daemon=True)
         thread.start()
+        await asyncio.to_thread(ix.ready.wait, SERVE_WAIT_S)
         try:
             yield
         finally:
@@ -312,12 +356,25 @@ def create_app(config: UiConfig, index: StoreIndex | None = None) -> Starlette:
         return entry
 
     def not_found(request: Request) -> HTMLResponse:
-        text = f"no stream {request.path_params.get('name', '')!r} in this store"
+        name = request.path_params.get("name", "")
+        progress = the_index().progress
+        if progress is not None:  # (the first read is under way: perhaps not read yet)
+            text = f"{name!r} is not read yet: {pages.reading_text(progress)}"
+            title = "reading the store"
+            answer = html(pages.message_page(frame, title, text, bad=False, reading=progress), 503)
+            answer.headers["Retry-After"] = "2"
+            return answer
+        text = f"no stream {name!r} in this store"
         return html(pages.message_page(frame, "not found", text, back=None), 404)
 
     def cancel_button(entry: Any) -> str:
         if entry.row["kind"] != "run" or entry.row.get("ok") is not None:
-            return ""
+            return ""  # (a finished run offers no cancel)
+        if entry.row.get("cancel_pending"):
+            return (
+                '<span class="note pending">cancel pending: the run winds down as soon as '
+                "a replica drives it</span>"
+            )
         href = pages.stream_url(entry.name, "cancel")
         if not config.allow_cancel:
             return (
@@ -329,7 +386,10 @@ def create_app(config: UiConfig, index: StoreIndex | None = None) -> Starlette:
     async def runs(request: Request) -> Response:
         query = dict(request.query_params)
         if query.pop("part", None) == "rows":
-            return html(await asyncio.to_thread(pages.runs_rows, the_index(), query))
+            rows, counts = await asyncio.to_thread(pages.runs_rows, the_index(), query)
+            response = html(rows)
+            response.headers["X-Flashfsm-Counts"] = json.dumps(counts)  # (ASCII)
+            return response
         return html(await asyncio.to_thread(pages.runs_page, frame, the_index(), query))
 
     async def stream(request: Request) -> Response:
@@ -362,10 +422,15 @@ def create_app(config: UiConfig, index: StoreIndex | None = None) -> Starlette:
         return Response(svg, media_type="image/svg+xml", headers=_HEADERS)
 
     async def costs(request: Request) -> Response:
+        if request.query_params.get("part") == "body":
+            return html(await asyncio.to_thread(pages.costs_body, the_index()))
         return html(await asyncio.to_thread(pages.costs_page, frame, the_index()))
 
     async def fleet(request: Request) -> Response:
-        return html(await asyncio.to_thread(pages.fleet_page, frame, the_index(), config.wall()))
+        wall = config.wall()
+        if request.query_params.get("part") == "body":
+            return html(await asyncio.to_thread(pages.fleet_body, frame, the_index(), wall))
+        return html(await asyncio.to_thread(pages.fleet_page, frame, the_index(), wall))
 
     async def rows_json(request: Request) -> Response:
         f = pages.Filters.parse(dict(request.query_params))
@@ -386,7 +451,13 @@ def create_app(config: UiConfig, index: StoreIndex | None = None) -> Starlette:
         if entry.row["kind"] != "run":
             text = "only a run can be cancelled from here (this stream is a " + entry.row["kind"]
             return html(pages.message_page(frame, "refused", text + ")", back=back), 409)
-        if request.method == "GET":
+        if request.method == "GET":  # (no form for a run that ended or whose cancel waits)
+            if entry.row.get("ok") is not None:
+                text = f"{entry.name} has already concluded: nothing to cancel"
+                return html(pages.message_page(frame, "refused", text, back=back), 409)
+            if entry.row.get("cancel_pending"):
+                text = f"{entry.name}: its cancel is pending (it ends when a replica drives it)"
+                return html(pages.message_page(frame, "refused", text, back=back), 409)
             return html(pages.cancel_form(frame, entry.name, nonces.issue(entry.name)))
         if not from_this_site(request, proxy):
             text = (
@@ -435,6 +506,8 @@ def create_app(config: UiConfig, index: StoreIndex | None = None) -> Starlette:
                     except TimeoutError:
                         yield ": keepalive\n\n"
                         continue
+                    if not changes:  # ended (`Feeds.end`): the server is shutting down
+                        return
                     for change in changes:
                         if wanted is not None and change.stream != wanted:
                             continue
@@ -459,7 +532,15 @@ def create_app(config: UiConfig, index: StoreIndex | None = None) -> Starlette:
         return Response(status_code=204)
 
     routes = [
-        Route("/metrics", _Asgi(metrics_app(metrics_registry(config.url)))),
+        Route(  # (the index's facts, collected off the event loop; GET and HEAD only)
+            "/metrics",
+            _Asgi(
+                metrics_app(
+                    metrics_registry(facts=lambda: the_index().facts(), max_age_s=config.poll_s)
+                )
+            ),
+            methods=["GET", "HEAD"],
+        ),
         Route("/", runs),
         Route("/favicon.ico", no_icon),
         Route("/rows.json", rows_json),

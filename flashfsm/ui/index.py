@@ -13,11 +13,26 @@ open one is kept in memory with its events, a concluded one only as its row.
 Money. A run's cost needs its job streams, and every open bill is billed up to the store's
 newest event and ended by a sweeper's reap: a run (or a job no run queued) is priced again
 when it, one of its job streams, the reaps or (while a bill of it is open) the store's
-newest event change. A job a run queued shows its attempt's share of the run's bill.
+newest event change, at most once every `PRICE_EVERY_S` (a pricing due sooner waits for a
+later refresh). A job a run queued shows its attempt's share of the run's bill.
+
+A store of thousands of streams. The first read of 10,000 streams takes seconds, so the
+web view serves at once and the index reads in the background: `refresh(chunk=N)` reads
+the streams N at a time, taking the lock only to fold each chunk in, and hands each chunk's
+rows to the subscribers as it goes, then prices the runs in slices of `HOLD_S`; until the
+first read is whole, `progress` says how far it has got (`ready` is set when it is). The
+full logs read for the first time are kept until they are priced, so pricing a run reads
+none of its job streams again.
+
+Metrics. Each entry keeps its stream's part of the store's facts (`flashfsm.metrics
+.StreamTally`: `ls`'s state, the errors and takeovers its events record), extended by each
+refresh's new events, so `facts()` adds up the metrics `flashfsm.metrics.read_store_facts`
+would read, from memory: the index's rows, ledgers and open-streams view, and the snapshots
+of the open job streams (one query).
 
 Who reads it. Pages read `rows()` and `entry()`; the live feed takes the `Change`s each
-`refresh` returns (`subscribe`). The index never writes: a page cannot create, repair or
-change anything in the store.
+`refresh` returns (`subscribe`); `/metrics` reads `facts()`. The index never writes: a page
+cannot create, repair or change anything in the store.
 """
 
 from __future__ import annotations
@@ -45,6 +60,7 @@ from flashfsm.fsm.job import replay
 from flashfsm.fsm.run import replay_run
 from flashfsm.fsm.state import JobState
 from flashfsm.postmortem.ledger import Ledger, ledger, reaps_of
+from flashfsm.store_facts import StoreFacts, StreamTally, facts_of, read_snapshots, stream_tally
 from flashfsm.views import stream_kind
 
 #: The least time (wall clock, seconds) between two pricings of one open stream: its bill
@@ -53,6 +69,20 @@ PRICE_EVERY_S = 1.0
 #: How often a concluded stream is read again (one in this many refreshes): a concluded
 #: log is final but for the rare late event (a worker log read after a verdict).
 SLOW_SWEEP_EVERY = 20
+#: How many streams a refresh in chunks (the web view's: `refresh(chunk=...)`) reads and folds
+#: in at a time before handing them to the pages (a SQLite store's `read_tails` asks for 400
+#: streams a query).
+FILL_CHUNK = 400
+#: The longest a refresh in chunks holds the lock pricing (seconds): a pricing folds a run's
+#: job streams, so runs are priced a few at a time, and a page waits this long at most.
+HOLD_S = 0.05
+#: How long the web view waits for its first read before it serves (seconds): a small store
+#: is served whole from the first page; a large one is served at once, filling in.
+SERVE_WAIT_S = 1.0
+
+
+class StillReading(FlashFsmError):
+    """The index has not read the whole store yet (its first read is under way)."""
 
 
 @dataclass
@@ -69,6 +99,18 @@ class Entry:
     job: JobState | None = None  # an open job's state, folded up to `seq`
     done: bool = False  # it holds its verdict or result
     priced_at: float | None = None  # when (wall clock) its money was last worked out
+    tally: StreamTally | None = None  # its part of the store's metrics
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """How far the index's first read has got: the streams read of those the store lists,
+    then the runs (and jobs no run queued) priced of those to price."""
+
+    streams: int = 0
+    read: int = 0
+    to_price: int = 0
+    priced: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,9 +179,16 @@ class StoreIndex:
         self._refreshes = 0
         self._subscribers: list[Callable[[list[Change]], None]] = []
         self.fleet = FleetView()
-        self.version = 0  # counts the refreshes that changed something
+        self.version = 0  # counts the refreshes (and chunks of one) that changed something
         self.damaged: dict[str, str] = {}  # stream: why it cannot be read
         self._cache: dict[str, tuple[int, Any]] = {}
+        #: How far the first read has got; None once it is whole (`ready` is set then).
+        self.progress: Progress | None = Progress()
+        self.ready = threading.Event()
+        self._read_at: float | None = None  # when (wall clock) the last refresh done began
+        self._to_price: set[str] = set()  # read but not priced yet (a refresh cut short)
+        self._deferred: set[str] = set()  # due, but priced less than PRICE_EVERY_S ago
+        self._whole: dict[str, list[Event]] = {}  # logs read whole by this refresh, to price
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -157,6 +206,38 @@ class StoreIndex:
         """The ledger of every run and of every job no run queued, as `flashfsm cost` has them."""
         with self._lock:
             return [e.ledger for _, e in sorted(self._entries.items()) if e.ledger is not None]
+
+    def facts(self) -> StoreFacts:
+        """The store's facts (`flashfsm.metrics.StoreFacts`, what `read_store_facts` reads)
+        from the index: each stream's tally, the ledgers, the open-streams index and live
+        replicas as the last refresh read them, and the snapshots of the open job streams
+        (read now: one query). `read_at` is when the last refresh began, `read_s` what
+        this took. Raises `StillReading` until the first read is whole."""
+        if not self.ready.is_set():
+            progress = self.progress or Progress()
+            raise StillReading(
+                f"the view is still reading the store ({progress.read} of "
+                f"{progress.streams} streams read)"
+            )
+        started = time.perf_counter()
+        with self._lock:
+            tallies = {
+                name: entry.tally
+                for name, entry in self._entries.items()
+                if entry.tally is not None and name not in self.damaged
+            }
+            ledgers = self.ledgers()
+            fleet, read_at, damaged = self.fleet, self._read_at, len(self.damaged)
+        open_jobs = [n for n, t in tallies.items() if t.open and t.kind == "job"]
+        facts = facts_of(
+            tallies,
+            ledgers,
+            open_streams=fleet.open_streams if fleet.indexed else None,
+            replicas=fleet.replicas if fleet.indexed else None,
+            snapshots=read_snapshots(self._store, open_jobs),
+            damaged=damaged,
+        )
+        return replace(facts, read_at=read_at, read_s=time.perf_counter() - started)
 
     def cached(self, key: str, make: Callable[[], Any]) -> Any:
         """`make()`, kept until the index next changes (what a page derives from every row:
@@ -202,13 +283,22 @@ class StoreIndex:
 
     # --- refreshing --------------------------------------------------------------------------
 
-    def refresh(self) -> list[Change]:
+    def refresh(
+        self, *, chunk: int | None = None, stop: threading.Event | None = None
+    ) -> list[Change]:
         """Read what changed in the store since the last refresh (everything, the first time),
-        update the rows and return the changes (also handed to every subscriber)."""
-        with self._refreshing:
-            return self._refresh()
+        update the rows and return the changes (also handed to every subscriber).
 
-    def _refresh(self) -> list[Change]:
+        With `chunk`, a refresh that has more than `chunk` streams to read (the first) reads
+        and folds them in `chunk` at a time, and prices the runs a few at a time (for
+        `HOLD_S` at most), handing each chunk's changes to the subscribers as it goes and
+        holding the lock only while it folds one in; `stop`, once set, ends it between two
+        chunks (what it read is kept, and the next refresh goes on from there)."""
+        with self._refreshing:
+            return self._refresh(chunk, stop)
+
+    def _refresh(self, chunk: int | None, stop: threading.Event | None) -> list[Change]:
+        began = self.wall()
         self._refreshes += 1
         names = self._store.streams()
         with self._lock:
@@ -219,17 +309,73 @@ class StoreIndex:
                 for n in names
                 if n not in known or known[n].events is not None or sweep
             }
-        tails = self._tails(afters)
-        changes: list[Change] = []
+            if self.progress is not None:
+                self.progress = Progress(len(names), len(names) - len(afters))
+        order = list(afters)
+        step = len(order) if chunk is None or len(order) <= chunk else chunk
+        in_chunks = step < len(order)
+        published: list[Change] = []
+        taken: dict[str, tuple[Event, ...]] = {}  # (unchunked: published together at the end)
+        for start in range(0, len(order), max(step, 1)):
+            if stop is not None and stop.is_set():
+                return published
+            part = {n: afters[n] for n in order[start : start + step]}
+            tails = self._tails(part)
+            with self._lock:
+                new = sorted(n for n, events in tails.items() if events)
+                for name in new:
+                    self._take(name, tails[name])
+                    if part[name] < 0:
+                        self._whole[name] = tails[name]
+                self._to_price.update(new)
+                if self.progress is not None:
+                    self.progress = replace(self.progress, read=self.progress.read + len(part))
+                batch = [Change(n, tuple(tails[n]), self._entries[n].row) for n in new]
+            if not in_chunks:
+                taken.update((c.stream, c.events) for c in batch)
+            elif batch:
+                published += self._publish(batch)
         with self._lock:
-            touched = {n for n, new in tails.items() if new}
-            for name in touched:
-                self._take(name, tails[name])
             self._read_fleet()
-            touched |= self._price(touched)
-            for name in sorted(touched):
-                entry = self._entries[name]
-                changes.append(Change(name, tuple(tails.get(name, ())), entry.row))
+            due = sorted(self._due(self._to_price) | self._deferred)
+            if self.progress is not None:
+                self.progress = replace(self.progress, to_price=len(due))
+        priced: set[str] = set()
+        done = 0
+        while done < len(due):  # (in chunks: the lock held HOLD_S at most, a pricing at least)
+            if stop is not None and stop.is_set():
+                return published
+            with self._lock:
+                until = time.perf_counter() + HOLD_S
+                changed: set[str] = set()
+                while done < len(due) and (not in_chunks or time.perf_counter() < until):
+                    changed |= self._price(due[done : done + 1])
+                    done += 1
+                if self.progress is not None:
+                    self.progress = replace(self.progress, priced=done)
+                batch = [Change(n, (), self._entries[n].row) for n in sorted(changed)]
+            if not in_chunks:
+                priced |= changed
+            elif batch:
+                published += self._publish(batch)
+        with self._lock:
+            self._to_price.clear()
+            whole, self._whole = self._whole, {}
+            self._read_at = began
+            self.progress = None
+        self.ready.set()
+        while whole:  # (a stream at a time: freeing all of a first read at once holds the GIL)
+            whole.popitem()
+        if in_chunks:
+            return published
+        changes = [
+            Change(n, taken.get(n, ()), self._entries[n].row) for n in sorted(taken.keys() | priced)
+        ]
+        return self._publish(changes)
+
+    def _publish(self, changes: list[Change]) -> list[Change]:
+        """Hand `changes` to every subscriber (the index's version moves first)."""
+        with self._lock:
             if changes:
                 self.version += 1
             subscribers = list(self._subscribers)
@@ -305,6 +451,7 @@ class StoreIndex:
             or any(isinstance(e, Concluded | RunConcluded) for e in scan)
         )
         keep = kind == "sweeper" or not done
+        tally = stream_tally(row, scan, None if fresh or entry is None else entry.tally)
         self._entries[name] = Entry(
             name,
             events[-1].seq,
@@ -316,11 +463,16 @@ class StoreIndex:
             job if keep else None,
             done,
             None if entry is None or done != entry.done else entry.priced_at,
+            tally,
         )
         for job_stream in jobs:
             self._run_of[job_stream] = name
-            if job_stream in self._entries:
-                self._entries[job_stream].run = name
+            job_entry = self._entries.get(job_stream)
+            if job_entry is not None and job_entry.run != name:
+                job_entry.run = name
+                # (priced alone before its run was read: its share of the run's bill is its
+                # money now, and the run's ledger holds it, as `store_ledgers` has it)
+                job_entry.ledger = None
 
     def _read_fleet(self) -> None:
         leases = self._caps.leases
@@ -349,19 +501,29 @@ class StoreIndex:
 
     # --- money -----------------------------------------------------------------------------
 
-    def _price(self, touched: set[str]) -> set[str]:
-        """Price again what `touched` changes (see the module docstring); the names whose
-        cost changed. An open bill moves with every event the store takes, so a stream
-        whose verdict has not changed is priced at most once every `PRICE_EVERY_S`."""
+    def _due(self, touched: set[str]) -> set[str]:
+        """What to price again for what `touched` changes (see the module docstring): the
+        run of each touched job (or the job itself, when no run queued it), and every open
+        bill when the store's newest event moved or a sweeper reaped."""
         due: set[str] = set()
-        reaped = any(self._entries[n].row["kind"] == "sweeper" for n in touched)
+        reaped = any(
+            n in self._entries and self._entries[n].row["kind"] == "sweeper" for n in touched
+        )
         for name in touched:
-            entry = self._entries[name]
-            due.add(entry.run if entry.run is not None else name)
+            entry = self._entries.get(name)
+            if entry is not None:
+                due.add(entry.run if entry.run is not None else name)
         for name, entry in self._entries.items():
             led = entry.ledger
             if led is not None and led.open_attempts and (reaped or led.as_of != self._newest):
                 due.add(name)  # an open bill runs up to the store's newest event
+        return due
+
+    def _price(self, due: Sequence[str]) -> set[str]:
+        """Price the streams `due` again; the names whose cost changed. An open bill moves
+        with every event the store takes, so a stream whose verdict has not changed is
+        priced at most once every `PRICE_EVERY_S`: one priced less than that ago waits for
+        a later refresh (`_deferred`), never dropped."""
         now = self.wall()
         changed: set[str] = set()
         for name in due:
@@ -369,7 +531,9 @@ class StoreIndex:
             if entry is None:
                 continue
             if entry.priced_at is not None and now - entry.priced_at < PRICE_EVERY_S:
+                self._deferred.add(name)
                 continue
+            self._deferred.discard(name)
             changed |= self._price_one(name)
             entry.priced_at = now
         return changed
@@ -378,6 +542,9 @@ class StoreIndex:
         entry = self._entries.get(stream)
         if entry is not None and entry.events is not None:
             return entry.events
+        whole = self._whole.get(stream)  # (read whole by this refresh: not read again)
+        if whole is not None:
+            return whole
         try:
             return self._store.read(stream)
         except FlashFsmError:

@@ -37,8 +37,15 @@ from flashfsm.fsm.findings import summarize
 from flashfsm.fsm.rules import RULE_NAMES
 from flashfsm.fsm.run import replay_run
 from flashfsm.postmortem import explain as ex
-from flashfsm.postmortem.ledger import CAUSES, WASTE_CAUSES, Ledger, group, money_text
-from flashfsm.ui.index import Entry, StoreIndex
+from flashfsm.postmortem.ledger import (
+    CAUSES,
+    UNPRICED,
+    WASTE_CAUSES,
+    Ledger,
+    group,
+    money_text,
+)
+from flashfsm.ui.index import Entry, Progress, StoreIndex
 from flashfsm.views import job_view, last_job_stream, run_label, stream_kind, view_now
 
 #: The colour of an unbilled cause on a cost strip (the billed ones: `render.COST_STYLE`).
@@ -85,7 +92,11 @@ def _duration(seconds: float | None) -> str:
 
 
 def _money(value: float | None) -> str:
-    return "—" if value is None else money_text(value)
+    return money_text(value)  # (None: "unpriced", as `cost` says it, never $0)
+
+
+def _rate(value: float | None) -> str:
+    return UNPRICED if value is None else f"{money_text(value)}/h"
 
 
 def _shown(value: Any) -> str:
@@ -98,7 +109,7 @@ _ENV = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-_ENV.filters.update(t=_shown, time=_time, dur=_duration, money=_money, url=stream_url)
+_ENV.filters.update(t=_shown, time=_time, dur=_duration, money=_money, rate=_rate, url=stream_url)
 
 
 def _render(template: str, **values: Any) -> str:
@@ -113,6 +124,11 @@ class Frame:
     read_only: bool
 
 
+#: The pages that follow the store live besides a stream's own (the live feed of every
+#: stream): the list, the costs and the fleet.
+LIVE = ("runs", "costs", "fleet")
+
+
 def page(
     frame: Frame,
     title: str,
@@ -120,9 +136,12 @@ def page(
     body: str,
     stream: str | None = None,
     version: int = 0,
+    reading: Progress | None = None,
 ) -> str:
     """A whole page around `body` (already HTML); `version`, the index's when the page was
-    rendered, lets the page's live feed tell what it missed before it connected."""
+    rendered, lets the page's live feed tell what it missed before it connected. While the
+    index's first read is under way (`reading`, its progress) the page says how far it has
+    got, and reloads itself every `READING_RELOAD_S` until it is whole."""
     from markupsafe import Markup
 
     return _render(
@@ -132,15 +151,45 @@ def page(
         body=Markup(body),
         store=frame.store,
         read_only=frame.read_only,
-        feed=feed_url(stream) if stream is not None else ("/feed" if name == "runs" else None),
+        feed=feed_url(stream) if stream is not None else ("/feed" if name in LIVE else None),
         version=version,
+        reading=None if reading is None else reading_text(reading),
+        reload_s=READING_RELOAD_S,
     )
 
 
-def message_page(frame: Frame, title: str, text: str, *, back: str | None = None, bad=True) -> str:
-    """A page that says one thing (a refusal, a done action)."""
+#: How often a page rendered while the index's first read is under way reloads (seconds).
+READING_RELOAD_S = 2
+
+
+def reading_text(progress: Progress) -> str:
+    """What a page says while the index's first read is under way."""
+    if progress.read < progress.streams:
+        return (
+            f"reading the store… {progress.read:,} of {progress.streams:,} streams read: "
+            "this page fills in as they are"
+        )
+    if progress.to_price:
+        return (
+            f"reading the store… all {progress.streams:,} streams read; "
+            f"pricing {progress.priced:,} of {progress.to_price:,} runs and jobs"
+        )
+    return "reading the store…"
+
+
+def message_page(
+    frame: Frame,
+    title: str,
+    text: str,
+    *,
+    back: str | None = None,
+    bad: bool = True,
+    reading: Progress | None = None,
+) -> str:
+    """A page that says one thing (a refusal, a done action); with `reading`, one that
+    waits for the index's first read (it loads again until that is whole)."""
     body = _render("message", title=title, text=text, back=back, cls="error" if bad else "note")
-    return page(frame, title, "message", body)
+    return page(frame, title, "message", body, reading=reading)
 
 
 # --- the runs list ------------------------------------------------------------------------------
@@ -275,11 +324,18 @@ def listing(rows: list[dict[str, Any]], f: Filters, newest: float | None) -> Lis
     return Listing(chosen, shown, number, pages, error)
 
 
-def runs_rows(index: StoreIndex, query: dict[str, str]) -> str:
-    """The rows the runs page shows for `query`, as its table body's HTML (a live page that
-    missed changes renders them again)."""
-    shown = listing(index.rows(), Filters.parse(query), index.newest).shown
-    return "".join(row_html(r) for r in shown)
+def runs_rows(index: StoreIndex, query: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """The rows the runs page shows for `query`, as its table body's HTML (a live page
+    renders them again when it missed changes or a new stream joined), and what its count
+    line says: how many are chosen, of how many, and their bill (as shown)."""
+    rows = index.rows()
+    chosen = listing(rows, Filters.parse(query), index.newest)
+    counts = {
+        "shown": str(len(chosen.chosen)),
+        "total": str(len(rows)),
+        "bill": _money(shown_bill(index, chosen.chosen)),
+    }
+    return "".join(row_html(r) for r in chosen.shown), counts
 
 
 def events_rows(index: StoreIndex, entry: Entry, after: int) -> str:
@@ -289,13 +345,31 @@ def events_rows(index: StoreIndex, entry: Entry, after: int) -> str:
     return "".join(event_html(e, origin) for e in events if e.seq > after)
 
 
+def shown_bill(index: StoreIndex, rows: Sequence[dict[str, Any]]) -> float | None:
+    """What the streams of `rows` billed, together (every page of a filtered list): each
+    run's and lone job's bill once, a job a run queued only when its run is not among them;
+    None when a billed row has no price."""
+    names = {r["stream"] for r in rows}
+    total = 0.0
+    for r in rows:
+        entry = index.entry(r["stream"])
+        if entry is not None and entry.run is not None and entry.run in names:
+            continue  # (in its run's bill)
+        if r.get("cost") is None:
+            if r.get("billed_s"):
+                return None
+            continue
+        total += r["cost"]
+    return total
+
+
 def runs_page(frame: Frame, index: StoreIndex, query: dict[str, str]) -> str:
     """The runs and jobs list: filtered, sorted and paged on the server."""
     version = index.version
     f = Filters.parse(query)
     rows = index.rows()
     chosen = listing(rows, f, index.newest)
-    total = index.cached("money", lambda: total_json(index.ledgers())["money"])
+    total = shown_bill(index, chosen.chosen)
     choices = index.cached(
         "choices",
         lambda: (
@@ -326,7 +400,7 @@ def runs_page(frame: Frame, index: StoreIndex, query: dict[str, str]) -> str:
         page_no=chosen.page,
         error=chosen.error,
     )
-    return page(frame, "runs and jobs", "runs", body, version=version)
+    return page(frame, "runs and jobs", "runs", body, version=version, reading=index.progress)
 
 
 def _markup(html: str) -> Any:
@@ -422,17 +496,13 @@ def _strip(led: Ledger) -> list[dict[str, Any]]:
 def _cost_line(led: Ledger) -> str:
     """A ledger in one line: billed time and money, waste, and an open bill with its rate."""
     money = led.money()
-    priced = (
-        f"billed {_duration(led.billed_s)} {_money(money)}, waste {_money(led.waste_money)}"
-        if money is not None
-        else f"billed {_duration(led.billed_s)} (price unknown)"
-    )
+    priced = f"billed {_duration(led.billed_s)} {_money(money)}"
+    if money is not None:
+        priced += f", waste {_money(led.waste_money)}"
     opened = led.open_attempts[0].open_since if led.open_attempts else None
     if opened is None:
         return priced
-    rate = led.open_rate_per_hour
-    per_hour = f" at {_money(rate)}/h" if rate is not None else ""
-    return f"{priced} · still billing since {utc_text(opened)}{per_hour}"
+    return f"{priced} · still billing since {utc_text(opened)} at {_rate(led.open_rate_per_hour)}"
 
 
 def _ledger_text(led: Ledger) -> str:
@@ -582,7 +652,15 @@ def stream_page(frame: Frame, index: StoreIndex, entry: Entry, wall: float, canc
         f"({_time(origin)} UTC); the verdict's evidence is marked",
     )
     label = run_label(replay_run(events)) if kind == "run" else entry.row["state"] or ""
-    return page(frame, f"{entry.name} {label}", "stream", body, stream=entry.name, version=version)
+    return page(
+        frame,
+        f"{entry.name} {label}",
+        "stream",
+        body,
+        stream=entry.name,
+        version=version,
+        reading=index.progress,
+    )
 
 
 def picture_svg(index: StoreIndex, entry: Entry) -> str:
@@ -604,6 +682,12 @@ HOURLY_UNDER_S = 2 * 86_400.0
 
 def costs_page(frame: Frame, index: StoreIndex) -> str:
     """The store's money: by cause, GPU and rule (as `flashfsm cost --by`), and waste by day."""
+    reading = index.progress
+    return page(frame, "costs", "costs", costs_body(index), version=index.version, reading=reading)
+
+
+def costs_body(index: StoreIndex) -> str:
+    """The costs page's content (what its live feed renders again as the store changes)."""
     ledgers = index.ledgers()
     groups = [(title, group(ledgers, by)) for by, title in GROUPS]
     totals = total_json(ledgers)  # what `flashfsm cost --json` totals
@@ -622,12 +706,13 @@ def costs_page(frame: Frame, index: StoreIndex) -> str:
         ledgers=len(ledgers),
         total=totals["money"],
         waste=totals["waste_money"],
-        open_rate=totals["open_rate_per_hour"] if totals["open_attempts"] else None,
+        open_bills=totals["open_attempts"],
+        open_rate=totals["open_rate_per_hour"],
         groups=groups,
         waste_days=waste_days,
         bucket="hour" if hourly else "day",
     )
-    return page(frame, "costs", "costs", body)
+    return body
 
 
 #: The most reattach gaps the fleet page lists (the newest).
@@ -637,6 +722,12 @@ GAPS_SHOWN = 50
 def fleet_page(frame: Frame, index: StoreIndex, wall: float) -> str:
     """The fleet: live replicas, open streams with their leases, the open streams nobody
     watches now, and the gaps in watching the logs record (each reattach's)."""
+    body = fleet_body(frame, index, wall)
+    return page(frame, "fleet", "fleet", body, version=index.version, reading=index.progress)
+
+
+def fleet_body(frame: Frame, index: StoreIndex, wall: float) -> str:
+    """The fleet page's content, as of `wall` (what its live feed renders again)."""
     fleet = index.fleet
     leases = []
     unwatched = []
@@ -692,7 +783,7 @@ def fleet_page(frame: Frame, index: StoreIndex, wall: float) -> str:
         gaps=gaps[:GAPS_SHOWN],
         gap_count=len(gaps),
     )
-    return page(frame, "fleet", "fleet", body)
+    return body
 
 
 def cancel_form(frame: Frame, name: str, csrf: str) -> str:

@@ -32,6 +32,18 @@
     });
   }
 
+  // run `task` once, `ms` after the first call since it last ran (calls between join it)
+  function debounced(task, ms) {
+    let timer = null;
+    return () => {
+      if (timer) return;
+      timer = setTimeout(() => {
+        timer = null;
+        task();
+      }, ms);
+    };
+  }
+
   if (body.dataset.page === "runs") {
     const tbody = document.querySelector("table.streams tbody");
     const rows = new Map();
@@ -40,26 +52,57 @@
       tbody.querySelectorAll("tr").forEach((tr) => rows.set(tr.dataset.stream, tr));
     };
     index();
-    const news = document.getElementById("news");
-    onHello(() =>
-      part({ part: "rows" }).then((html) => {
-        if (html === null) return;
-        tbody.replaceChildren(...rowsOf(html));
-        index();
-      })
-    );
+    // the list as the server filters, sorts and pages it, and its count line (how many,
+    // their bill): `withRows` puts the rows in place too (a new stream joins where it sorts)
+    function fetchList(withRows) {
+      const url = new URL(location.href);
+      url.searchParams.set("part", "rows");
+      fetch(url.toString(), { credentials: "same-origin" }).then((r) => {
+        if (!r.ok) return;
+        const counts = JSON.parse(r.headers.get("X-Flashfsm-Counts") || "{}");
+        r.text().then((html) => {
+          if (withRows) {
+            tbody.replaceChildren(...rowsOf(html));
+            index();
+          }
+          for (const [key, id] of [["shown", "shown-count"], ["total", "total-count"], ["bill", "shown-bill"]]) {
+            const el = document.getElementById(id);
+            if (el && typeof counts[key] === "string") el.textContent = counts[key];
+          }
+        });
+      });
+    }
+    const reload = debounced(() => fetchList(true), 500);
+    const recount = debounced(() => fetchList(false), 1000);
+    onHello(reload);
     source.addEventListener("change", (msg) => {
       const change = JSON.parse(msg.data);
       const old = rows.get(change.key);
       if (!old) {
-        if (news) news.hidden = false;
+        reload();
         return;
       }
       const [tr] = rowsOf(change.row);
       tr.classList.add("flash");
       old.replaceWith(tr);
       rows.set(change.key, tr);
+      recount();
     });
+    return;
+  }
+
+  if (body.dataset.page === "costs" || body.dataset.page === "fleet") {
+    // the whole content again, at most once a second while the store changes (the fleet's
+    // leases and heartbeats also age without an event: every 5 s besides)
+    const main = document.querySelector("main");
+    const reload = debounced(() => {
+      part({ part: "body" }).then((html) => {
+        if (html !== null) main.replaceChildren(fragment(html));
+      });
+    }, 1000);
+    onHello(reload);
+    source.addEventListener("change", reload);
+    if (body.dataset.page === "fleet") setInterval(reload, 5000);
     return;
   }
 
