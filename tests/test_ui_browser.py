@@ -226,7 +226,7 @@ def _css_string(text: str) -> str:
 
 def listed(page: Page) -> list[str]:
     """The stream names the runs list shows, in order."""
-    return page.locator("table.streams tbody tr td.name").all_inner_texts()
+    return page.locator("table.streams tbody tr:not(.child) td.name a").all_inner_texts()
 
 
 def picture_loads(page: Page) -> dict[str, Any]:
@@ -470,6 +470,43 @@ def test_an_event_appended_while_the_page_feed_is_connecting_still_reaches_the_p
     held[0].continue_()
     page.wait_for_selector("#live.on")
     page.wait_for_selector(f"#ev-{beat.seq}", timeout=3000)
+
+
+def test_a_run_row_opens_to_its_attempts_nested_under_it_and_they_stay_live(
+    ui: UiServer, stores: Stores, tab: Tab, shots: Path
+) -> None:
+    page = tab.page
+    run, job = stores.live.run, stores.live.job
+    page.goto(ui.url(f"/?q={quote(run)}"))
+    page.wait_for_selector("#live.on")
+    mark_no_reload(page)
+    button = row(page, run).locator("button.attempts")
+    assert button.inner_text() == "▸ 1 attempt" and button.get_attribute("aria-expanded") == "false"
+    button.click()
+    kid = page.locator(f"tr.child[data-parent={_css_string(shown(run))}]")
+    kid.wait_for()
+    assert kid.get_attribute("data-stream") == shown(job)
+    assert page.evaluate(  # nested right under its run's row
+        "(key) => [...document.querySelectorAll('table.streams tbody tr')]"
+        ".find((tr) => tr.dataset.stream === key).nextElementSibling.classList.contains('child')",
+        shown(run),
+    )
+    assert button.get_attribute("aria-expanded") == "true" and "▾" in button.inner_text()
+    for width in WIDTHS:
+        page.set_viewport_size({"width": width, "height": 900})
+        screenshot(page, shots, f"attempts-open-{width}")
+    before = int(kid.locator("td.c-events").inner_text())
+    _append_later(stores.url, job, StatusObserved, 10, status="IN_PROGRESS")
+    page.wait_for_function(  # the nested row follows its job's appends
+        "([parent, n]) => [...document.querySelectorAll('tr.child')].some((tr) => "
+        "tr.dataset.parent === parent && "
+        "tr.querySelector('td.c-events').textContent.trim() === n)",
+        arg=[shown(run), str(before + 1)],
+    )
+    row(page, run).locator("button.attempts").click()
+    page.wait_for_function("() => !document.querySelector('tr.child')")
+    assert_not_reloaded(page)
+    assert page.request.get(ui.url(f"/?part=attempts&run={quote(job)}")).status == 404  # no run
 
 
 def test_the_costs_and_fleet_pages_follow_the_store_without_a_reload(

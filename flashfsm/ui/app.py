@@ -385,7 +385,11 @@ def create_app(config: UiConfig, index: StoreIndex | None = None) -> Starlette:
 
     async def runs(request: Request) -> Response:
         query = dict(request.query_params)
-        if query.pop("part", None) == "rows":
+        part = query.pop("part", None)
+        if part == "attempts":  # a run row opened: its attempts' rows
+            rows = await asyncio.to_thread(pages.attempt_rows, the_index(), query.get("run", ""))
+            return html(rows) if rows is not None else Response("no such run", 404)
+        if part == "rows":
             rows, counts = await asyncio.to_thread(pages.runs_rows, the_index(), query)
             response = html(rows)
             response.headers["X-Flashfsm-Counts"] = json.dumps(counts)  # (ASCII)

@@ -293,9 +293,19 @@ COLUMNS = (
 )
 
 
-def row_html(row: dict[str, Any]) -> str:
-    """One stream's row of the runs list."""
-    return _render("row", r=row, state=state_cell(row))
+def row_html(row: dict[str, Any], *, child: bool = False) -> str:
+    """One stream's row of the runs list (`child`: an attempt's, nested under its run's)."""
+    return _render("row", r=row, state=state_cell(row), child=child)
+
+
+def attempt_rows(index: StoreIndex, run: str) -> str | None:
+    """The rows of the job streams run `run`'s attempts queued, in attempt order, as the
+    list shows them nested under the run's row; None when `run` is no run of the index."""
+    entry = index.entry(run)
+    if entry is None or entry.row["kind"] != "run":
+        return None
+    jobs = [e for name in entry.jobs if (e := index.entry(name)) is not None]
+    return "".join(row_html(e.row, child=True) for e in jobs)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -49,9 +49,60 @@
     const rows = new Map();
     const index = () => {
       rows.clear();
-      tbody.querySelectorAll("tr").forEach((tr) => rows.set(tr.dataset.stream, tr));
+      tbody.querySelectorAll("tr:not(.child)").forEach((tr) => rows.set(tr.dataset.stream, tr));
     };
     index();
+
+    // a run row opens to its attempts' rows, nested under it (fetched, then kept current)
+    const expanded = new Set();
+    const childOf = new Map(); // an attempt row's key -> its run row's key
+    function closeKids(key) {
+      tbody.querySelectorAll("tr.child").forEach((tr) => {
+        if (tr.dataset.parent === key) {
+          childOf.delete(tr.dataset.stream);
+          tr.remove();
+        }
+      });
+    }
+    function openKids(key) {
+      const tr = rows.get(key);
+      const link = tr && tr.querySelector("td.name a");
+      if (!link) return;
+      const name = decodeURIComponent(new URL(link.href).pathname.slice(3));
+      const url = new URL("/", location.href);
+      url.searchParams.set("part", "attempts");
+      url.searchParams.set("run", name);
+      fetch(url.toString(), { credentials: "same-origin" }).then((r) => (r.ok ? r.text() : null)).then((html) => {
+        const run = rows.get(key);
+        if (html === null || !run || !expanded.has(key)) return;
+        closeKids(key);
+        const kids = rowsOf(html);
+        for (const kid of kids) {
+          kid.dataset.parent = key;
+          childOf.set(kid.dataset.stream, key);
+        }
+        run.after(...kids);
+        const button = run.querySelector("button.attempts");
+        if (button) {
+          button.setAttribute("aria-expanded", "true");
+          button.textContent = button.textContent.replace("▸", "▾");
+        }
+      });
+    }
+    tbody.addEventListener("click", (event) => {
+      const button = event.target.closest("button.attempts");
+      if (!button) return;
+      const key = button.closest("tr").dataset.stream;
+      if (expanded.has(key)) {
+        expanded.delete(key);
+        closeKids(key);
+        button.setAttribute("aria-expanded", "false");
+        button.textContent = button.textContent.replace("▾", "▸");
+      } else {
+        expanded.add(key);
+        openKids(key);
+      }
+    });
     // the list as the server filters, sorts and pages it, and its count line (how many,
     // their bill): `withRows` puts the rows in place too (a new stream joins where it sorts)
     function fetchList(withRows) {
@@ -63,7 +114,9 @@
         r.text().then((html) => {
           if (withRows) {
             tbody.replaceChildren(...rowsOf(html));
+            childOf.clear();
             index();
+            expanded.forEach(openKids);
           }
           for (const [key, id] of [["shown", "shown-count"], ["total", "total-count"], ["bill", "shown-bill"]]) {
             const el = document.getElementById(id);
@@ -77,6 +130,7 @@
     onHello(reload);
     source.addEventListener("change", (msg) => {
       const change = JSON.parse(msg.data);
+      if (childOf.has(change.key)) openKids(childOf.get(change.key)); // its run's attempts again
       const old = rows.get(change.key);
       if (!old) {
         reload();
@@ -86,6 +140,7 @@
       tr.classList.add("flash");
       old.replaceWith(tr);
       rows.set(change.key, tr);
+      if (expanded.has(change.key)) openKids(change.key);
       recount();
     });
     return;
