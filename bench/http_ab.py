@@ -161,7 +161,7 @@ def _median_us(batch: Callable[[], None], calls: int, repeats: int) -> float:
 def _sync_us(url: str, key: str, jobs: list[tuple[str, str]], calls: int, repeats: int) -> float:
     from flashfsm.adapters.runpod import RunpodClient
 
-    with RunpodClient(key, endpoint_base_url=url) as client:
+    with RunpodClient(key, endpoint_base_url=url, api_base_url=url.removesuffix("/v2")) as client:
 
         def batch() -> None:
             for n in range(calls):
@@ -177,7 +177,9 @@ def _async_us(
     from flashfsm.adapters.runpod import AsyncRunpodClient
 
     async def main() -> float:
-        async with AsyncRunpodClient(key, endpoint_base_url=url) as client:
+        async with AsyncRunpodClient(
+            key, endpoint_base_url=url, api_base_url=url.removesuffix("/v2")
+        ) as client:
 
             async def worker(first: int) -> None:
                 for n in range(first, calls, concurrency):

@@ -1,8 +1,26 @@
-"""Shared test fixtures: Hypothesis profiles, a virtual clock and a scripted RunPod client."""
+"""Shared test fixtures: Hypothesis profiles, a virtual clock, a scripted RunPod client, and
+the loopback-only network guard.
+
+The guard (`loopback_only`, autouse for the whole session, in this process only): tests reach
+127.0.0.1 only. Resolving a name (`socket.getaddrinfo`) or connecting a socket
+(`socket.socket.connect`/`connect_ex`, which `socket.create_connection`, asyncio and httpx use)
+to anything but loopback (127.0.0.0/8, ::1, `localhost`), the unspecified address (a bind)
+or a Unix socket fails at once with `OSError("tests reach 127.0.0.1 only: tried <host>")`,
+and the attempt is recorded. At the end of the session the recorded attempts are listed,
+with the tests that made them, and the run fails. Child processes are not covered: give
+them the simulator's `sim.env()` (its `RUNPOD_*_URL`s).
+
+A test that deliberately names an unreachable host and asserts the refusal itself may carry
+`@pytest.mark.network_refused_ok`: its attempts are still refused, but not held against the
+run. Use it sparingly.
+"""
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import socket
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +36,150 @@ settings.register_profile(
     "ci", max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+# huggingface_hub (2.x) fetches a registry from huggingface.co for its User-Agent on its first
+# download of a process, whatever endpoint the download names, unless telemetry is off. It
+# reads this once, at its import (not yet made: flashfsm imports it lazily); children inherit.
+os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
+
+# ---------------------------------------------------------------- loopback-only network guard
+
+#: The marker that lets a test's refused attempts pass (it asserts the refusal itself).
+REFUSED_OK = "network_refused_ok"
+
+
+@dataclass(frozen=True)
+class NetworkAttempt:
+    """One refused attempt: the test running (its node id, or a note), what was tried, how."""
+
+    test: str
+    host: str
+    call: str
+    allowed: bool
+
+
+_attempts: list[NetworkAttempt] = []
+_attempts_lock = threading.Lock()
+_current: list[pytest.Item | None] = [None]
+
+
+def is_local_host(host: object) -> bool:
+    """Whether `host` (a name or address, str or bytes; None or empty for "any") stays on this
+    machine: loopback, `localhost`, or the unspecified address."""
+    if host is None:
+        return True
+    if isinstance(host, bytes | bytearray):
+        host = bytes(host).decode("ascii", "replace")
+    if not isinstance(host, str):
+        return False
+    name = host.strip().strip("[]").lower().rstrip(".")
+    if name in ("", "localhost"):  # (not `*.localhost`: a resolver may ask DNS for those)
+        return True
+    try:
+        address = ipaddress.ip_address(name.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback or address.is_unspecified
+
+
+def _refuse(host: object, call: str) -> OSError:
+    """Record an attempt on `host` by `call` and return the error to raise."""
+    item = _current[0]
+    shown = host.decode("ascii", "replace") if isinstance(host, bytes | bytearray) else str(host)
+    attempt = NetworkAttempt(
+        test=item.nodeid if item is not None else "(outside a test)",
+        host=shown,
+        call=call,
+        allowed=item is not None and item.get_closest_marker(REFUSED_OK) is not None,
+    )
+    with _attempts_lock:
+        _attempts.append(attempt)
+    return OSError(f"tests reach 127.0.0.1 only: tried {shown}")
+
+
+def _guarded_getaddrinfo(real: Callable[..., Any]) -> Callable[..., Any]:
+    def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if not is_local_host(host):
+            raise _refuse(host, "socket.getaddrinfo")
+        return real(host, port, *args, **kwargs)
+
+    return getaddrinfo
+
+
+def _guarded_connect(real: Callable[..., Any], call: str) -> Callable[..., Any]:
+    def connect(self: socket.socket, address: Any) -> Any:
+        # Unix sockets take a path (str or bytes); INET ones a (host, port, ...) tuple.
+        inet = self.family in (socket.AF_INET, socket.AF_INET6)
+        if inet and isinstance(address, tuple) and not is_local_host(address[0]):
+            raise _refuse(address[0], f"socket.socket.{call}")
+        return real(self, address)
+
+    return connect
+
+
+@pytest.fixture(autouse=True, scope="session")
+def loopback_only() -> Any:
+    """Refuse (and record) every resolve or connect to a non-loopback host, in this process,
+    for the whole session (see the module notes)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(socket, "getaddrinfo", _guarded_getaddrinfo(socket.getaddrinfo))
+        patch.setattr(socket.socket, "connect", _guarded_connect(socket.socket.connect, "connect"))
+        patch.setattr(
+            socket.socket, "connect_ex", _guarded_connect(socket.socket.connect_ex, "connect_ex")
+        )
+        yield _attempts
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the guard's opt-out marker."""
+    config.addinivalue_line(
+        "markers",
+        f"{REFUSED_OK}: the test names a non-loopback host on purpose and asserts its refusal",
+    )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """Note the running test, to name it in the guard's records."""
+    _current[0] = item
+    try:
+        return (yield)
+    finally:
+        _current[0] = None
+
+
+def _held_against_the_run() -> list[NetworkAttempt]:
+    with _attempts_lock:
+        return [a for a in _attempts if not a.allowed]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail an otherwise green run whose tests tried to leave loopback."""
+    if _held_against_the_run() and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """List the tests that tried to leave loopback, and the hosts they tried."""
+    held = _held_against_the_run()
+    if not held:
+        return
+    tried: dict[str, dict[str, int]] = {}
+    for attempt in held:
+        hosts = tried.setdefault(attempt.test, {})
+        key = f"{attempt.host} ({attempt.call})"
+        hosts[key] = hosts.get(key, 0) + 1
+    terminalreporter.section("non-loopback network attempts (refused)", sep="=", red=True)
+    for test, hosts in tried.items():
+        shown = ", ".join(f"{host} x{count}" for host, count in hosts.items())
+        terminalreporter.write_line(f"{test}: {shown}")
+    terminalreporter.write_line(
+        f"{len(held)} attempt(s) by {len(tried)} test(s): tests reach 127.0.0.1 only "
+        f"(mark a test that asserts the refusal itself with @pytest.mark.{REFUSED_OK})",
+        red=True,
+    )
 
 
 class VirtualClock:

@@ -137,14 +137,19 @@ def bomb() -> bytes:
     return _bomb()
 
 
+def _hosts(url: str) -> dict[str, str]:
+    """Both of the client's hosts (data plane and management) on the loopback server `url`."""
+    return {"endpoint_base_url": url + "/v2", "api_base_url": url}
+
+
 def _sync_status(url: str, **options: object) -> None:
-    with RunpodClient(KEY, endpoint_base_url=url + "/v2", **options) as client:  # type: ignore[arg-type]
+    with RunpodClient(KEY, **_hosts(url), **options) as client:  # type: ignore[arg-type]
         client.job_status("ep1", "j1")
 
 
 def _async_status(url: str, **options: object) -> None:
     async def go() -> None:
-        async with AsyncRunpodClient(KEY, endpoint_base_url=url + "/v2", **options) as client:  # type: ignore[arg-type]
+        async with AsyncRunpodClient(KEY, **_hosts(url), **options) as client:  # type: ignore[arg-type]
             await client.job_status("ep1", "j1")
 
     asyncio.run(go())
@@ -258,12 +263,12 @@ def test_a_gzip_answer_under_the_cap_reads_normally(no_proxy, flavor):
     got: list[dict] = []
     with LorisServer(answer(_head(len(body), "Content-Encoding: gzip\r\n") + body)) as server:
         if flavor == "sync":
-            with RunpodClient(KEY, endpoint_base_url=server.url + "/v2") as client:
+            with RunpodClient(KEY, **_hosts(server.url)) as client:
                 got.append(client.job_status("ep1", "j1"))
         else:
 
             async def go() -> None:
-                async with AsyncRunpodClient(KEY, endpoint_base_url=server.url + "/v2") as c:
+                async with AsyncRunpodClient(KEY, **_hosts(server.url)) as c:
                     got.append(await c.job_status("ep1", "j1"))
 
             asyncio.run(go())
@@ -301,7 +306,7 @@ def test_an_unknown_encoding_is_refused():
 def test_poll_job_reaches_its_client_deadline_against_a_slow_loris(no_proxy):
     deadline_s = 5.0
     with LorisServer(header_trickle()) as server:
-        client = RunpodClient(KEY, endpoint_base_url=server.url + "/v2", deadline_s=DEADLINE_S)
+        client = RunpodClient(KEY, **_hosts(server.url), deadline_s=DEADLINE_S)
         started = time.time()
         with client:
             result = poll_job(

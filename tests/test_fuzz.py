@@ -374,7 +374,7 @@ def log_bytes(events: list[Any]) -> bytes:
 @functools.cache
 def seed_logs() -> tuple[tuple[bytes, ...], ...]:
     """Real job logs (lines) from whole simulated lifecycles, for the CLI fuzz to damage."""
-    from flashfsm import JobHandle, MemoryStore, RunpodClient, poll_job
+    from flashfsm import JobHandle, MemoryStore, poll_job
     from flashfsm.adapters.simulator import Simulator
 
     logs = []
@@ -390,7 +390,7 @@ def seed_logs() -> tuple[tuple[bytes, ...], ...]:
                 return json.loads(text) if text else None
 
             store = MemoryStore()
-            with RunpodClient(sim.accounts[0].key, endpoint_base_url=f"{sim.url}/v2") as client:
+            with sim.client() as client:
                 poll_job(
                     JobHandle(endpoint, "x", job, submitted_at=sim.clock.now()),
                     client=client,

@@ -290,7 +290,7 @@ def test_async_runpod_client_uses_the_lean_transport_by_default(
         endpoint_id = sim.add_endpoint("flash-lean", scenario="success")
 
         async def main() -> dict:
-            client = AsyncRunpodClient("sim-runpod-key-0", endpoint_base_url=sim.url + "/v2")
+            client = sim.async_client()
             assert isinstance(client._http._transport, AsyncH11Transport)
             try:
                 job_id = await client.run(endpoint_id, {"x": 1})
@@ -413,7 +413,9 @@ def test_the_async_client_sends_straight_through_the_lean_transport(
             return _reply(b'{"id": "j1", "status": "IN_PROGRESS"}')
 
         async with serving(keep_alive(answer)) as server:
-            client = AsyncRunpodClient("rp-key-direct", endpoint_base_url=server.url + "/v2")
+            client = AsyncRunpodClient(
+                "rp-key-direct", endpoint_base_url=server.url + "/v2", api_base_url=server.url
+            )
             monkeypatch.setattr(
                 client._http, "request", lambda *a, **k: pytest.fail("went through httpx")
             )
@@ -441,6 +443,7 @@ def test_the_async_client_times_out_on_a_silent_server() -> None:
             client = AsyncRunpodClient(
                 "k",
                 endpoint_base_url=server.url + "/v2",
+                api_base_url=server.url,
                 timeout=0.2,
                 retry=RetryPolicy(attempts=1),
             )
@@ -488,7 +491,9 @@ def test_the_sync_client_sends_straight_through_its_own_transport(
     async def main() -> None:
         answer = _reply(b'{"id": "j1", "status": "IN_PROGRESS"}')
         async with serving(keep_alive(lambda req: answer)) as server:
-            client = RunpodClient("rp-key-sync-direct", endpoint_base_url=server.url + "/v2")
+            client = RunpodClient(
+                "rp-key-sync-direct", endpoint_base_url=server.url + "/v2", api_base_url=server.url
+            )
             monkeypatch.setattr(
                 client._http, "send", lambda *a, **k: pytest.fail("went through httpx")
             )

@@ -228,7 +228,9 @@ def test_transport_errors_on_a_dead_host_are_retried_then_raised():
     with Simulator(speed=0, api_keys=(KEY,)) as dead:
         url = dead.url
     out = Outcome()
-    client = RunpodClient(KEY, endpoint_base_url=f"{url}/v2", sleep=out.sleeps.append)
+    client = RunpodClient(
+        KEY, endpoint_base_url=f"{url}/v2", api_base_url=url, sleep=out.sleeps.append
+    )
     with client, pytest.raises(RunpodApiError) as info:
         client.endpoint_health("ep")
     assert info.value.status_code is None and "ConnectError" in str(info.value)
@@ -430,7 +432,7 @@ def test_a_planted_key_never_appears_in_errors_or_reprs(flavor):
         for exc in errors:
             for link in _chain(exc):
                 assert PLANTED not in str(link) and PLANTED not in repr(link), repr(link)
-        client = RunpodClient(PLANTED, endpoint_base_url=f"{sim.url}/v2")
+        client = RunpodClient(PLANTED, endpoint_base_url=f"{sim.url}/v2", api_base_url=sim.url)
         assert PLANTED not in repr(client)
         client.close()
         for request in sim.requests:
@@ -527,7 +529,10 @@ def test_the_async_client_awaits_its_default_sleep(sim):
 
     async def go() -> dict[str, Any]:
         async with AsyncRunpodClient(
-            KEY, endpoint_base_url=f"{sim.url}/v2", retry=RetryPolicy(base_s=0.01)
+            KEY,
+            endpoint_base_url=f"{sim.url}/v2",
+            api_base_url=sim.url,
+            retry=RetryPolicy(base_s=0.01),
         ) as client:
             return await client.job_status(endpoint, job)
 

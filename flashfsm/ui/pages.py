@@ -356,9 +356,8 @@ def events_rows(index: StoreIndex, entry: Entry, after: int) -> str:
 
 
 def shown_bill(index: StoreIndex, rows: Sequence[dict[str, Any]]) -> float | None:
-    """What the streams of `rows` billed, together (every page of a filtered list): each
-    run's and lone job's bill once, a job a run queued only when its run is not among them;
-    None when a billed row has no price."""
+    """What the streams of `rows` billed together: a job a run queued only when its run is
+    not among them (None when a billed row has no price)."""
     names = {r["stream"] for r in rows}
     total = 0.0
     for r in rows:
