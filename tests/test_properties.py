@@ -46,6 +46,7 @@ from flashfsm.fsm.rules import (
 from flashfsm.fsm.state import SINCE
 from flashfsm.fsm.table import FAILURE_KIND, TERMINAL, TRANSITIONS, JobPhase
 from flashfsm.shell import Readers, attach, run_watch
+from flashfsm.watch import HEARTBEAT_READ
 from flashfsm.writer import JOB, NEWER_WATCH_WINS, StreamWriter
 from tests.conftest import ScriptedClient, VirtualClock
 
@@ -373,10 +374,15 @@ class ReplayCheckedWriter(StreamWriter):
         events = list(events)
         super().took(events)
         self.checked += len(events)
-        replayed = replay(self.store.read(self.stream))
-        assert replayed.snapshot() == self.state.snapshot(), (
-            f"replay differs from the live state after seq {events[-1].seq}"
-        )
+        replayed = replay(self.store.read(self.stream)).snapshot()
+        live = self.state.snapshot()
+        if replayed["pending"] != live["pending"]:
+            # The one difference the fold allows (flashfsm.fsm.job's notes): a regular
+            # heartbeat read the live watch skipped (nothing new) earlier in this poll is
+            # still pending in the replay, ahead of what the live state has pending.
+            assert replayed["pending"] == (HEARTBEAT_READ, *live["pending"]), events[-1].seq
+            live = {**live, "pending": replayed["pending"]}
+        assert replayed == live, f"replay differs from the live state after seq {events[-1].seq}"
 
 
 def checked_attach(store: Any, *args: Any, **kwargs: Any) -> ReplayCheckedWriter:

@@ -26,8 +26,12 @@ a trigger with no edge from it leaves the phase alone. The Machine is only calle
 phase moves — a few times per job — so a replay costs little more than decoding the log.
 
 The shell's one exception is `skip_read`: a regular heartbeat read that returned nothing
-new is not worth an event, so the shell drops it from `pending` directly; the next fetch
-resets `pending` anyway, so live and replayed states agree again at every event boundary.
+new is not worth an event, so the shell drops it from `pending` directly. The next fetch
+resets `pending` (and a verdict clears it), so live and replayed states agree again there;
+an event recorded between the skip and the next fetch (a read a rule asked for before its
+verdict) leaves the replay one regular heartbeat read ahead of the live state, and nothing
+else: a watch resumed there reads the heartbeat once more (nothing new: skipped again), as
+a snapshot taken there is written to (`watch`).
 
 Why it is long: the fold takes every event kind of a job's log in one place, beside `decide`
 and `verify`, which must read the same state the same way.
