@@ -965,6 +965,25 @@ def test_transient_forced_read_errors_never_change_the_verdict(
     assert replay(log).verdict == log[-1]
 
 
+@pytest.mark.regression(
+    reason="CI's property: a heartbeat stamped 61 s after the failure was seen counted as "
+    "this attempt's when its forced read was tried again 10 s later (PREEMPTED, not FAILED)"
+)
+def test_a_retried_forced_read_judges_the_heartbeat_ts_as_of_the_failure() -> None:
+    in_queue = Step(_answer("IN_QUEUE"), None, None)
+    script = Script(
+        steps=(in_queue, in_queue, in_queue, Step({"status": "COMPLETED", "output": "x"})),
+        submitted_at=START,
+        heartbeat_reader=True,
+        forced_heartbeat={"stage": "boot", "step": None, "ts": START + 91.0, "retriable": True},
+    )
+    clean, _, _ = run_poll_job(script, **NO_GRACE_ENDS)
+    error = TransientReadError("hub read failed: HTTPStatusError")
+    late, log, _ = run_poll_job(script, wrap_heartbeat=failing_first(1, error), **NO_GRACE_ENDS)
+    assert clean.state == late.state == "FAILED" and clean.detail == late.detail
+    assert [e.at - START for e in log if isinstance(e, HeartbeatObserved)] == [30.0, 40.0]
+
+
 @given(failure_ends, st.integers(DEFAULT_TRIES, DEFAULT_TRIES + 3), transient_read_errors)
 def test_a_forced_read_that_fails_every_try_concludes_job_failed_after_the_last_try(
     script: Script, failures: int, error: BaseException

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -541,6 +542,30 @@ def test_the_costs_and_fleet_pages_follow_the_store_without_a_reload(
     finally:
         costs.context.close()
         fleet.context.close()
+
+
+def test_ctrl_c_stops_the_view_within_a_second_with_browser_tabs_on_their_feeds(
+    stores: Stores, browser: Browser, tmp_path: Path
+) -> None:
+    server = UiServer(stores.url, cwd=tmp_path)
+    tabs = [open_tab(browser) for _ in range(2)]
+    try:
+        tabs[0].page.goto(server.url("/"))
+        tabs[1].page.goto(server.url(stream_path(stores.live.job)))
+        for tab in tabs:
+            tab.page.wait_for_selector("#live.on")  # each tab's feed is open
+        asked = time.monotonic()
+        server.process.send_signal(signal.SIGINT)
+        code = server.process.wait(10)
+        took = time.monotonic() - asked
+        err = server.process.stderr.read().decode() if server.process.stderr else ""
+    finally:
+        for tab in tabs:
+            tab.page.context.close()
+        server.stop()
+    assert code == 130 and err.strip().splitlines() == ["flashfsm ui: stopped"], err
+    # (designed: well within a second; allowed 3 s on a loaded two-core machine)
+    assert took < 3.0, f"{took:.2f} s to stop"
 
 
 # --- cancel -------------------------------------------------------------------------------------

@@ -145,19 +145,21 @@ def is_leftover_heartbeat(hb: HeartbeatObserved, submitted_at: float | None) -> 
     return submitted_at is not None and hb.ts is not None and hb.ts < submitted_at
 
 
-def untrusted_heartbeat_ts(hb: HeartbeatObserved) -> str | None:
+def untrusted_heartbeat_ts(hb: HeartbeatObserved, asked_at: float | None = None) -> str | None:
     """D3: why a heartbeat's `ts` cannot date it to this attempt, or None when it can.
 
     A heartbeat with no `ts` (missing, or not a finite number: the parser drops NaN,
     infinities and non-numbers, and the event refuses them) or one stamped more than
     `HEARTBEAT_FUTURE_TOLERANCE_S` after it was read cannot be told from a leftover of an
     earlier attempt, so its `retriable` flag does not count: a failure stays the job's own
-    unless a fresh heartbeat says otherwise.
+    unless a fresh heartbeat says otherwise. `asked_at` is when the read was first asked
+    for (a forced read: when the failure was seen), so a read tried again after a transient
+    error judges the same `ts` as the first try would have (default: when it was read).
     """
     ts = hb.ts
     if ts is None:
         return "has no usable `ts`"
-    ahead = ts - hb.at
+    ahead = ts - (hb.at if asked_at is None else asked_at)
     if ahead > HEARTBEAT_FUTURE_TOLERANCE_S:
         return (
             f"is stamped {ahead:.0f}s after it was read "
@@ -984,7 +986,8 @@ def retriable_reading(s: JobState, t: TimeText | None = None) -> tuple[bool, str
             f"the forced heartbeat predates the submission, a leftover (D3){after}: not retriable"
         )
     if hb.retriable:
-        untrusted = untrusted_heartbeat_ts(hb)
+        # (judged as of the failure's status, however many tries the read took)
+        untrusted = untrusted_heartbeat_ts(hb, None if s.status is None else s.status.at)
         if untrusted is not None:
             return False, (
                 f"the worker's heartbeat (seq {hb.seq}) flagged it retriable but {untrusted}, "
