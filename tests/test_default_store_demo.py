@@ -28,22 +28,18 @@ from flashfsm.cli import EXIT_CODES, app
 from flashfsm.events.models import Candidate, RunStarted
 from flashfsm.ids import new_id
 from flashfsm.sigint import EXIT_INTERRUPTED
+from tests.test_demo import user_dirs  # noqa: F401 (a fixture)
 
 COMMAND = Path(sys.executable).with_name("flashfsm")
 runner = CliRunner()
 
 
 @pytest.fixture
-def data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A user data directory of the test's own, and no $FLASHFSM_STORE: the directory the
-    default store (`events.db`) and the demo's (`demo.db`) go in (not made here)."""
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("XDG_DATA_HOME", str(home / "data"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))
-    monkeypatch.delenv("FLASHFSM_STORE", raising=False)
-    return home / "data" / "flashfsm"
+def data(user_dirs: Path) -> Path:  # noqa: F811 (the fixture, by name)
+    """A user data directory of the test's own (`tests.test_demo.user_dirs`), and no
+    $FLASHFSM_STORE: the directory the default store (`events.db`) and the demo's
+    (`demo.db`) go in (not made here)."""
+    return user_dirs / "data" / "flashfsm"
 
 
 def url_of(path: Path) -> str:
