@@ -2,7 +2,27 @@
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 from flashfsm.events.errors import FlashFsmError, StoreError
+
+
+def one_line(message: str) -> str:
+    """A message on one line: its lines joined, each run of white space one space."""
+    return " ".join(message.split())
+
+
+def message(exc: BaseException) -> str:
+    """An exception as one line (a validation error: each field and what is wrong with it)."""
+    if isinstance(exc, ValidationError):
+        parts = []
+        for err in exc.errors():
+            where = ".".join(str(x) for x in err.get("loc", ())) or "value"
+            parts.append(f"{where}: {err.get('msg')}")
+        return "; ".join(parts)
+    if isinstance(exc, OSError) and exc.strerror and exc.filename:
+        return f"{exc.filename}: {exc.strerror}"
+    return one_line(str(exc))
 
 
 class RunpodApiError(FlashFsmError):

@@ -32,7 +32,8 @@ from flashfsm.events.store import HANDOFF
 from flashfsm.ids import new_id
 from flashfsm.ui.app import UiConfig, create_app
 from flashfsm.ui.index import StoreIndex
-from flashfsm.ui.pages import Frame, fleet_page, row_html, stream_url
+from flashfsm.ui.pages import Frame, row_html, stream_url
+from flashfsm.ui.store_pages import fleet_page
 from tests.test_cli_escaping import Answers as EscapingAnswers
 from tests.test_cli_escaping import watch_scripted_job
 

@@ -25,6 +25,7 @@ from urllib.parse import quote
 
 import pytest
 
+from flashfsm.adapters.simulator import SimClock, Simulator
 from flashfsm.adapters.stores import open_store
 from flashfsm.cli.common import shown
 from flashfsm.cli.store import stream_row
@@ -51,6 +52,7 @@ from tests.ui_browser import (
     OpenRun,
     UiServer,
     append,
+    conclude,
     write_hostile,
     write_open_run,
 )
@@ -542,6 +544,85 @@ def test_the_costs_and_fleet_pages_follow_the_store_without_a_reload(
     finally:
         costs.context.close()
         fleet.context.close()
+
+
+def test_a_running_job_s_worker_log_is_followed_on_its_page_and_its_run_s_without_a_reload(
+    browser: Browser, shots: Path, tmp_path: Path
+) -> None:
+    # a simulator worker trains the job; the view reads its log with the simulator's key
+    with Simulator(clock=SimClock(speed=0, start=time.time() - 3600)) as sim:
+        key = sim.accounts[0].key
+        endpoint = sim.add_endpoint(scenario="training")
+        with sim.client() as client:
+            job_id = client.run(endpoint, {})
+            sim.clock.advance(60)
+            worker = client.job_status(endpoint, job_id)["workerId"]
+        hostile = f"key={key} <b>bold</b> <img src=x onerror=alert(1)> \x1b[2J"
+        sim.plant_log(job_id, hostile)
+        url = f"sqlite:///{tmp_path}/follow.db"
+        store = open_store(url)
+        try:
+            opened = write_open_run(
+                store, "fol", sim.clock() - 120, endpoint_id=endpoint, job_id=job_id,
+                worker_id=worker,
+            )  # fmt: skip
+        finally:
+            store.close()
+        server = UiServer(url, cwd=tmp_path, env=sim.env(hf=False))
+        tabs = {name: open_tab(browser) for name in (opened.job, opened.run)}
+        try:
+            for name, tab in tabs.items():
+                page = tab.page
+                page.goto(server.url(stream_path(name)))
+                page.wait_for_selector("#live.on")
+                mark_no_reload(page)
+                log = page.locator("#worker-log-body pre.log")
+                log.wait_for()
+                text = log.inner_text()
+                assert "rl_train_start" in text
+                assert worker in page.locator("#worker-log").inner_text()
+                # the key masked, the markup and the escape shown as text, nothing run
+                assert key not in page.content()
+                assert "key=[REDACTED] <b>bold</b> <img src=x onerror=alert(1)> \\x1b[2J" in text
+                assert page.locator("#worker-log pre.log b, #worker-log pre.log img").count() == 0
+                assert page.evaluate(INJECTED_JS) == []
+            sim.clock.advance(900)  # fifteen minutes more of training: new lines in its log
+            for name, tab in tabs.items():
+                page = tab.page
+                page.wait_for_function(
+                    "(old) => { const p = document.querySelector('#worker-log-body pre.log');"
+                    " return p && !old.includes(p.innerText.trim().split('\\n').pop()); }",
+                    arg=text,
+                    timeout=3 * LIVE_MS,
+                )
+                pre = page.locator("#worker-log-body pre.log")
+                at_end = pre.evaluate("(p) => p.scrollTop + p.clientHeight >= p.scrollHeight - 4")
+                assert at_end, "a reader at the log's end is kept at its end"
+                assert_not_reloaded(page)
+                for width in WIDTHS:
+                    page.set_viewport_size({"width": width, "height": 900})
+                    kind = "run" if name == opened.run else "job"
+                    screenshot(page, shots, f"followed-log-{kind}-{width}")
+                    assert check_layout(page) == [], f"screenshots in {shots}"
+            # the job ends: its page says so and stops asking
+            store = open_store(url)
+            try:
+                append(store, opened.job, StatusObserved, sim.clock(), status="COMPLETED")
+                conclude(store, opened.job, sim.clock())
+            finally:
+                store.close()
+            page = tabs[opened.job].page
+            page.locator("#worker-log-body [data-done]").wait_for(timeout=3 * LIVE_MS)
+            assert "has ended" in page.locator("#worker-log-body").inner_text()
+            reads = len(sim.requests_for("worker_logs"))
+            page.wait_for_timeout(4000)  # longer than a poll: the ended page asks no more
+            assert len(sim.requests_for("worker_logs")) <= reads + 1  # (the run's tab may ask)
+            for tab in tabs.values():
+                assert tab.dialogs == [] and tab.errors == []
+        finally:
+            for tab in tabs.values():
+                tab.page.context.close()
+            server.stop()
 
 
 def test_ctrl_c_stops_the_view_within_a_second_with_browser_tabs_on_their_feeds(

@@ -38,7 +38,8 @@ from flashfsm.metrics import read_store_facts
 from flashfsm.postmortem.ledger import money_text
 from flashfsm.submit import hand_off_spec, spec_intake
 from flashfsm.ui.index import StoreIndex
-from flashfsm.ui.pages import Frame, costs_page, row_html
+from flashfsm.ui.pages import Frame, row_html
+from flashfsm.ui.store_pages import costs_page
 from tests.billing_logs import CENT_A_SECOND, COMPLETED, Job, Stream, T, attempt, ended
 
 SPEC = {"run_id": "r-u", "gpu_class": "L40S", "worker_image": "team/t:1"}

@@ -94,12 +94,23 @@ class OpenRun:
     job: str
 
 
-def write_open_run(store: EventStore, tag: str, start: float, *, run: str = "") -> OpenRun:
-    """A run `run-live-<tag>` (or `run`) deployed at `start` whose job started 60 s later and
-    has been training since; its job stream `job-live-<tag>-a0`."""
+def write_open_run(
+    store: EventStore,
+    tag: str,
+    start: float,
+    *,
+    run: str = "",
+    endpoint_id: str = "ep1",
+    job_id: str = "",
+    worker_id: str | None = None,
+) -> OpenRun:
+    """A run `run-live-<tag>` (or `run`) deployed at `start` on `endpoint_id` whose job
+    (`job_id`) started 60 s later and has been training since; its job stream
+    `job-live-<tag>-a0`. With `worker_id`, its watch reads worker records and recorded that
+    worker taking the job."""
     run = run or f"run-live-{tag}"
     job = f"job-live-{tag}-a0"
-    endpoint, job_id = f"flash-live-{tag}", f"jid-{tag}"
+    endpoint, job_id = f"flash-live-{tag}", job_id or f"jid-{tag}"
     append(
         store,
         run,
@@ -122,23 +133,48 @@ def write_open_run(store: EventStore, tag: str, start: float, *, run: str = "") 
     )
     append(store, run, DeployAttempted, start, attempt=0, account=0, endpoint_name=endpoint)
     append(
-        store, run, EndpointDeployed, start + 30, attempt=0, endpoint_id="ep1",
+        store, run, EndpointDeployed, start + 30, attempt=0, endpoint_id=endpoint_id,
         endpoint_name=endpoint,
     )  # fmt: skip
     append(
-        store, run, JobQueued, start + 30, attempt=0, endpoint_id="ep1", job_id=job_id,
+        store, run, JobQueued, start + 30, attempt=0, endpoint_id=endpoint_id, job_id=job_id,
         job_stream=job, submitted_at=start + 30,
     )  # fmt: skip
     append(
-        store, job, JobSubmitted, start + 30, endpoint_id="ep1", endpoint_name=endpoint,
+        store, job, JobSubmitted, start + 30, endpoint_id=endpoint_id, endpoint_name=endpoint,
         job_id=job_id, gpu_class="L40S", submitted_at=start + 30,
     )  # fmt: skip
-    append(store, job, WatchStarted, start + 30, watcher="vm:live", has_heartbeat_reader=True)
+    readers: dict[str, Any] = {"v": 3, "has_worker_reader": True} if worker_id else {}
+    append(
+        store, job, WatchStarted, start + 30, watcher="vm:live", has_heartbeat_reader=True,
+        **readers,
+    )  # fmt: skip
     append(store, job, StatusObserved, start + 30, status="IN_QUEUE")
     append(store, job, StatusObserved, start + 60, status="IN_PROGRESS")
+    if worker_id:
+        append(store, job, WorkerObserved, start + 60, worker_id=worker_id, status="running")
     append(store, job, HeartbeatObserved, start + 90, stage="train", step=10, ts=start + 85)
     append(store, job, StatusObserved, start + 90, status="IN_PROGRESS")
     return OpenRun(run, job)
+
+
+def conclude(
+    store: EventStore, job: str, at: float, *, stage: str = "done", lines: tuple[str, ...] = ()
+) -> Concluded:
+    """Record at `at` the reads a watch makes before its verdict on `job` (a forced heartbeat
+    read answering `stage`, a worker log read answering `lines`), then the rules' verdict."""
+    for _ in range(5):
+        command = decide_before(replay(store.read(job)), None, at)
+        if isinstance(command, Conclude):
+            break
+        if isinstance(command, ReadHeartbeat):
+            append(store, job, HeartbeatObserved, at, stage=stage, forced=True)
+        elif isinstance(command, ReadWorkerLog):
+            append(store, job, WorkerLogObserved, at, worker_id="w", lines=lines)
+        else:
+            raise AssertionError(f"the watch of {job} asks {command!r}")
+    assert isinstance(command, Conclude), command
+    return append(store, job, Concluded, at, **concluded_fields(command.verdict))
 
 
 def write_hostile(store: EventStore, tag: str, start: float) -> None:
@@ -164,18 +200,7 @@ def write_hostile(store: EventStore, tag: str, start: float) -> None:
         store, job, StatusObserved, start + 30, status="FAILED", error=EVIL_ERROR,
         stdout_tail="\n".join(EVIL_LINES),
     )  # fmt: skip
-    for _ in range(5):  # the reads a watch makes before a failing verdict, then the verdict
-        command = decide_before(replay(store.read(job)), None, start + 31)
-        if isinstance(command, Conclude):
-            break
-        if isinstance(command, ReadHeartbeat):
-            append(store, job, HeartbeatObserved, start + 31, stage=EVIL_ERROR, forced=True)
-        elif isinstance(command, ReadWorkerLog):
-            append(store, job, WorkerLogObserved, start + 31, worker_id="w", lines=EVIL_LINES)
-        else:
-            raise AssertionError(f"the hostile job's watch asks {command!r}")
-    assert isinstance(command, Conclude), command
-    append(store, job, Concluded, start + 31, **concluded_fields(command.verdict))
+    conclude(store, job, start + 31, stage=EVIL_ERROR, lines=EVIL_LINES)
     append(
         store,
         EVIL_RUN,
@@ -199,8 +224,8 @@ class UiServer:
     """`flashfsm ui --store URL --port 0 --poll 0.1s` (and `extra` options) in a process:
     `base` is its address once it said where it serves."""
 
-    def __init__(self, url: str, *extra: str, cwd: Path) -> None:
-        env = {k: v for k, v in os.environ.items() if k not in ("FLASHFSM_STORE",)}
+    def __init__(self, url: str, *extra: str, cwd: Path, env: dict[str, str] | None = None) -> None:
+        env = {k: v for k, v in os.environ.items() if k not in ("FLASHFSM_STORE",)} | (env or {})
         env.update(PYTHONUNBUFFERED="1", COLUMNS="300", NO_COLOR="1")
         argv = [str(COMMAND), "ui", "--store", url, "--port", "0", "--poll", "0.1s", *extra]
         self.process = subprocess.Popen(

@@ -34,7 +34,6 @@ from urllib.parse import urlsplit
 
 import click
 import typer
-from pydantic import ValidationError
 from rich.cells import cell_len
 from rich.console import Console, ConsoleDimensions, ConsoleOptions, RenderableType
 from rich.segment import Segment
@@ -51,6 +50,8 @@ from flashfsm.cli.usage import EXIT_DISAGREES as EXIT_DISAGREES
 from flashfsm.cli.usage import EXIT_FENCED as EXIT_FENCED
 from flashfsm.cli.usage import EXIT_GATE as EXIT_GATE
 from flashfsm.cli.usage import EXIT_SWEEP_ERRORS as EXIT_SWEEP_ERRORS
+from flashfsm.errors import message as message  # (re-exported: the CLI's one-line errors)
+from flashfsm.errors import one_line as one_line
 from flashfsm.events.errors import CorruptLogError, EventDecodeError, FlashFsmError
 from flashfsm.events.models import Concluded, Event, RunConcluded
 from flashfsm.fsm.findings import first_line
@@ -211,11 +212,6 @@ def say(*parts: str | tuple[str, str], err: bool = False) -> None:
         target.print(Text.assemble(head if n == 0 else " " * hang, line))
 
 
-def one_line(message: str) -> str:
-    """A message on one line: its lines joined, each run of white space one space."""
-    return " ".join(message.split())
-
-
 # --- exit codes ---------------------------------------------------------------------------
 
 
@@ -344,19 +340,6 @@ class UsageErrors:
         if isinstance(exc, (FlashFsmError, ValueError, OSError)):
             raise fail(message(exc)) from None
         return False
-
-
-def message(exc: BaseException) -> str:
-    """An exception as one line (a validation error: each field and what is wrong with it)."""
-    if isinstance(exc, ValidationError):
-        parts = []
-        for err in exc.errors():
-            where = ".".join(str(x) for x in err.get("loc", ())) or "value"
-            parts.append(f"{where}: {err.get('msg')}")
-        return "; ".join(parts)
-    if isinstance(exc, OSError) and exc.strerror and exc.filename:
-        return f"{exc.filename}: {exc.strerror}"
-    return one_line(str(exc))
 
 
 # --- durations and the whole store ---------------------------------------------------------

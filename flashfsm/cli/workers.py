@@ -32,13 +32,12 @@ from flashfsm.cli.common import (
     console,
     emit_json,
     fail,
-    message,
     open_source,
     say,
     styled,
     verdict_json,
 )
-from flashfsm.events.models import Concluded, Event, JobSubmitted, WatchStarted
+from flashfsm.events.models import Concluded, Event, WatchStarted
 from flashfsm.fsm.findings import (
     EXPLAIN_LINE_CHARS,
     EXPLAIN_LOG_LINES,
@@ -48,13 +47,17 @@ from flashfsm.fsm.findings import (
     worker_evidence,
 )
 from flashfsm.fsm.run import replay_run
+from flashfsm.live_log import (
+    FETCH_TAIL_DEFAULT,
+    LiveLogUnavailable,
+    live_log_target,
+    read_live_log,
+)
 from flashfsm.render import clock_text
 from flashfsm.views import attempt_outcome, stream_kind
 
 #: The gutter a log line is printed after, under its heading (continuation lines hang under it).
 GUTTER = "  │ "
-#: How many lines `logs --fetch` asks for when `--lines` does not say.
-FETCH_TAIL_DEFAULT = 100
 
 
 def say_log_line(line: str, prefix: str = "  " + GUTTER) -> None:
@@ -294,52 +297,11 @@ def _nothing(name: str, kind: str, jobs: list[JobWorker]) -> str:
 
 def _fetch(jobs: list[JobWorker], lines: int | None) -> dict[str, Any]:
     """The live log of the latest job's worker, from RunPod: masked, never recorded."""
-    from flashfsm.adapters.runpod import LOG_TAIL_MAX, RunpodClient
-    from flashfsm.redact import redact
-
-    target = next(
-        (
-            j
-            for j in reversed(jobs)
-            if (j.log and j.log.worker_id) or (j.worker and j.worker.worker_id)
-        ),
-        None,
-    )
-    if target is None:
-        raise fail("--fetch: no job of this stream recorded a worker id to read the log of")
-    worker_id = (target.log.worker_id if target.log and target.log.worker_id else None) or (
-        target.worker.worker_id if target.worker else None
-    )
-    submitted = next((e for e in target.events if isinstance(e, JobSubmitted)), None)
-    if submitted is None or worker_id is None:
-        raise fail(f"--fetch: {target.stream} does not say which endpoint its job ran on")
-    tail = min(lines or FETCH_TAIL_DEFAULT, LOG_TAIL_MAX)
     try:
-        client = RunpodClient.from_env()
-    except Exception as exc:  # a missing key, a bad URL: one line
-        raise fail(f"--fetch: cannot reach RunPod: {redact(message(exc))}") from None
-    try:
-        read = getattr(client, "worker_log", None)
-        if read is None:
-            raise fail("--fetch: this flashfsm's RunPod client cannot read worker logs")
-        answer = read(submitted.endpoint_id, worker_id, tail=tail)
-    except typer.Exit:
-        raise
-    except Exception as exc:  # the read failed: say so in one line, masked
-        what = f"{type(exc).__name__}: {message(exc)}"
-        raise fail(f"--fetch: cannot read worker {worker_id}'s log: {redact(what)}") from None
-    finally:
-        client.close()
-    raw = answer.get("lines") if isinstance(answer, dict) else None
-    got = [redact(line) for line in (raw if isinstance(raw, list) else []) if isinstance(line, str)]
-    return {
-        "stream": target.stream,
-        "endpoint_id": submitted.endpoint_id,
-        "worker_id": worker_id,
-        "tail": tail,
-        "truncated": isinstance(answer, dict) and answer.get("truncated") is True,
-        "lines": got,
-    }
+        target = live_log_target((j.stream, j.events) for j in jobs)
+        return read_live_log(target, tail=lines or FETCH_TAIL_DEFAULT).json()
+    except LiveLogUnavailable as exc:
+        raise fail(f"--fetch: {exc}") from None
 
 
 def _print_fetched(fetched: dict[str, Any]) -> None:

@@ -18,6 +18,11 @@ only from the `trusted_proxy`. Pages are served with a Content-Security-Policy t
 the app's own script. A stream is served only when the index lists it (a name never becomes a
 path).
 
+Worker logs. A running job's page follows its worker's log (`flashfsm.ui.follow`): the
+page asks `/log/<name>` every few seconds, and the answer is read from RunPod with the view's
+own `RUNPOD_API_KEY`, masked, never recorded, on threads of its own (`LOG_READERS`), each
+read kept 5 s for every page that asks.
+
 Metrics. `/metrics` serves the store's Prometheus metrics (`flashfsm.metrics`) behind the
 same guards, GET or HEAD only: the facts come from the index (`StoreIndex.facts`, what
 `read_store_facts` would read, without reading the store again), collected in a worker
@@ -28,6 +33,7 @@ thread, so a scrape never holds the pages and feeds; until the index's first rea
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import hmac
 import ipaddress
@@ -61,9 +67,10 @@ from flashfsm.adapters.urls import display_url
 from flashfsm.cli.common import shown
 from flashfsm.events.models import NAME_CAP
 from flashfsm.events.text import redact_then_cap
+from flashfsm.live_log import LIVE_LOG_CACHE_S, LiveLogReader
 from flashfsm.metrics import metrics_app, metrics_registry
 from flashfsm.runs import request_cancel
-from flashfsm.ui import pages
+from flashfsm.ui import follow, pages, store_pages
 from flashfsm.ui.index import FILL_CHUNK, SERVE_WAIT_S, Change, StoreIndex
 from flashfsm.views import concluded
 
@@ -71,6 +78,9 @@ from flashfsm.views import concluded
 DEFAULT_POLL_S = 0.5
 #: A live feed sends a comment this often when nothing changes, so a dead client is noticed.
 KEEPALIVE_S = 15.0
+#: How many worker-log reads (`/log/<name>`) may wait on RunPod at once: they have threads
+#: of their own, so a slow platform never holds a page's rendering.
+LOG_READERS = 4
 #: How many refreshes a slow live feed may fall behind before it is dropped (the page
 #: reconnects and renders afresh).
 FEED_BACKLOG = 256
@@ -102,6 +112,8 @@ class UiConfig:
     #: The IP address of the reverse proxy whose X-Forwarded-For/-Proto/-Host are believed
     #: (from it alone); None: forwarded headers are ignored.
     trusted_proxy: str | None = None
+    #: How long a worker's live log read is kept for every page that follows it (seconds).
+    log_cache_s: float = LIVE_LOG_CACHE_S
 
 
 class Feeds:
@@ -309,6 +321,7 @@ def create_app(config: UiConfig, index: StoreIndex | None = None) -> Starlette:
     state: dict[str, Any] = {}
     feeds = Feeds()
     frame = pages.Frame(display_url(config.url), not config.allow_cancel)
+    logs = LiveLogReader(cache_s=config.log_cache_s)
 
     def the_index() -> StoreIndex:
         return state["index"]
@@ -335,12 +348,17 @@ def create_app(config: UiConfig, index: StoreIndex | None = None) -> Starlette:
 
         thread = threading.Thread(target=refresher, name="flashfsm-ui-refresh", daemon=True)
         thread.start()
+        state["log_pool"] = concurrent.futures.ThreadPoolExecutor(
+            LOG_READERS, thread_name_prefix="flashfsm-ui-log"
+        )
         await asyncio.to_thread(ix.ready.wait, SERVE_WAIT_S)
         try:
             yield
         finally:
             stop.set()
             unsubscribe()
+            state["log_pool"].shutdown(wait=False, cancel_futures=True)
+            logs.close()
             await asyncio.to_thread(thread.join, 5.0)
             if index is None:
                 ix.close()
@@ -414,7 +432,23 @@ def create_app(config: UiConfig, index: StoreIndex | None = None) -> Starlette:
             )
             return html(text)
         text = await asyncio.to_thread(
-            pages.stream_page, frame, the_index(), entry, wall, cancel_button(entry)
+            pages.stream_page,
+            frame,
+            the_index(),
+            entry,
+            wall,
+            cancel_button(entry),
+            follow=follow.follows(entry),
+        )
+        return html(text)
+
+    async def worker_log(request: Request) -> Response:
+        entry = entry_or_404(request)
+        if entry is None:
+            return not_found(request)
+        loop = asyncio.get_running_loop()
+        text = await loop.run_in_executor(
+            state["log_pool"], follow.log_fragment, the_index(), entry, logs
         )
         return html(text)
 
@@ -427,14 +461,14 @@ def create_app(config: UiConfig, index: StoreIndex | None = None) -> Starlette:
 
     async def costs(request: Request) -> Response:
         if request.query_params.get("part") == "body":
-            return html(await asyncio.to_thread(pages.costs_body, the_index()))
-        return html(await asyncio.to_thread(pages.costs_page, frame, the_index()))
+            return html(await asyncio.to_thread(store_pages.costs_body, the_index()))
+        return html(await asyncio.to_thread(store_pages.costs_page, frame, the_index()))
 
     async def fleet(request: Request) -> Response:
         wall = config.wall()
         if request.query_params.get("part") == "body":
-            return html(await asyncio.to_thread(pages.fleet_body, frame, the_index(), wall))
-        return html(await asyncio.to_thread(pages.fleet_page, frame, the_index(), wall))
+            return html(await asyncio.to_thread(store_pages.fleet_body, frame, the_index(), wall))
+        return html(await asyncio.to_thread(store_pages.fleet_page, frame, the_index(), wall))
 
     async def rows_json(request: Request) -> Response:
         f = pages.Filters.parse(dict(request.query_params))
@@ -554,6 +588,7 @@ def create_app(config: UiConfig, index: StoreIndex | None = None) -> Starlette:
         Route("/static/{name}", static),
         Route("/picture/{name:path}", picture),
         Route("/cancel/{name:path}", cancel, methods=["GET", "POST"]),
+        Route("/log/{name:path}", worker_log),
         Route("/s/{name:path}", stream),
     ]
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=_allowed_hosts(config.host))]

@@ -1,4 +1,4 @@
-"""The web view's pages as HTML: the runs and jobs list, a stream, the costs, the fleet.
+"""The web view's pages as HTML: the runs and jobs list, a stream, a message, a cancel form.
 
 Theory of operation. Every page is rendered on the server from what the index holds
 (`flashfsm.ui.index`) and the same folds and texts the CLI prints (`explain`, `why-not`, the
@@ -8,6 +8,9 @@ worker's log line) also goes through `shown` first, so a control character is wr
 escape and HTML or script in it is inert text. Pages carry no inline script or style: the
 one script and the one stylesheet are static files, and the app's Content-Security-Policy
 allows nothing else to run.
+
+The store-wide pages (the costs, the fleet) are in `flashfsm.ui.store_pages`, the followed
+worker log in `flashfsm.ui.follow`; both render with this module's `render_template`.
 
 Nothing here reads the clock: the caller passes the wall-clock reading (`wall`), and each log
 is viewed on its own clock (`flashfsm.views.view_now`).
@@ -30,7 +33,7 @@ from rich.console import Capture
 
 from flashfsm import render
 from flashfsm.cli.common import PIPED_WIDTH, console, is_file_source, shown
-from flashfsm.cli.cost import print_ledger, total_json, utc_text
+from flashfsm.cli.cost import print_ledger, utc_text
 from flashfsm.events.errors import FlashFsmError
 from flashfsm.events.models import Event, HeartbeatObserved
 from flashfsm.fsm.findings import summarize
@@ -42,11 +45,17 @@ from flashfsm.postmortem.ledger import (
     UNPRICED,
     WASTE_CAUSES,
     Ledger,
-    group,
     money_text,
 )
 from flashfsm.ui.index import Entry, Progress, StoreIndex
-from flashfsm.views import job_view, last_job_stream, run_label, stream_kind, view_now
+from flashfsm.views import (
+    attempt_outcome,
+    job_view,
+    last_job_stream,
+    run_label,
+    stream_kind,
+    view_now,
+)
 
 #: The colour of an unbilled cause on a cost strip (the billed ones: `render.COST_STYLE`).
 UNBILLED_COLOUR = "#d6dbe4"
@@ -112,7 +121,7 @@ _ENV = Environment(
 _ENV.filters.update(t=_shown, time=_time, dur=_duration, money=_money, rate=_rate, url=stream_url)
 
 
-def _render(template: str, **values: Any) -> str:
+def render_template(template: str, **values: Any) -> str:
     return _ENV.get_template(f"{template}.html").render(**values)
 
 
@@ -144,7 +153,7 @@ def page(
     got, and reloads itself every `READING_RELOAD_S` until it is whole."""
     from markupsafe import Markup
 
-    return _render(
+    return render_template(
         "layout",
         title=title,
         page=name,
@@ -188,7 +197,9 @@ def message_page(
 ) -> str:
     """A page that says one thing (a refusal, a done action); with `reading`, one that
     waits for the index's first read (it loads again until that is whole)."""
-    body = _render("message", title=title, text=text, back=back, cls="error" if bad else "note")
+    body = render_template(
+        "message", title=title, text=text, back=back, cls="error" if bad else "note"
+    )
     return page(frame, title, "message", body, reading=reading)
 
 
@@ -295,7 +306,7 @@ COLUMNS = (
 
 def row_html(row: dict[str, Any], *, child: bool = False) -> str:
     """One stream's row of the runs list (`child`: an attempt's, nested under its run's)."""
-    return _render("row", r=row, state=state_cell(row), child=child)
+    return render_template("row", r=row, state=state_cell(row), child=child)
 
 
 def attempt_rows(index: StoreIndex, run: str) -> str | None:
@@ -387,7 +398,7 @@ def runs_page(frame: Frame, index: StoreIndex, query: dict[str, str]) -> str:
             sorted({_owner_of(r) for r in rows} - {""}),
         ),
     )
-    body = _render(
+    body = render_template(
         "runs",
         f=f,
         rows=[_markup(row_html(r)) for r in chosen.shown],
@@ -452,7 +463,7 @@ def command_text(command: Callable[..., None], /, **kwargs: Any) -> str:
 
 def event_html(event: Event, origin: float, evidence: Sequence[int] = ()) -> str:
     """One event's row of a stream's events table."""
-    return _render(
+    return render_template(
         "event",
         seq=event.seq,
         offset=f"{event.at - origin:.0f}",
@@ -611,7 +622,7 @@ def live_html(
         values["explain"] = f"{entry.name}: named like a .jsonl file; run flashfsm explain on it"
     else:
         values["explain"] = command_text(explain_command, source=entry.name, store=index.url)
-    return _render("live", **values)
+    return render_template("live", **values)
 
 
 def _attempts(entry: Entry, events: list[Event], led: Ledger | None) -> list[dict[str, Any]]:
@@ -625,8 +636,6 @@ def _attempts(entry: Entry, events: list[Event], led: Ledger | None) -> list[dic
     out = []
     for n, a in enumerate(run.attempts):
         bill = bills.get(a.job_stream)
-        from flashfsm.views import attempt_outcome
-
         out.append(
             {
                 "n": n,
@@ -640,8 +649,11 @@ def _attempts(entry: Entry, events: list[Event], led: Ledger | None) -> list[dic
     return out
 
 
-def stream_page(frame: Frame, index: StoreIndex, entry: Entry, wall: float, cancel: str) -> str:
-    """A stream's page: its facts and verdict, picture, attempts, events and explanations."""
+def stream_page(
+    frame: Frame, index: StoreIndex, entry: Entry, wall: float, cancel: str, *, follow: bool
+) -> str:
+    """A stream's page: its facts and verdict, picture, attempts, events and explanations;
+    with `follow`, a section the page's script fills with the worker's live log."""
     version = index.version
     events = index.read(entry.name)
     kind = stream_kind(events)
@@ -650,10 +662,11 @@ def stream_page(frame: Frame, index: StoreIndex, entry: Entry, wall: float, canc
         view = job_view(events, wall)
         evidence = view.verdict.evidence if view.verdict is not None else ()
     origin = events[0].at if events else 0.0
-    body = _render(
+    body = render_template(
         "stream",
         name=entry.name,
         live=_markup(live_html(index, entry, events, wall, cancel=cancel)),
+        follow=follow,
         picture=bool(events),
         attempts=_attempts(entry, events, stream_ledger(index, entry, events)),
         events=[_markup(event_html(e, origin, evidence)) for e in events],
@@ -680,121 +693,6 @@ def picture_svg(index: StoreIndex, entry: Entry) -> str:
     return render.svg(pic)
 
 
-# --- costs and fleet ----------------------------------------------------------------------------
-
-
-#: The costs page's tables: (what `ledger.group` groups by, the table's title).
-GROUPS = (("cause", "cause"), ("gpu", "GPU"), ("rule", "verdict rule"))
-#: Waste over time is bucketed by hour when it spans less than this, else by day.
-HOURLY_UNDER_S = 2 * 86_400.0
-
-
-def costs_page(frame: Frame, index: StoreIndex) -> str:
-    """The store's money: by cause, GPU and rule (as `flashfsm cost --by`), and waste by day."""
-    reading = index.progress
-    return page(frame, "costs", "costs", costs_body(index), version=index.version, reading=reading)
-
-
-def costs_body(index: StoreIndex) -> str:
-    """The costs page's content (what its live feed renders again as the store changes)."""
-    ledgers = index.ledgers()
-    groups = [(title, group(ledgers, by)) for by, title in GROUPS]
-    totals = total_json(ledgers)  # what `flashfsm cost --json` totals
-    wasted = [a for led in ledgers for a in led.attempts if a.waste_s and a.waste_money]
-    ends = [a.end for a in wasted]
-    hourly = bool(ends) and max(ends) - min(ends) < HOURLY_UNDER_S
-    bucket = "%Y-%m-%d %H:00" if hourly else "%Y-%m-%d"
-    days: dict[str, float] = {}
-    for a in wasted:
-        key = datetime.fromtimestamp(a.end, UTC).strftime(bucket)
-        days[key] = days.get(key, 0.0) + (a.waste_money or 0.0)
-    top = max(days.values(), default=0.0)
-    waste_days = [(d, m, f"{100 * m / top:.1f}" if top else "0") for d, m in sorted(days.items())]
-    body = _render(
-        "costs",
-        ledgers=len(ledgers),
-        total=totals["money"],
-        waste=totals["waste_money"],
-        open_bills=totals["open_attempts"],
-        open_rate=totals["open_rate_per_hour"],
-        groups=groups,
-        waste_days=waste_days,
-        bucket="hour" if hourly else "day",
-    )
-    return body
-
-
-#: The most reattach gaps the fleet page lists (the newest).
-GAPS_SHOWN = 50
-
-
-def fleet_page(frame: Frame, index: StoreIndex, wall: float) -> str:
-    """The fleet: live replicas, open streams with their leases, the open streams nobody
-    watches now, and the gaps in watching the logs record (each reattach's)."""
-    body = fleet_body(frame, index, wall)
-    return page(frame, "fleet", "fleet", body, version=index.version, reading=index.progress)
-
-
-def fleet_body(frame: Frame, index: StoreIndex, wall: float) -> str:
-    """The fleet page's content, as of `wall` (what its live feed renders again)."""
-    fleet = index.fleet
-    leases = []
-    unwatched = []
-    for o in fleet.open_streams:
-        entry = index.entry(o.stream)
-        last = entry.row["last_at"] if entry is not None else None
-        quiet = None if last is None else max(0.0, wall - last)
-        if o.failed is not None:
-            note = f"failed to start: {o.failed}"
-        elif o.parent is not None or o.held:
-            note = ""
-        elif o.owner is not None:
-            note = "lease expired: no replica holds it"
-        elif o.handoff:
-            note = "waiting for a replica"
-        else:
-            note = ""  # its opener watches it (a poll_job, a supervise_run of its own)
-        expires = ""
-        if o.expires_in is not None:
-            expires = (
-                render.duration_text(o.expires_in)
-                if o.expires_in >= 0
-                else f"expired {render.duration_text(-o.expires_in)} ago"
-            )
-        row = {
-            "stream": o.stream,
-            "kind": o.kind,
-            "owner": o.owner if o.parent is None else f"(of {o.parent})",
-            "expires": expires,
-            "open_for": max(0.0, wall - o.opened_at),
-            "quiet": quiet,
-            "token": o.token,
-            "note": note,
-        }
-        leases.append(row)
-        if note:
-            unwatched.append(row)
-    gaps = sorted(
-        (
-            {"stream": r["stream"], "at": at, "gap": gap, "by": by}
-            for r in index.rows()
-            for at, gap, by in r.get("gaps", ())
-        ),
-        key=lambda g: -g["at"],
-    )
-    body = _render(
-        "fleet",
-        indexed=fleet.indexed,
-        store=frame.store,
-        replicas=fleet.replicas,
-        leases=leases,
-        unwatched=unwatched,
-        gaps=gaps[:GAPS_SHOWN],
-        gap_count=len(gaps),
-    )
-    return body
-
-
 def cancel_form(frame: Frame, name: str, csrf: str) -> str:
     """The confirmation asked before a run is cancelled."""
-    return page(frame, f"cancel {name}", "cancel", _render("cancel", name=name, csrf=csrf))
+    return page(frame, f"cancel {name}", "cancel", render_template("cancel", name=name, csrf=csrf))

@@ -199,4 +199,31 @@
     refresh(true);
   });
   setInterval(() => refresh(false), 5000); // armed rules' time left moves without events
+
+  // a running job's worker log, read again every 3 s until the answer says it is done;
+  // a reader at the end of the log stays at its end as lines come
+  const followed = document.getElementById("worker-log");
+  const logBody = document.getElementById("worker-log-body");
+  if (followed && logBody) {
+    let timer = null;
+    const follow = () => {
+      fetch(followed.dataset.src, { credentials: "same-origin" })
+        .then((r) => (r.ok ? r.text() : null))
+        .then((html) => {
+          if (html === null) return;
+          const old = logBody.querySelector("pre.log");
+          const atEnd = !old || old.scrollTop + old.clientHeight >= old.scrollHeight - 4;
+          logBody.replaceChildren(fragment(html));
+          const pre = logBody.querySelector("pre.log");
+          if (pre && atEnd) pre.scrollTop = pre.scrollHeight;
+          if (logBody.querySelector("[data-done]") && timer) {
+            clearInterval(timer);
+            timer = null;
+          }
+        })
+        .catch(() => {});
+    };
+    follow();
+    timer = setInterval(follow, 3000);
+  }
 })();
