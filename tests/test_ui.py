@@ -12,8 +12,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
@@ -430,3 +432,39 @@ def test_a_refresh_folds_only_the_new_events_of_an_open_job(tmp_path: Path, monk
             index.close()
     finally:
         store.close()
+
+
+def test_a_store_that_cannot_be_read_is_said_on_every_page_until_it_reads_again(
+    mixed_store, monkeypatch
+):
+    secret = "rpa_TroubleKey0123456789abcdef"
+    monkeypatch.setenv("RUNPOD_API_KEY", secret)
+
+    class Flaky(StoreIndex):
+        """An index whose refreshes fail (with a secret in the error) while `broken`."""
+
+        broken = False
+
+        def refresh(self, *args: Any, **kwargs: Any) -> Any:
+            if self.broken:
+                raise OSError(f"disk I/O error (key {secret})")
+            return super().refresh(*args, **kwargs)
+
+    index = Flaky(mixed_store)
+    app = create_app(UiConfig(mixed_store, poll_s=0.02), index=index)
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        assert 'id="trouble"' not in client.get("/").text
+        index.broken = True
+        deadline = time.monotonic() + 10
+        while 'id="trouble"' not in client.get("/").text and time.monotonic() < deadline:
+            time.sleep(0.02)
+        for path in ("/", "/costs", "/fleet", "/s/run-open"):
+            text = client.get(path).text
+            assert "the store cannot be read now: OSError: disk I/O error" in text, path
+            assert secret not in text
+        index.broken = False
+        deadline = time.monotonic() + 10
+        while 'id="trouble"' in client.get("/").text and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert 'id="trouble"' not in client.get("/fleet").text
+    index.close()

@@ -320,7 +320,9 @@ def create_app(config: UiConfig, index: StoreIndex | None = None) -> Starlette:
     nonces = FormNonces()
     state: dict[str, Any] = {}
     feeds = Feeds()
-    frame = pages.Frame(display_url(config.url), not config.allow_cancel)
+    frame = pages.Frame(
+        display_url(config.url), not config.allow_cancel, trouble=lambda: state.get("error")
+    )
     logs = LiveLogReader(cache_s=config.log_cache_s)
 
     def the_index() -> StoreIndex:
@@ -340,8 +342,8 @@ def create_app(config: UiConfig, index: StoreIndex | None = None) -> Starlette:
             while not stop.is_set():
                 try:
                     ix.refresh(chunk=FILL_CHUNK, stop=stop)
-                except Exception as exc:  # a store that went away: said, retried
-                    state["error"] = redact_then_cap(str(exc), 300)
+                except Exception as exc:  # a store that went away: said on every page, retried
+                    state["error"] = redact_then_cap(f"{type(exc).__name__}: {exc}", 300)
                 else:
                     state.pop("error", None)
                 stop.wait(config.poll_s)

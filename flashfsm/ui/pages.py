@@ -127,10 +127,12 @@ def render_template(template: str, **values: Any) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Frame:
-    """What every page's frame shows: the store (as printed, secrets hidden) and its mode."""
+    """What every page's frame shows: the store (as printed, secrets hidden), its mode, and
+    why the store cannot be read now (`trouble`: the last read's error, None when it read)."""
 
     store: str
     read_only: bool
+    trouble: Callable[[], str | None] = lambda: None
 
 
 #: The pages that follow the store live besides a stream's own (the live feed of every
@@ -164,6 +166,7 @@ def page(
         version=version,
         reading=None if reading is None else reading_text(reading),
         reload_s=READING_RELOAD_S,
+        trouble=frame.trouble(),
     )
 
 
