@@ -216,11 +216,9 @@ def perform(store: EventStore, request: StoreRequest) -> Any:
 
 def snapshot_interval(store: Any) -> int | None:
     """How many events a watch on `store` lets pass between two snapshots: the store's
-    `snapshot_every`, or None when it keeps no snapshots (or is not asked to write them)."""
-    if capabilities(store).snapshots is None:
-        return None
-    every = getattr(store, "snapshot_every", None)
-    return every if isinstance(every, int) and every > 0 else None
+    `snapshot_every` (the `SnapshotStore` setting, read through its capability), or None
+    when it keeps no snapshots (or is not asked to write them)."""
+    return capabilities(store).snapshot_every
 
 
 def replay_stream(store: EventStore, request: Replay[S]) -> S:

@@ -1,337 +1,89 @@
-"""A backend written outside flashfsm, only against its documented store contract, passes
-the suite flashfsm ships (`flashfsm.testing.StoreContract`), fleet capabilities included.
+"""A backend written outside flashfsm, only against its documented store contract
+(`DictStore`, tests/outside_store.py), plugged in by a real entry point and passing the
+whole suite flashfsm ships (`flashfsm.testing.StoreContract`): fleet capabilities, and the
+process tests, whose spawned processes open it by its URL.
 
-`DictStore` keeps its tables in the dicts of a `Location` (what a file or a database is to
-the other backends: store objects may share one) and moves rows only: the encoding layer
-(`flashfsm.events.rows`) makes each append's rows, checksums and index change, and checks
-each batch and each read. It implements docs/stores.md's contract: `EventStore`,
-`LazyReads`, `GroupCommit`, `SnapshotStore`, `SnapshotBatches`, `BulkReads` and `LeaseStore`
-(the open-streams index, leases, heartbeats, by its own clock), in under 300 lines.
+No installer is run: the plug-in's distribution is a `*.dist-info` directory (METADATA and
+entry_points.txt) in a scratch directory put on `sys.path` here and on `PYTHONPATH` for
+the processes the suite spawns; `importlib.metadata` finds it in both, as it would a
+package installed by pip.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import astuple, dataclass
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 
 from flashfsm.adapters.stores import SCHEMES, open_store
-from flashfsm.events.errors import DuplicateEventError, StoreError
-from flashfsm.events.models import Event
-from flashfsm.events.rows import CLOSED_BY, EncodedBatch, Row, decode_rows, encode_batch
-from flashfsm.events.store import (
-    CAPABILITIES,
-    FAILED_REASON_CAP,
-    Census,
-    Holder,
-    Incarnation,
-    Lease,
-    OpenStream,
-    Replica,
-    capabilities,
-    follow_by_polling,
-    is_mine,
-)
+from flashfsm.adapters.urls import path_url
+from flashfsm.events.store import CAPABILITIES, capabilities
 from flashfsm.testing import StoreContract
+from tests.outside_store import DictStore, Location, distribution
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
-@dataclass(slots=True)
-class _Open:
-    """One row of the open-streams index."""
-
-    stream: str
-    kind: str
-    parent: str | None
-    handoff: bool
-    opened_at: float
-    owner: str | None = None
-    expires: float | None = None
-    token: int = 0
-    failed: str | None = None
-
-    def claimable(self) -> bool:
-        return self.handoff and self.parent is None and self.failed is None
-
-    def live(self, now: float) -> bool:
-        return self.owner is not None and self.expires is not None and self.expires > now
-
-    def left(self, now: float) -> float | None:
-        return None if self.expires is None else self.expires - now
-
-
-class Location:
-    """The tables: rows by stream, ids, snapshots, the index, heartbeats, and one lock."""
-
-    def __init__(self) -> None:
-        self.lock = threading.RLock()
-        self.rows: dict[str, list[Row]] = {}
-        self.ids: set[str] = set()
-        self.snapshots: dict[str, tuple[int, int, bytes]] = {}
-        self.open: dict[str, _Open] = {}
-        # (expiry, kinds, incarnation text, last beat) by replica name
-        self.beats: dict[str, tuple[float, tuple[str, ...] | None, str | None, float]] = {}
-
-
-class DictStore:
-    """An event store in a `Location`; every operation holds its lock (a transaction)."""
-
-    def __init__(self, where: Location, *, strict: bool = False) -> None:
-        self.where, self.strict, self.snapshot_every = where, strict, 100
-
-    # -- EventStore (append fenced: LeaseStore) -------------------------------------------
-
-    def append(
-        self, stream: str, events: Sequence[Event], expected_seq: int, *, lease: Lease | None = None
-    ) -> None:
-        if events:
-            batch = encode_batch(stream, events, expected_seq, lease)
-            with self.where.lock:
-                self._append(batch)
-
-    def _append(self, batch: EncodedBatch) -> None:
-        where, fence = self.where, batch.fence
-        row = None if fence is None else where.open.get(fence)
-        batch.check(len(where.rows.get(batch.stream, ())), None if row is None else row.token)
-        ids = [row[2] for row in batch.rows]  # (a row: stream, seq, id, at, kind, body, crc)
-        for event_id in ids:
-            if event_id in where.ids:
-                raise DuplicateEventError(batch.stream, event_id)
-        where.rows.setdefault(batch.stream, []).extend(batch.rows)
-        where.ids.update(ids)
-        if batch.closes:
-            for name in [s for s, o in where.open.items() if batch.stream in (s, o.parent)]:
-                del where.open[name]
-        elif batch.opens is not None and batch.stream not in where.open:
-            where.open[batch.stream] = _Open(*batch.opens)
-
-    def read(self, stream: str, after: int | None = None) -> list[Event]:
-        with self.where.lock:
-            rows = self.where.rows.get(stream, [])[0 if after is None else max(0, after + 1) :]
-        seqs, bodies, sums = [r[1] for r in rows], [r[5] for r in rows], [r[6] for r in rows]
-        return decode_rows("dict store", stream, seqs, bodies, sums, strict=self.strict)
-
-    def streams(self) -> list[str]:
-        with self.where.lock:
-            return sorted(stream for stream, rows in self.where.rows.items() if rows)
-
-    def follow(
-        self, stream: str, after: int | None = None, *, poll_s: float = 0.2
-    ) -> Iterator[Event]:
-        return follow_by_polling(self.read, stream, after, poll_s, time.sleep)
-
-    def close(self) -> None:
-        """Nothing is held."""
-
-    # -- LazyReads, GroupCommit ------------------------------------------------------------
-
-    def iter_read(self, stream: str, after: int | None = None) -> Iterator[Event]:
-        return iter(self.read(stream, after))
-
-    def append_many(
-        self,
-        batches: Sequence[tuple[str, Sequence[Event], int]],
-        leases: Sequence[Lease | None] | None = None,
-    ) -> list[Exception | None]:
-        outcomes: list[Exception | None] = []
-        fences = list(leases) if leases is not None else [None] * len(batches)
-        with self.where.lock:
-            for (stream, events, expected), lease in zip(batches, fences, strict=True):
-                try:
-                    if events:
-                        self._append(encode_batch(stream, events, expected, lease))
-                    outcomes.append(None)
-                except (StoreError, ValueError) as exc:
-                    outcomes.append(exc)
-        return outcomes
-
-    # -- SnapshotStore, SnapshotBatches, BulkReads ----------------------------------------
-
-    def save_snapshot(self, stream: str, seq: int, version: int, body: bytes) -> None:
-        self.save_snapshots([(stream, seq, version, body)])
-
-    def save_snapshots(self, snapshots: Sequence[tuple[str, int, int, bytes]]) -> None:
-        with self.where.lock:
-            for stream, seq, version, body in snapshots:
-                kept = self.where.snapshots.get(stream)
-                if kept is None or kept[1] != version or kept[0] <= seq:
-                    self.where.snapshots[stream] = (seq, version, bytes(body))
-
-    def load_snapshot(self, stream: str) -> tuple[int, int, bytes] | None:
-        with self.where.lock:
-            return self.where.snapshots.get(stream)
-
-    def load_snapshots(self, streams: Sequence[str]) -> dict[str, tuple[int, int, bytes]]:
-        with self.where.lock:
-            return {s: self.where.snapshots[s] for s in streams if s in self.where.snapshots}
-
-    def read_tails(self, afters: Mapping[str, int]) -> dict[str, list[Event]]:
-        with self.where.lock:
-            return {stream: self.read(stream, after) for stream, after in afters.items()}
-
-    # -- LeaseStore: the index and leases, by this store's clock ----------------------------
-
-    def claim(
-        self,
-        owner: str,
-        ttl_s: float,
-        limit: int,
-        kinds: Sequence[str] = ("job", "run"),
-        *,
-        expired_only: bool = False,
-        incarnation: Incarnation | None = None,
-    ) -> list[Lease]:
-        now = time.time()
-        with self.where.lock:
-            if incarnation is not None and not self._mine(owner, incarnation):
-                return []
-            rows = sorted(self.where.open.values(), key=lambda o: (o.opened_at, o.stream))
-            free = [o for o in rows if o.claimable() and o.kind in kinds and not o.live(now)]
-            free = [o for o in free if o.owner is not None or not expired_only][: max(0, limit)]
-            for o in free:
-                o.owner, o.expires, o.token = owner, now + ttl_s, o.token + 1
-            return [Lease(o.stream, o.token, o.kind) for o in free]
-
-    def renew(self, owner: str, leases: Sequence[Lease], ttl_s: float) -> list[Lease]:
-        now, kept = time.time(), []
-        with self.where.lock:
-            for lease in leases:
-                o = self.where.open.get(lease.stream)
-                if o is not None and o.owner == owner and o.token == lease.token and o.live(now):
-                    o.expires = now + ttl_s
-                    kept.append(lease)
-        return kept
-
-    def release(self, owner: str, leases: Sequence[Lease]) -> None:
-        with self.where.lock:
-            for lease in leases:
-                o = self.where.open.get(lease.stream)
-                if o is not None and o.owner == owner and o.token == lease.token:
-                    o.owner = o.expires = None
-
-    def _mine(self, owner: str, incarnation: Incarnation) -> bool:
-        beat = self.where.beats.get(owner)
-        return beat is not None and is_mine(beat[2], incarnation)
-
-    def beat(
-        self,
-        owner: str,
-        ttl_s: float,
-        kinds: Sequence[str] | None = None,
-        incarnation: Incarnation | None = None,
-    ) -> Census | None:
-        now = time.time()
-        with self.where.lock:
-            beats = self.where.beats
-            if incarnation is not None and owner in beats and not self._mine(owner, incarnation):
-                return None  # the row names another incarnation: this one was fenced
-            text = None if incarnation is None else incarnation.text()
-            beats[owner] = (now + ttl_s, None if kinds is None else tuple(kinds), text, now)
-            for name in [n for n, (expires, *_) in beats.items() if expires < now - 86400]:
-                del beats[name]
-            claimable = [o for o in self.where.open.values() if o.claimable()]
-            others = [
-                o.expires for o in claimable if o.live(now) and o.owner != owner and o.expires
-            ]
-            return Census(
-                sum(expires > now for expires, *_ in beats.values()),
-                len(claimable),
-                sum(o.owner == owner and o.live(now) for o in claimable),
-                min(others) - now if others else None,
-            )
-
-    def join(
-        self,
-        owner: str,
-        ttl_s: float,
-        kinds: Sequence[str] | None = None,
-        incarnation: Incarnation | None = None,
-        *,
-        replacing: Holder | None = None,
-    ) -> Census | Holder:
-        now = time.time()
-        with self.where.lock:
-            beat = self.where.beats.get(owner)
-            if beat is None or not is_mine(beat[2], incarnation):
-                row = None if beat is None else (beat[2], beat[0], now - beat[3], beat[0] - now)
-                holder = Holder.of(owner, row)
-                mine = [o for o in self.where.open.values() if o.owner == owner]
-                live = (beat is not None and beat[0] > now) or any(o.live(now) for o in mine)
-                if live and not holder.same(replacing):
-                    return holder
-                for o in mine:  # fenced: every lease of an earlier incarnation
-                    o.token, o.expires = o.token + 1, now
-                self.where.beats.pop(owner, None)
-            census = self.beat(owner, ttl_s, kinds, incarnation)
-            assert census is not None
-            return census
-
-    def leave(self, owner: str, incarnation: Incarnation | None = None) -> None:
-        with self.where.lock:
-            if incarnation is not None and not self._mine(owner, incarnation):
-                return  # fenced: the name is another incarnation's
-            self.where.beats.pop(owner, None)
-            for o in self.where.open.values():
-                if o.owner == owner:
-                    o.owner = o.expires = None
-
-    def open_streams(self) -> list[OpenStream]:
-        now = time.time()
-        with self.where.lock:
-            rows = sorted(self.where.open.values(), key=lambda o: (o.opened_at, o.stream))
-            return [OpenStream(*astuple(o)[:6], o.left(now), o.token, o.failed) for o in rows]
-
-    def replicas(self) -> list[Replica]:
-        now = time.time()
-        with self.where.lock:
-            live = sorted((o, k, e - now) for o, (e, k, *_) in self.where.beats.items() if e > now)
-            return [Replica(owner, kinds, left) for owner, kinds, left in live]
-
-    def mark_failed(self, owner: str, lease: Lease, reason: str) -> bool:
-        with self.where.lock:
-            o = self.where.open.get(lease.stream)
-            if o is None or o.owner != owner or o.token != lease.token:
-                return False
-            o.failed = reason[:FAILED_REASON_CAP]
-            return True
-
-    def unmark(self, stream: str) -> bool:
-        with self.where.lock:
-            o = self.where.open.get(stream)
-            marked = o is not None and o.failed is not None
-            if o is not None:
-                o.failed = None
-            return marked
-
-    def drop_closed(self, stream: str) -> bool:
-        with self.where.lock:
-            if not any(row[4] in CLOSED_BY for row in self.where.rows.get(stream, ())):
-                return False
-            gone = [s for s, o in self.where.open.items() if stream in (s, o.parent)]
-            for name in gone:
-                del self.where.open[name]
-            return bool(gone)
+@pytest.fixture(scope="module", autouse=True)
+def plugged_in(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """`dict://` registered by the entry point `dict = tests.outside_store:open_dict_store`
+    of a distribution in a scratch directory, seen by this process and the ones it spawns."""
+    site = tmp_path_factory.mktemp("site")
+    distribution(site, "flashfsm-outside-store", {"dict": "tests.outside_store:open_dict_store"})
+    paths = [str(site), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(site))
+        patch.setenv("PYTHONPATH", os.pathsep.join(paths))
+        SCHEMES.refresh()  # (another test may have read the group before the path had it)
+        yield site
+    SCHEMES.refresh()
 
 
 class TestDictStore(StoreContract):
+    """The whole contract, every store opened by URL through the plug-in's entry point."""
+
     capabilities = frozenset(capability.name for capability in CAPABILITIES)
 
-    def setup_method(self, method: object = None) -> None:
-        super().setup_method(method)
-        self.location = Location()
+    def store_url(self) -> str:
+        return path_url("dict", self.tmp / "tables.pkl")
 
     def new_store(self) -> DictStore:
-        return DictStore(self.location)
+        store = open_store(self.store_url())
+        assert isinstance(store, DictStore)
+        return store
 
     def damage(self, store: object, stream: str, seq: int) -> bool:
-        rows = self.location.rows[stream]
-        stream, seq_, id_, at, kind, body, crc = rows[seq]
-        rows[seq] = (stream, seq_, id_, at, kind, body.replace(b"IN_QUEUE", b"IN_QUEUX"), crc)
+        assert isinstance(store, DictStore)
+        with store.where.transaction():
+            rows = store.where.rows[stream]
+            stream, seq_, id_, at, kind, body, crc = rows[seq]
+            damaged = body.replace(b"IN_QUEUE", b"IN_QUEUX")
+            rows[seq] = (stream, seq_, id_, at, kind, damaged, crc)
         return True
 
 
-def test_the_backend_opens_by_url_once_registered_and_is_checked_there(monkeypatch) -> None:
+def test_a_spawned_process_opens_the_plug_in_by_url(tmp_path: Path) -> None:
+    url = path_url("dict", tmp_path / "tables.pkl")
+    code = (
+        "import sys; from flashfsm.adapters.stores import open_store; "
+        "from flashfsm.testing.contract import contract_events; "
+        "s = open_store(sys.argv[1]); s.append('job-1', contract_events('job-1', 0, 2), 0)"
+    )
+    subprocess.run([sys.executable, "-c", code, url], check=True, timeout=60)
+    store = open_store(url, read_only=True)
+    assert [e.seq for e in store.read("job-1")] == [0, 1]
+    assert capabilities(store).leases is store and capabilities(store).snapshot_every == 100
+
+
+def test_in_process_registration_feeds_the_same_registry(monkeypatch) -> None:
     shared = Location()
-    monkeypatch.setitem(SCHEMES, "dict", lambda url, read_only: DictStore(shared))
-    store = open_store("dict://")
-    assert capabilities(store).leases is store and isinstance(store, DictStore)
+    monkeypatch.setitem(SCHEMES, "dictmem", lambda url, read_only: DictStore(shared))
+    store = open_store("dictmem://")
+    assert capabilities(store).leases is store and store.where is shared  # type: ignore[attr-defined]
+    assert {"dict", "dictmem", "sqlite"} <= set(SCHEMES)
+    with pytest.raises(ValueError, match="'dict' is registered twice: in this process and by"):
+        SCHEMES["dict"] = lambda url, read_only: DictStore(shared)

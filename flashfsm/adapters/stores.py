@@ -17,6 +17,18 @@ Store URLs (`open_store`):
   `postgres` extra). Query parameters `table=`, `pool_size=`, `strict=`, `snapshot_every=`
   and `idle_in_transaction_s=` are the store's own (see `PostgresStore`); every other one
   goes to libpq (`sslmode=require`, `connect_timeout=5`, …).
+- Any other scheme is a plug-in's (`SCHEMES`, a `StoreSchemes`: the one registry of
+  schemes). A package registers its backend by an entry point of the group
+  `flashfsm.stores` (`ENTRY_POINT_GROUP`): the entry point's name is the scheme, its value
+  `module:opener`, an `Opener` — `opener(url, *, read_only)` returning the store. Every
+  process finds it, a spawned one too. The entry points are read lazily and once: never at
+  import, never for a built-in scheme, only when a scheme that is not built in is first
+  looked up (the plug-in's module is imported when its scheme is first opened). A program
+  or a test may register a scheme in its own process in the same registry
+  (`SCHEMES["mine"] = opener`). A scheme registered twice (two entry points, or an entry
+  point and a registration in process), an entry point naming a built-in scheme, and a
+  plug-in that fails to import are one-line `ValueError`s naming the scheme and the entry
+  point. Whatever an opener returns is checked against the store contract (`check_store`).
 
 A numeric option must be a finite number within its range (`STORE_OPTION_RANGES` in
 `flashfsm.adapters.urls`: `busy_timeout_s` 1 to 3600 seconds, `idle_in_transaction_s` 0.5
@@ -45,15 +57,22 @@ destination stores each event with a fresh checksum of the same bytes.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
-from collections.abc import Callable, Iterable
+import re
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from flashfsm.adapters.urls import display_url, in_range, option_range, path_url, url_path
+from flashfsm.errors import message
 from flashfsm.events.codec import require_checksums
 from flashfsm.events.store import EventStore, check_store
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 ENV_VAR = "FLASHFSM_STORE"
 
@@ -167,35 +186,196 @@ def _postgres(url: str, read_only: bool) -> EventStore:
     return PostgresStore(dsn, **kwargs)
 
 
-#: URL scheme -> factory taking the whole URL and whether to open it read-only (a backend of
-#: one's own may register its scheme here: `open_store` then checks what it returns).
-SCHEMES: dict[str, Callable[[str, bool], EventStore]] = {
-    "memory": _memory,
-    "sqlite": _sqlite,
-    "jsonl": _jsonl,
-    "postgresql": _postgres,
-    "postgres": _postgres,
-}
+class Opener(Protocol):
+    """What opens a store from its URL: the whole URL, and whether to open it only to read
+    it (`read_only`, passed by keyword). The built-in schemes' openers are of this shape,
+    and so is a plug-in's (`SCHEMES`)."""
+
+    def __call__(self, url: str, *, read_only: bool) -> EventStore:
+        """A store on what `url` names; `read_only=True` creates and changes nothing."""
+        ...
+
+
+#: The entry-point group whose entry points register store URL schemes: each one's name is
+#: a scheme, its value `module:opener` an `Opener`.
+ENTRY_POINT_GROUP = "flashfsm.stores"
+
+_SCHEME_NAME = re.compile(r"[a-z][a-z0-9+.-]*")
+
+
+def _named(entry: EntryPoint) -> str:
+    """An entry point as its distribution declares it: `name = value (distribution)`."""
+    dist = getattr(entry, "dist", None)
+    return f"{entry.name} = {entry.value}" + (f" ({dist.name})" if dist is not None else "")
+
+
+class StoreSchemes(MutableMapping[str, Opener]):
+    """Store URL scheme -> its `Opener`: the one registry `open_store` looks a scheme up in.
+
+    It is fed three ways, and a scheme comes from exactly one of them:
+
+    - built in: `memory`, `sqlite`, `jsonl`, `postgresql`, `postgres` (never replaced);
+    - registered in this process: `SCHEMES["mine"] = opener` (`del SCHEMES["mine"]`
+      forgets it);
+    - a plug-in, by entry point: a distribution's entry point of the group `flashfsm.stores`
+      (`ENTRY_POINT_GROUP`), its name the scheme and its value `module:opener`. Every
+      process that opens the URL finds it, a spawned one too.
+
+    The entry points are read lazily, never at import and never for a built-in scheme: the
+    first time a scheme that is neither built in nor registered is looked up (or one is
+    registered), once; a plug-in's module is imported when its scheme is first opened.
+    Errors are one-line `ValueError`s: an entry point naming a built-in scheme, two naming
+    one scheme (or one naming a scheme also registered in process), a name that is not a
+    URL scheme, a plug-in whose import fails or whose value is not callable.
+    `refresh()` forgets what was read (a distribution installed while the process runs).
+    """
+
+    def __init__(self, built_in: Mapping[str, Opener]) -> None:
+        self._built_in = dict(built_in)
+        self._registered: dict[str, Opener] = {}
+        self._group: dict[str, list[EntryPoint]] | None = None  # (read once, lazily)
+        self._loaded: dict[str, Opener] = {}
+        self._lock = threading.RLock()
+
+    @property
+    def built_in(self) -> frozenset[str]:
+        """The built-in schemes."""
+        return frozenset(self._built_in)
+
+    def __getitem__(self, scheme: str) -> Opener:
+        opener = self._built_in.get(scheme) or self._registered.get(scheme)
+        if opener is not None:
+            return opener
+        with self._lock:
+            if scheme not in self._loaded:
+                entries = self._entry_points().get(scheme)
+                if entries is None:
+                    raise KeyError(scheme)
+                self._loaded[scheme] = self._load(scheme, entries[0])
+            return self._loaded[scheme]
+
+    def __setitem__(self, scheme: str, opener: Opener) -> None:
+        if scheme in self._built_in:
+            raise ValueError(
+                f"store URL scheme {scheme!r} is built in: register the backend under a "
+                "scheme of its own"
+            )
+        with self._lock:
+            held = self._registered.get(scheme)
+            if held is not None and held is not opener:
+                raise ValueError(
+                    f"store URL scheme {scheme!r} is registered twice in this process "
+                    f"({held!r}, then {opener!r}): del SCHEMES[{scheme!r}] first"
+                )
+            entries = self._entry_points().get(scheme)
+            if entries:
+                raise ValueError(
+                    f"store URL scheme {scheme!r} is registered twice: in this process and "
+                    f"by the entry point {_named(entries[0])} of group {ENTRY_POINT_GROUP!r}"
+                )
+            self._registered[scheme] = opener
+
+    def __delitem__(self, scheme: str) -> None:
+        if scheme in self._built_in:
+            raise ValueError(f"store URL scheme {scheme!r} is built in: it cannot be removed")
+        with self._lock:
+            del self._registered[scheme]
+
+    def __iter__(self) -> Iterator[str]:
+        with self._lock:
+            names = [*self._built_in, *self._registered, *self._entry_points()]
+        return iter(dict.fromkeys(names))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def refresh(self) -> None:
+        """Forget the entry points read and the plug-ins loaded: the next lookup reads
+        them anew (after a distribution was installed or removed in a running process)."""
+        with self._lock:
+            self._group = None
+            self._loaded.clear()
+        importlib.invalidate_caches()
+
+    def _entry_points(self) -> dict[str, list[EntryPoint]]:
+        """The group's entry points by scheme, read once and checked whole each time."""
+        if self._group is None:
+            from importlib.metadata import entry_points
+
+            group: dict[str, list[EntryPoint]] = {}
+            for entry in entry_points(group=ENTRY_POINT_GROUP):
+                same = group.setdefault(entry.name, [])
+                if all(e.value != entry.value for e in same):  # (one package seen twice)
+                    same.append(entry)
+            self._group = group
+        for scheme, entries in self._group.items():
+            where = f"the entry point {_named(entries[0])} of group {ENTRY_POINT_GROUP!r}"
+            if scheme in self._built_in:
+                raise ValueError(f"{where} shadows the built-in store URL scheme {scheme!r}")
+            if not _SCHEME_NAME.fullmatch(scheme):
+                raise ValueError(f"{where} names no URL scheme (lowercase: {scheme.lower()!r})")
+            if len(entries) > 1:
+                raise ValueError(
+                    f"store URL scheme {scheme!r} is registered twice, by the entry points "
+                    f"{' and '.join(_named(e) for e in entries)} of group {ENTRY_POINT_GROUP!r}"
+                )
+            if scheme in self._registered:
+                raise ValueError(
+                    f"store URL scheme {scheme!r} is registered twice: in this process and "
+                    f"by {where}"
+                )
+        return self._group
+
+    @staticmethod
+    def _load(scheme: str, entry: EntryPoint) -> Opener:
+        """Import a plug-in's opener: any failure is one line naming the scheme and the
+        entry point (a plug-in that cannot load is a configuration error, not a crash)."""
+        where = f"store URL scheme {scheme!r}: the entry point {_named(entry)}"
+        try:
+            opener = entry.load()
+        except Exception as exc:
+            why = f"{type(exc).__name__}: {message(exc)}"
+            raise ValueError(f"{where} failed to load: {why}") from exc
+        if not callable(opener):
+            raise ValueError(f"{where} is not callable: {type(opener).__name__}")
+        return cast(Opener, opener)
+
+
+#: Store URL scheme -> the `Opener` of its store: the built-in schemes, those registered in
+#: this process and the plug-ins' (see `StoreSchemes`). `open_store` checks what an opener
+#: returns.
+SCHEMES = StoreSchemes(
+    {
+        "memory": _memory,
+        "sqlite": _sqlite,
+        "jsonl": _jsonl,
+        "postgresql": _postgres,
+        "postgres": _postgres,
+    }
+)
 
 
 def open_store(url: str, *, read_only: bool = False) -> EventStore:
     """The store a URL names (see the module docstring); an unknown scheme is a `ValueError`.
 
-    `read_only=True` creates and changes nothing: a missing store is `StoreNotFound`. The
-    store is checked against the declared contract once, here (`check_store`: a backend
-    registered in `SCHEMES` that breaks it is a `StoreContractError`, and it is closed).
+    `read_only=True` creates and changes nothing: a missing store is `StoreNotFound`. A
+    scheme that is not built in is looked up among those registered in this process and
+    the plug-ins' entry points (`SCHEMES`). The store is checked against the declared
+    contract once, here (`check_store`: a backend that breaks it is a
+    `StoreContractError`, and it is closed).
     """
     scheme = urlsplit(url).scheme
-    factory = SCHEMES.get(scheme)
-    if factory is None:
+    if not scheme:  # a bare path (no plug-in is looked up for it)
+        known = ", ".join(f"{s}://" for s in sorted(SCHEMES.built_in))
+        raise ValueError(
+            f"{display_url(url)!r} is not a store URL: a file is sqlite:///path/events.db, "
+            f"a directory of JSONL files jsonl:///path (known: {known})"
+        )
+    opener = SCHEMES.get(scheme)
+    if opener is None:
         known = ", ".join(f"{s}://" for s in sorted(SCHEMES))
-        if not scheme:  # a bare path
-            raise ValueError(
-                f"{display_url(url)!r} is not a store URL: a file is sqlite:///path/events.db, "
-                f"a directory of JSONL files jsonl:///path (known: {known})"
-            )
         raise ValueError(f"unknown store URL scheme {scheme!r} (known: {known})")
-    store = factory(url, read_only)
+    store = opener(url, read_only=read_only)
     try:
         check_store(store)
     except BaseException:

@@ -11,10 +11,14 @@ capability is a protocol of its own (`LazyReads`, `GroupCommit`, `SnapshotStore`
 them once, when it is opened (`open_store` does): a store that has only part of a
 capability's methods is refused (`StoreContractError`), so an outside backend cannot lose
 one silently. `capabilities(store)` says what a store offers (resolved once per store
-object), and callers ask it — `capabilities(store).snapshots`, `.leases`, … — instead of
-looking for methods one by one. What a backend stores, and how it checks what it reads, is
-the encoding layer's (`flashfsm.events.rows`); the suite every backend must pass ships as
+object), and callers ask it — `capabilities(store).snapshots`, `.leases`, … and a
+capability's settings, `.snapshot_every` — instead of looking for methods or attributes.
+What a backend stores, and how it checks what it reads, is the encoding layer's
+(`flashfsm.events.rows`); the suite every backend must pass ships as
 `flashfsm.testing.StoreContract`.
+
+Why it is long: it is the store contract, read in one place: each capability's protocol
+beside the declaration and the check that enforce it.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import json
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import Any, Protocol, TypeGuard, cast, runtime_checkable
 
 from flashfsm.events.errors import ConcurrencyError, DuplicateEventError, StaleLease
 from flashfsm.events.models import Event
@@ -157,9 +161,13 @@ class SnapshotStore(Protocol):
 
     A snapshot is the folded state of a stream at a seq, as bytes, with the version of the
     fold's code that made it (`flashfsm.fsm.snapshot`). It is a cache beside the log, never
-    part of it: one per stream is kept, and a reader checks it before trusting it. A store
-    may say how many events a watch lets pass between two snapshots (`snapshot_every`, an
-    int or None; None or absent: snapshots are read but never written).
+    part of it: one per stream is kept, and a reader checks it before trusting it.
+
+    The capability has one setting, an attribute the store may declare: `snapshot_every`,
+    how many events a watch lets pass between two snapshots (a whole number from 1; None
+    or absent: snapshots are read but never written). Callers read it through the
+    capability (`capabilities(store).snapshot_every`), and `check_store` refuses any other
+    value, or one declared by a store that keeps no snapshots.
     """
 
     def save_snapshot(self, stream: str, seq: int, version: int, body: bytes) -> None:
@@ -518,12 +526,15 @@ class StoreContractError(TypeError):
 @dataclass(frozen=True, slots=True)
 class Capability:
     """One optional capability: its name (`Capabilities`' attribute), its protocol, the
-    methods that make it, and the capability it builds on (`needs`)."""
+    methods that make it, the capability it builds on (`needs`), and its settings: the
+    attributes a store offering it may declare (each read as `Capabilities`' attribute of
+    the same name, and checked by `check_store`)."""
 
     name: str
     protocol: type
     methods: tuple[str, ...]
     needs: str | None = None
+    settings: tuple[str, ...] = ()
 
 
 #: The methods every store has (`EventStore`).
@@ -532,7 +543,9 @@ CORE_METHODS = ("append", "read", "streams", "follow", "close")
 CAPABILITIES = (
     Capability("lazy_reads", LazyReads, ("iter_read",)),
     Capability("group_commit", GroupCommit, ("append_many",)),
-    Capability("snapshots", SnapshotStore, ("save_snapshot", "load_snapshot")),
+    Capability(
+        "snapshots", SnapshotStore, ("save_snapshot", "load_snapshot"), settings=("snapshot_every",)
+    ),
     Capability("snapshot_batches", SnapshotBatches, ("save_snapshots",), needs="snapshots"),
     Capability("bulk_reads", BulkReads, ("read_tails", "load_snapshots"), needs="snapshots"),
     Capability(
@@ -594,6 +607,16 @@ class Capabilities:
         return cast("SnapshotStore | None", self._offer("snapshots"))
 
     @property
+    def snapshot_every(self) -> int | None:
+        """The `SnapshotStore` setting: how many events a watch lets pass between two
+        snapshots, as the store declares it now; None when it keeps no snapshots, declares
+        none, or declares what is not a whole number from 1."""
+        if "snapshots" not in self.names:
+            return None
+        every = getattr(self.store, "snapshot_every", None)
+        return every if _interval(every) else None
+
+    @property
     def snapshot_batches(self) -> SnapshotBatches | None:
         """`save_snapshots` in one transaction."""
         return cast("SnapshotBatches | None", self._offer("snapshot_batches"))
@@ -611,6 +634,11 @@ class Capabilities:
 
 #: Capability names by store object, resolved once (a store is never kept alive by it).
 _RESOLVED: weakref.WeakKeyDictionary[Any, frozenset[str]] = weakref.WeakKeyDictionary()
+
+
+def _interval(every: object) -> TypeGuard[int]:
+    """Whether `every` is a `snapshot_every` that asks for snapshots: a whole number from 1."""
+    return type(every) is int and every >= 1
 
 
 def _offered(store: object) -> tuple[frozenset[str], list[str]]:
@@ -673,7 +701,9 @@ def check_store(store: object) -> Capabilities:
     Raises `StoreContractError` naming every problem: a method of `EventStore` missing;
     part of a capability's methods without the rest (say `claim` without `renew`), or one
     without the capability it builds on (`read_tails` with no snapshots); a `LeaseStore`
-    whose `append` takes no `lease` (or whose `append_many` takes no `leases`).
+    whose `append` takes no `lease` (or whose `append_many` takes no `leases`); a
+    capability's setting declared by a store that lacks the capability, or of a wrong value
+    (`snapshot_every` neither None nor a whole number from 1).
     """
     problems: list[str] = []
     missing = [m for m in CORE_METHODS if not callable(getattr(store, m, None))]
@@ -687,6 +717,13 @@ def check_store(store: object) -> Capabilities:
             problems.append("a LeaseStore whose append takes no lease")
         if "group_commit" in names and not _takes(store.append_many, "leases"):  # type: ignore[attr-defined]
             problems.append("a LeaseStore whose append_many takes no leases")
+    for capability in CAPABILITIES:
+        for setting in capability.settings:
+            value = getattr(store, setting, None)
+            if value is not None and capability.name not in names:
+                problems.append(f"{setting} without {capability.protocol.__name__}")
+            elif value is not None and setting == "snapshot_every" and not _interval(value):
+                problems.append(f"snapshot_every={value!r:.40} (not None or a whole number from 1)")
     if problems:
         raise StoreContractError(f"{store!r} breaks the store contract: {'; '.join(problems)}")
     _remember(store, names)

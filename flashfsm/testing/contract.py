@@ -12,13 +12,16 @@ Hooks a subclass gives (only `new_store` is required):
 - `capabilities`: the names of the optional capabilities the store declares (a subset of
   `flashfsm.events.store.CAPABILITIES`: `lazy_reads`, `group_commit`, `snapshots`,
   `snapshot_batches`, `bulk_reads`, `leases`). The suite checks the store declares exactly
-  these (`check_store`), runs their tests, and skips the tests of the others.
+  these (`check_store`), runs their tests, and skips the tests of the others. It also
+  checks the `snapshots` capability's setting, `snapshot_every`, as the store declares it.
 - `shared` (default True): whether a second object on one location sees the first's events
   (False for an in-memory store: the suite then uses the one object wherever it would open
   another). `durable` (default True): whether an object opened after the others were
   closed still sees what they wrote.
 - `store_url()`: a URL `flashfsm.adapters.stores.open_store` opens in another process
-  (the suite's process tests; None, the default, skips them).
+  (the suite's process tests, which spawn it; None, the default, skips them). An outside
+  backend's scheme is found there as in any process: by its entry point of the group
+  `flashfsm.stores` (`flashfsm.adapters.stores.SCHEMES`).
 - `damage(store, stream, seq)`: change the stored bytes of that event behind the store's
   back and return True (the integrity tests then expect `CorruptLogError`); the default
   returns False and skips them.
@@ -730,6 +733,18 @@ class StoreContract:
     def test_snapshots_outlive_the_store_object(self) -> None:
         self._require("snapshots").save_snapshot("job-1", 4, 1, b"kept")
         assert capabilities(self.reopened()).snapshots.load_snapshot("job-1") == (4, 1, b"kept")  # type: ignore[union-attr]
+
+    def test_snapshot_every_is_a_setting_of_the_snapshot_capability(self) -> None:
+        store = self.store()
+        caps = check_store(store)  # (refuses a malformed one, or one without snapshots)
+        declared = getattr(store, "snapshot_every", None)
+        if caps.snapshots is None:
+            assert declared is None and caps.snapshot_every is None
+            return
+        assert declared is None or (type(declared) is int and declared >= 1), declared
+        assert caps.snapshot_every == declared  # what a watch on the store is told
+        fenced = FencedStore(store, lambda _stream: None)
+        assert capabilities(fenced).snapshot_every == declared
 
     # -- bulk reads ----------------------------------------------------------------------------
 
