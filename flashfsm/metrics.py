@@ -167,6 +167,14 @@ def _labelled(
 
 def facts_metrics(facts: StoreFacts) -> Iterator[Metric]:
     """The metric families of `facts` (see docs/fleet.md, "Metrics", for each one)."""
+    yield from _read_metrics(facts)
+    yield from _stream_metrics(facts)
+    yield from _fleet_metrics(facts)
+    yield from _cost_metrics(facts)
+
+
+def _read_metrics(facts: StoreFacts) -> Iterator[Metric]:
+    """The families of the read itself: when, how long, the newest event, damaged streams."""
     if facts.read_at is not None:
         yield _gauge(
             "flashfsm_store_read_timestamp_seconds",
@@ -189,6 +197,10 @@ def facts_metrics(facts: StoreFacts) -> Iterator[Metric]:
         "Streams skipped because an event of theirs cannot be read (see flashfsm ls).",
         facts.damaged,
     )
+
+
+def _stream_metrics(facts: StoreFacts) -> Iterator[Metric]:
+    """The families of the streams: by kind and state, verdicts, results, errors, takeovers."""
     yield _labelled(
         GaugeMetricFamily(
             "flashfsm_streams",
@@ -238,6 +250,10 @@ def facts_metrics(facts: StoreFacts) -> Iterator[Metric]:
         "taking over a dead, paused or draining replica's stream, or a rebalance).",
         value=facts.takeovers,
     )
+
+
+def _fleet_metrics(facts: StoreFacts) -> Iterator[Metric]:
+    """The families of a fleet's store: replicas, leases and snapshots (when it keeps them)."""
     if facts.replicas is not None:
         yield _gauge(
             "flashfsm_replicas", "Live fleet replicas (an unexpired heartbeat).", facts.replicas
@@ -283,6 +299,10 @@ def facts_metrics(facts: StoreFacts) -> Iterator[Metric]:
             "(its whole log when it has no usable snapshot).",
             facts.snapshot_max_lag,
         )
+
+
+def _cost_metrics(facts: StoreFacts) -> Iterator[Metric]:
+    """The families of the money: billed time and dollars, waste, unpriced and open bills."""
     yield _labelled(
         GaugeMetricFamily(
             "flashfsm_billed_seconds",

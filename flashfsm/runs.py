@@ -87,6 +87,7 @@ from flashfsm.fsm.run import (
     AdoptEndpoint,
     Attempt,
     AttemptOutcome,
+    AttemptPlan,
     CancelJob,
     ConcludeRun,
     DeleteEndpoint,
@@ -357,35 +358,11 @@ def supervise_run(
     """
     if on_interrupt not in ON_INTERRUPT:
         raise ValueError(f"on_interrupt must be one of {ON_INTERRUPT}, got {on_interrupt!r}")
-    cancel = on_interrupt == "cancel"
-    settings = _RunSettings(
-        run_id,
-        tuple(candidates),
-        {
-            "max_retries": max_retries,
-            "weight_cache": weight_cache,
-            "budget_s": budget_s,
-            "phase": phase,
-            "seed": seed,
-            "single_attempt": single_attempt,
-            "on_last_gpu": on_last_gpu,
-            "spec": spec,
-            "retry_lost_unverified": retry_lost_unverified,
-        },
-        _capacity_policy(capacity_memory),
-        stream,
-        detach,
-    )
+    settings = _RunSettings.of_call(locals())
     with opened_store(store) as opened:
         say = log or _log_line
         run = _RunLoop(run_id, seed, adapters, opened, clock, sleep, say, on_attempt_end, set())
-        writer, interrupt_writer = settings.writers(opened)
-        with run.cancelled_on_interrupt(interrupt_writer, cancel=not detach and cancel):
-            pending = settings.begin(writer, run)
-        if pending is not None:
-            return pending
-        with run.cancelled_on_interrupt(interrupt_writer, cancel=cancel):
-            return run.drive(writer)
+        return settings.drive(run, cancel=on_interrupt == "cancel")
 
 
 async def asupervise_run(
@@ -429,24 +406,7 @@ async def asupervise_run(
     run winds down (its job cancelled, its endpoints deleted) as `supervise_run` winds it.
     A run handed to a fleet is `supervise_run(..., detach=True)`'s.
     """
-    settings = _RunSettings(
-        run_id,
-        tuple(candidates),
-        {
-            "max_retries": max_retries,
-            "weight_cache": weight_cache,
-            "budget_s": budget_s,
-            "phase": phase,
-            "seed": seed,
-            "single_attempt": single_attempt,
-            "on_last_gpu": on_last_gpu,
-            "spec": spec,
-            "retry_lost_unverified": retry_lost_unverified,
-        },
-        _capacity_policy(capacity_memory),
-        stream,
-        False,
-    )
+    settings = _RunSettings.of_call(locals())
     say = log or _log_line
     opening = opened_store(store)  # (entered and left in worker threads: both may block)
     opened = await asyncio.to_thread(opening.__enter__)
@@ -467,6 +427,20 @@ def _log_line(line: str) -> None:
     logger.info("%s", line)
 
 
+#: The arguments of `supervise_run` (and `asupervise_run`) its `RunStarted` records.
+_STARTED_FIELDS = (
+    "max_retries",
+    "weight_cache",
+    "budget_s",
+    "phase",
+    "seed",
+    "single_attempt",
+    "on_last_gpu",
+    "spec",
+    "retry_lost_unverified",
+)
+
+
 @dataclass(frozen=True)
 class _RunSettings:
     """What starting or resuming a run needs, whichever driver drives it: the run's
@@ -479,6 +453,19 @@ class _RunSettings:
     capacity: CapacityPolicy
     stream: str | None
     detach: bool
+
+    @classmethod
+    def of_call(cls, arguments: dict[str, Any]) -> _RunSettings:
+        """The settings a `supervise_run` or `asupervise_run` call names, from its arguments
+        by name (`locals()` on entry; `asupervise_run` has no `detach`: it hands no run)."""
+        return cls(
+            arguments["run_id"],
+            tuple(arguments["candidates"]),
+            {name: arguments[name] for name in _STARTED_FIELDS},
+            _capacity_policy(arguments["capacity_memory"]),
+            arguments["stream"],
+            arguments.get("detach", False),
+        )
 
     def __post_init__(self) -> None:
         # (both drivers make these settings before the store is opened: a run id or stream
@@ -528,6 +515,17 @@ class _RunSettings:
         run.store.unmark(name)  # (a run a replica marked failed to start is claimed again)
         return RunResult(False, None, "handed to the fleet", 0, None, name)
 
+    def drive(self, run: _RunLoop, cancel: bool) -> RunResult:
+        """Begin the run and drive it to its result in this thread; a Ctrl-C cancels it when
+        `cancel` (while it begins, only when it is not handed to a fleet)."""
+        writer, interrupt_writer = self.writers(run.store)
+        with run.cancelled_on_interrupt(interrupt_writer, cancel=not self.detach and cancel):
+            pending = self.begin(writer, run)
+        if pending is not None:
+            return pending
+        with run.cancelled_on_interrupt(interrupt_writer, cancel=cancel):
+            return run.drive(writer)
+
 
 #: Who a Ctrl-C's `CancelRequested` names, and its reason.
 INTERRUPTED_BY, INTERRUPTED_REASON = "Ctrl-C", "(Ctrl-C)"
@@ -563,6 +561,32 @@ class AttemptEndHook:
 
 
 RunRequest = Clock | Sleep | AdapterCall | WatchAttempt | AttemptEndHook | StoreRequest
+
+
+def _record(
+    writer: StreamWriter[RunState], cls: type[EventBase], /, **fields: Any
+) -> Generator[RunRequest, Any, Any]:
+    """Append one event of `cls` with `fields` to `writer`'s stream, stamped now."""
+    at = yield CLOCK
+    build = lambda _state: [writer.event(cls, at, **fields)]  # noqa: E731
+    [event] = yield from writer.append_steps(build)
+    return event
+
+
+def _record_outcome(
+    writer: StreamWriter[RunState], outcome: AttemptOutcome
+) -> Generator[RunRequest, Any, Any]:
+    """Append the events the core makes of an attempt's `outcome`, stamped now."""
+    at = yield CLOCK
+    yield from writer.append_steps(lambda state: _stamp(writer, apply_outcome(state, outcome), at))
+
+
+def _record_drafts(
+    writer: StreamWriter[RunState], drafts: Sequence[Draft]
+) -> Generator[RunRequest, Any, Any]:
+    """Append `drafts` to `writer`'s stream, stamped now."""
+    at = yield CLOCK
+    yield from writer.append_steps(lambda _state: _stamp(writer, drafts, at))
 
 
 @dataclass
@@ -607,151 +631,37 @@ class _RunLoop:
 
     def steps(self, writer: StreamWriter[RunState]) -> Generator[RunRequest, Any, RunResult]:
         """The run in `writer`'s stream, to its result: every piece of I/O yielded."""
-        run_id, seed, say = self.run_id, self.seed, self.say
-
-        def record(cls: type[EventBase], **fields: Any) -> Generator[RunRequest, Any, Any]:
-            at = yield CLOCK
-            build = lambda _state: [writer.event(cls, at, **fields)]  # noqa: E731
-            [event] = yield from writer.append_steps(build)
-            return event
-
-        def record_outcome(outcome: AttemptOutcome) -> Generator[RunRequest, Any, Any]:
-            at = yield CLOCK
-            yield from writer.append_steps(
-                lambda state: _stamp(writer, apply_outcome(state, outcome), at)
-            )
-
-        def record_drafts(drafts: Sequence[Draft]) -> Generator[RunRequest, Any, Any]:
-            at = yield CLOCK
-            yield from writer.append_steps(lambda _state: _stamp(writer, drafts, at))
-
-        def deploy_record(cls: type[EventBase], **fields: Any) -> Any:
-            # (the deployer's own steps, recorded from inside its call: a blocking append)
-            return writer.record(cls, self.clock(), **fields)
-
+        run_id, say = self.run_id, self.say
         while True:
             yield from writer.catch_up_steps()
-            if self.on_attempt_end is not None:
-                for a in writer.state.attempts:
-                    if a.ended is not None and a.started.attempt not in self.ended_before:
-                        self.ended_before.add(a.started.attempt)
-                        yield AttemptEndHook(writer.state, a)
+            yield from self._attempt_end_hooks(writer)
             command = decide_run(writer.state, (yield CLOCK))
             match command:
                 case RunFinished(result=result):
                     return RunResult.from_event(result)
                 case StartAttempt(plan=plan):
-                    endpoint = endpoint_name(run_id, plan.gpu_class, seed or 0, plan.attempt)
-                    where = "" if plan.provider == "runpod" else f"{plan.provider}/"
-                    say(
-                        f"run {run_id}: attempt {plan.attempt} on {where}{plan.gpu_class}"
-                        f"{' (last GPU)' if plan.on_last_gpu else ''}"
-                        f"{' without the weight cache' if plan.cache_dropped else ''}"
-                        f"{' (a redo: the last submit was lost)' if plan.redo else ''}"
-                    )
-                    yield from record(
-                        AttemptStarted,
-                        attempt=plan.attempt,
-                        candidate=plan.candidate,
-                        provider=plan.provider,
-                        gpu_class=plan.gpu_class,
-                        on_last_gpu=plan.on_last_gpu,
-                        cache_dropped=plan.cache_dropped,
-                        bonus=plan.bonus,
-                        weight_cache=plan.weight_cache,
-                        redo=plan.redo,
-                        endpoint_name=endpoint,
-                        job_stream=attempt_stream(run_id, plan.attempt, seed),
-                    )
+                    yield from self._start_attempt(writer, plan)
                 case LookUpEndpoint(attempt=attempt):
                     fields = yield from _look_up(writer.state, self.adapters, attempt)
-                    yield from record(EndpointsLookedUp, **fields)
+                    yield from _record(writer, EndpointsLookedUp, **fields)
                     ids = [f.endpoint_id for f in fields.get("found", ())]
                     say(
                         f"deploy of {attempt.started.endpoint_name} was interrupted: "
                         f"the platform has {ids or 'no such endpoint'}"
                     )
                 case AdoptEndpoint(attempt=attempt, found=found):
-                    yield from record_drafts(adopt_drafts(attempt, found))
+                    yield from _record_drafts(writer, adopt_drafts(attempt, found))
                     name = attempt.started.endpoint_name
                     say(f"run {run_id}: adopted {found.endpoint_id} ({name})")
                 case Deploy(attempt=attempt):
-                    number = attempt.started.attempt
-                    yield from record(
-                        DeployIntended, attempt=number, endpoint_name=attempt.started.endpoint_name
-                    )
-                    try:
-                        deployed = yield AdapterCall(
-                            "deploy", (writer.state, attempt, deploy_record)
-                        )
-                    except Exception as exc:  # any deploy error: a poll_error, a retry spent
-                        yield from record_outcome(DeployFailure(number, **_error(exc)))
-                        continue
-                    yield from record(
-                        EndpointDeployed,
-                        attempt=number,
-                        endpoint_id=deployed.endpoint_id,
-                        endpoint_name=deployed.endpoint_name,
-                        account=deployed.account,
-                        volumes=deployed.volumes,
-                        disk_gb=deployed.disk_gb,
-                        idle_timeout_s=deployed.idle_timeout_s,  # None: written as v1
-                    )
+                    yield from self._deploy(writer, attempt)
                 case Submit(attempt=attempt):
-                    started = attempt.started
-                    yield from record(
-                        SubmitIntended, attempt=started.attempt, endpoint_id=attempt.endpoint_id
-                    )
-                    try:
-                        job_id, submitted_at = yield AdapterCall("submit", (writer.state, attempt))
-                    except Exception as exc:
-                        yield from record_outcome(SubmitFailure(started.attempt, **_error(exc)))
-                        say(f"submit to {started.endpoint_name} failed ({type(exc).__name__})")
-                        continue
-                    yield from record(
-                        JobQueued,
-                        attempt=started.attempt,
-                        endpoint_id=attempt.endpoint_id,
-                        job_id=job_id,
-                        job_stream=started.job_stream,
-                        submitted_at=submitted_at,
-                    )
-                    say(
-                        f"submitted job {job_id} to {started.endpoint_name} "
-                        f"({attempt.endpoint_id}): attempt {started.attempt}, "
-                        f"gpu {started.gpu_class}"
-                    )
+                    yield from self._submit(writer, attempt)
                 case WatchJob(attempt=attempt):
-                    # A cancelled run's job, cancelled on the platform, is watched to the
-                    # platform's answer: the cancel does not stop that watch.
-                    stoppable = not writer.state.cancel_requested
-                    if not stoppable:
-                        say(
-                            f"run {run_id}: job {attempt.job_id} cancelled; "
-                            "watching it to the platform's answer"
-                        )
-                    try:
-                        result = yield WatchAttempt(attempt, stoppable)
-                    except WatchStopped:
-                        yield from writer.catch_up_steps()
-                        continue  # the cancel is in the state now; decide_run takes it
-                    number = attempt.started.attempt
-                    yield from record_outcome(
-                        JobVerdict(
-                            number,
-                            ok=result.ok,
-                            failure=result.failure,
-                            rule=result.rule,
-                            detail=result.detail or "",
-                            metrics=result.metrics,
-                        )
-                    )
-                    say(
-                        f"attempt {number} on {attempt.started.gpu_class}: "
-                        f"{'ok' if result.ok else f'{result.failure} ({result.rule})'}"
-                    )
+                    yield from self._watch(writer, attempt)
                 case EndAttempt(attempt=number, failure=failure, detail=detail, rule=rule):
-                    yield from record(
+                    yield from _record(
+                        writer,
                         AttemptEnded,
                         attempt=number,
                         ok=False,
@@ -762,16 +672,17 @@ class _RunLoop:
                 case CancelJob(attempt=attempt):
                     ok = yield from _quietly("cancel_job", writer.state, attempt)
                     number, job_id = attempt.started.attempt, attempt.job_id
-                    yield from record(JobCancelled, attempt=number, job_id=job_id, ok=ok)
+                    yield from _record(writer, JobCancelled, attempt=number, job_id=job_id, ok=ok)
                 case DeleteEndpoint(endpoint_id=endpoint_id, reason=reason):
                     ok = yield from _quietly("delete_endpoint", writer.state, endpoint_id)
-                    yield from record(
-                        EndpointDeleted, endpoint_id=endpoint_id, reason=reason, ok=ok
+                    yield from _record(
+                        writer, EndpointDeleted, endpoint_id=endpoint_id, reason=reason, ok=ok
                     )
                 case WaitRun(seconds=seconds):
                     yield Sleep(seconds)
                 case ConcludeRun(ok=ok, failure=failure, detail=detail, metrics=metrics):
-                    yield from record(
+                    yield from _record(
+                        writer,
                         RunConcluded,
                         ok=ok,
                         failure=failure,
@@ -780,6 +691,138 @@ class _RunLoop:
                         metrics=metrics,
                     )
                     say(f"run {run_id}: {'succeeded' if ok else failure}")
+
+    def _attempt_end_hooks(
+        self, writer: StreamWriter[RunState]
+    ) -> Generator[RunRequest, Any, None]:
+        """Call `on_attempt_end` once for each attempt whose end is newly in the state."""
+        if self.on_attempt_end is not None:
+            for a in writer.state.attempts:
+                if a.ended is not None and a.started.attempt not in self.ended_before:
+                    self.ended_before.add(a.started.attempt)
+                    yield AttemptEndHook(writer.state, a)
+
+    def _start_attempt(
+        self, writer: StreamWriter[RunState], plan: AttemptPlan
+    ) -> Generator[RunRequest, Any, None]:
+        """Announce the planned attempt and record its `AttemptStarted`."""
+        run_id, seed = self.run_id, self.seed
+        endpoint = endpoint_name(run_id, plan.gpu_class, seed or 0, plan.attempt)
+        where = "" if plan.provider == "runpod" else f"{plan.provider}/"
+        self.say(
+            f"run {run_id}: attempt {plan.attempt} on {where}{plan.gpu_class}"
+            f"{' (last GPU)' if plan.on_last_gpu else ''}"
+            f"{' without the weight cache' if plan.cache_dropped else ''}"
+            f"{' (a redo: the last submit was lost)' if plan.redo else ''}"
+        )
+        yield from _record(
+            writer,
+            AttemptStarted,
+            attempt=plan.attempt,
+            candidate=plan.candidate,
+            provider=plan.provider,
+            gpu_class=plan.gpu_class,
+            on_last_gpu=plan.on_last_gpu,
+            cache_dropped=plan.cache_dropped,
+            bonus=plan.bonus,
+            weight_cache=plan.weight_cache,
+            redo=plan.redo,
+            endpoint_name=endpoint,
+            job_stream=attempt_stream(run_id, plan.attempt, seed),
+        )
+
+    def _deploy(
+        self, writer: StreamWriter[RunState], attempt: Attempt
+    ) -> Generator[RunRequest, Any, None]:
+        """Record the deploy's intent, deploy, and record the endpoint or the failure."""
+
+        def deploy_record(cls: type[EventBase], **fields: Any) -> Any:
+            # (the deployer's own steps, recorded from inside its call: a blocking append)
+            return writer.record(cls, self.clock(), **fields)
+
+        number = attempt.started.attempt
+        yield from _record(
+            writer, DeployIntended, attempt=number, endpoint_name=attempt.started.endpoint_name
+        )
+        try:
+            deployed = yield AdapterCall("deploy", (writer.state, attempt, deploy_record))
+        except Exception as exc:  # any deploy error: a poll_error, a retry spent
+            yield from _record_outcome(writer, DeployFailure(number, **_error(exc)))
+            return
+        yield from _record(
+            writer,
+            EndpointDeployed,
+            attempt=number,
+            endpoint_id=deployed.endpoint_id,
+            endpoint_name=deployed.endpoint_name,
+            account=deployed.account,
+            volumes=deployed.volumes,
+            disk_gb=deployed.disk_gb,
+            idle_timeout_s=deployed.idle_timeout_s,  # None: written as v1
+        )
+
+    def _submit(
+        self, writer: StreamWriter[RunState], attempt: Attempt
+    ) -> Generator[RunRequest, Any, None]:
+        """Record the submit's intent, submit, and record the queued job or the failure."""
+        started = attempt.started
+        yield from _record(
+            writer, SubmitIntended, attempt=started.attempt, endpoint_id=attempt.endpoint_id
+        )
+        try:
+            job_id, submitted_at = yield AdapterCall("submit", (writer.state, attempt))
+        except Exception as exc:
+            yield from _record_outcome(writer, SubmitFailure(started.attempt, **_error(exc)))
+            self.say(f"submit to {started.endpoint_name} failed ({type(exc).__name__})")
+            return
+        yield from _record(
+            writer,
+            JobQueued,
+            attempt=started.attempt,
+            endpoint_id=attempt.endpoint_id,
+            job_id=job_id,
+            job_stream=started.job_stream,
+            submitted_at=submitted_at,
+        )
+        self.say(
+            f"submitted job {job_id} to {started.endpoint_name} "
+            f"({attempt.endpoint_id}): attempt {started.attempt}, "
+            f"gpu {started.gpu_class}"
+        )
+
+    def _watch(
+        self, writer: StreamWriter[RunState], attempt: Attempt
+    ) -> Generator[RunRequest, Any, None]:
+        """Watch the attempt's job to its verdict and record it (a cancel may stop the watch)."""
+        # A cancelled run's job, cancelled on the platform, is watched to the
+        # platform's answer: the cancel does not stop that watch.
+        stoppable = not writer.state.cancel_requested
+        if not stoppable:
+            self.say(
+                f"run {self.run_id}: job {attempt.job_id} cancelled; "
+                "watching it to the platform's answer"
+            )
+        try:
+            result = yield WatchAttempt(attempt, stoppable)
+        except WatchStopped:
+            yield from writer.catch_up_steps()
+            return  # the cancel is in the state now; decide_run takes it
+        number = attempt.started.attempt
+        yield from _record_outcome(
+            writer,
+            JobVerdict(
+                number,
+                ok=result.ok,
+                failure=result.failure,
+                rule=result.rule,
+                detail=result.detail or "",
+                metrics=result.metrics,
+            ),
+        )
+        self.say(
+            f"attempt {number} on {attempt.started.gpu_class}: "
+            f"{'ok' if result.ok else f'{result.failure} ({result.rule})'}"
+        )
 
     @contextlib.contextmanager
     def cancelled_on_interrupt(

@@ -378,58 +378,10 @@ def deploy_endpoint(
                 order[hop - 1],
                 account,
             )
-        for try_no in range(QUOTA_TRIES):
-            note(
-                DeployAttempted, attempt=attempt, account=account, endpoint_name=name, try_no=try_no
-            )
-            try:
-                deployed = _deploy_once(request, pool.key(account), account)
-            except Exception as exc:
-                if not is_quota_error(exc):
-                    error = _as_deploy_error(exc)
-                    if record_outcome:
-                        note(DeployFailed, attempt=attempt, **_error_fields(error))
-                    logger.warning("deploy %s failed: %s", name, error)
-                    raise error from exc
-                last_refusal = exc
-                more = try_no + 1 < QUOTA_TRIES
-                swept = _sweep_quietly(sweep, request.protected_names) if more else 0
-                wait_s = QUOTA_WAIT_S * (try_no + 1) if more else 0.0
-                note(
-                    QuotaExhausted,
-                    attempt=attempt,
-                    account=account,
-                    swept=swept,
-                    wait_s=wait_s,
-                    message=_message(exc),
-                )
-                if more:
-                    logger.warning(
-                        "deploy %s: worker quota hit on account %d (try %d/%d); swept %d idle "
-                        "endpoint(s), retrying in %.0fs",
-                        name,
-                        account,
-                        try_no + 1,
-                        QUOTA_TRIES,
-                        swept,
-                        wait_s,
-                    )
-                    sleep(wait_s)
-                continue
-            if record_outcome:
-                note(
-                    EndpointDeployed,
-                    attempt=attempt,
-                    endpoint_id=deployed.endpoint_id,
-                    endpoint_name=name,
-                    account=account,
-                    volumes=deployed.volumes,
-                    disk_gb=deployed.disk_gb,
-                    idle_timeout_s=deployed.idle_timeout_s,
-                )
-            logger.info(
-                "deployed %s as %s on account %d", name, deployed.endpoint_id, deployed.account
-            )
+        deployed, last_refusal = _deploy_on(
+            request, pool, account, note, sweep, sleep, record_outcome=record_outcome
+        )
+        if deployed is not None:
             return deployed
 
     error = DeployError(
@@ -442,6 +394,73 @@ def deploy_endpoint(
         note(DeployFailed, attempt=attempt, **_error_fields(error))
     logger.warning("%s", error)
     raise error from last_refusal
+
+
+def _deploy_on(
+    request: DeployRequest,
+    pool: KeyPool,
+    account: int,
+    note: Record,
+    sweep: Sweep | None,
+    sleep: Callable[[float], Any],
+    *,
+    record_outcome: bool,
+) -> tuple[DeployedEndpoint | None, BaseException | None]:
+    """One rung of the ladder: up to `QUOTA_TRIES` deploys on `account`, sweeping and
+    waiting between quota refusals. The endpoint, else the last refusal; any other error
+    is recorded (when `record_outcome`) and raised as a `DeployError`."""
+    attempt, name = request.attempt, request.name
+    last_refusal: BaseException | None = None
+    for try_no in range(QUOTA_TRIES):
+        note(DeployAttempted, attempt=attempt, account=account, endpoint_name=name, try_no=try_no)
+        try:
+            deployed = _deploy_once(request, pool.key(account), account)
+        except Exception as exc:
+            if not is_quota_error(exc):
+                error = _as_deploy_error(exc)
+                if record_outcome:
+                    note(DeployFailed, attempt=attempt, **_error_fields(error))
+                logger.warning("deploy %s failed: %s", name, error)
+                raise error from exc
+            last_refusal = exc
+            more = try_no + 1 < QUOTA_TRIES
+            swept = _sweep_quietly(sweep, request.protected_names) if more else 0
+            wait_s = QUOTA_WAIT_S * (try_no + 1) if more else 0.0
+            note(
+                QuotaExhausted,
+                attempt=attempt,
+                account=account,
+                swept=swept,
+                wait_s=wait_s,
+                message=_message(exc),
+            )
+            if more:
+                logger.warning(
+                    "deploy %s: worker quota hit on account %d (try %d/%d); swept %d idle "
+                    "endpoint(s), retrying in %.0fs",
+                    name,
+                    account,
+                    try_no + 1,
+                    QUOTA_TRIES,
+                    swept,
+                    wait_s,
+                )
+                sleep(wait_s)
+            continue
+        if record_outcome:
+            note(
+                EndpointDeployed,
+                attempt=attempt,
+                endpoint_id=deployed.endpoint_id,
+                endpoint_name=name,
+                account=account,
+                volumes=deployed.volumes,
+                disk_gb=deployed.disk_gb,
+                idle_timeout_s=deployed.idle_timeout_s,
+            )
+        logger.info("deployed %s as %s on account %d", name, deployed.endpoint_id, deployed.account)
+        return deployed, None
+    return None, last_refusal
 
 
 def _ignore(*_: Any, **__: Any) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 MAX_PORT = 65535
 #: The most a `runs add` file may hold (a handle or a run description is a few hundred bytes).
 MAX_ADD_BYTES = MAX_INTAKE_BYTES
+#: Why a replica drives no runs when nothing says otherwise.
+_NO_RUN_ADAPTERS = "no run adapters"
 
 
 def _factory(spec: str) -> Any:
@@ -139,32 +141,13 @@ def supervise_command(
     """
     from flashfsm.adapters.runpod import AsyncRunpodClient
 
-    for name, value, most in (
-        ("--lease", lease_s, MAX_LEASE_S),
-        ("--interval", interval_s, MAX_INTERVAL_S),
-    ):
-        if not 0 < value <= most:  # (NaN is no number in range either)
-            raise fail(f"{name} must be positive and at most {most:g} seconds, not {value!r}")
-    if max_streams is not None and max_streams < 1:
-        raise fail(f"--max-streams must be at least 1, not {max_streams}")
-    if metrics_port is not None and not 1 <= metrics_port <= MAX_PORT:
-        raise fail(f"--metrics-port must be a port from 1 to {MAX_PORT}, not {metrics_port}")
-    if owner:  # (it is written in every log line and lease of the replica)
-        try:
-            check_plain(owner, "--owner")
-        except ValueError as exc:
-            raise fail(str(exc)) from None
+    _check_supervise_options(lease_s, interval_s, max_streams, metrics_port, owner)
     factory = _factory(run_adapters) if run_adapters else None
     url = store_url(store)
     opened = open_store_or_fail(url)
-    no_runs = "no run adapters"
+    no_runs = _NO_RUN_ADAPTERS
     if factory is None:
-        from flashfsm.submit import fleet_run_adapters
-
-        try:
-            factory = fleet_run_adapters(opened, interval_s=interval_s)
-        except (ImportError, ValueError) as exc:
-            no_runs = message(exc)  # (jobs are still watched; the replica says which runs wait)
+        factory, no_runs = _spec_run_adapters(opened, interval_s)
 
     lag: LagHistogram | None = None
     if metrics_port is not None:
@@ -193,22 +176,7 @@ def supervise_command(
             say(f"replica {fleet.owner} on {display_url(url)}: lease {lease_s:g} s")
             if served:
                 say(f"metrics on {served[0].url}")
-            # (the last heartbeat's census: no handed-off stream open, nothing held, but
-            # the streams this replica holds unwatched: each failed on every claim)
-            census = lambda: fleet.stats.census  # noqa: E731
-            failed = lambda: set(fleet.stats.failed_streams)  # noqa: E731
-            idle = (
-                (
-                    lambda: (
-                        (c := census()) is not None
-                        and c.claimable <= len(failed())
-                        and set(fleet.held) <= failed()
-                    )
-                )
-                if until_idle
-                else None
-            )
-            return await fleet.run(until=idle)
+            return await fleet.run(until=_idle(fleet) if until_idle else None)
 
     try:
         with UsageErrors(), _watches_logged():
@@ -219,6 +187,57 @@ def supervise_command(
         for server in served:
             server.close()
         opened.close()
+    _say_stopped(stats)
+
+
+def _check_supervise_options(
+    lease_s: float,
+    interval_s: float,
+    max_streams: int | None,
+    metrics_port: int | None,
+    owner: str | None,
+) -> None:
+    """Refuse `supervise` options out of range (a usage error, one line, before anything)."""
+    for name, value, most in (
+        ("--lease", lease_s, MAX_LEASE_S),
+        ("--interval", interval_s, MAX_INTERVAL_S),
+    ):
+        if not 0 < value <= most:  # (NaN is no number in range either)
+            raise fail(f"{name} must be positive and at most {most:g} seconds, not {value!r}")
+    if max_streams is not None and max_streams < 1:
+        raise fail(f"--max-streams must be at least 1, not {max_streams}")
+    if metrics_port is not None and not 1 <= metrics_port <= MAX_PORT:
+        raise fail(f"--metrics-port must be a port from 1 to {MAX_PORT}, not {metrics_port}")
+    if owner:  # (it is written in every log line and lease of the replica)
+        try:
+            check_plain(owner, "--owner")
+        except ValueError as exc:
+            raise fail(str(exc)) from None
+
+
+def _spec_run_adapters(opened: Any, interval_s: float) -> tuple[Any, str]:
+    """The default run adapters (each run's recorded spec deployed with runpod-flash) and
+    why there are none when they cannot be made (None, the reason)."""
+    from flashfsm.submit import fleet_run_adapters
+
+    try:
+        return fleet_run_adapters(opened, interval_s=interval_s), _NO_RUN_ADAPTERS
+    except (ImportError, ValueError) as exc:
+        return None, message(exc)  # (jobs are still watched; the replica says which runs wait)
+
+
+def _idle(fleet: Fleet) -> Callable[[], bool]:
+    """`--until-idle`'s stop: the last heartbeat's census has no handed-off stream open and
+    nothing held, but the streams this replica holds unwatched (each failed on every claim)."""
+    census = lambda: fleet.stats.census  # noqa: E731
+    failed = lambda: set(fleet.stats.failed_streams)  # noqa: E731
+    return lambda: (
+        (c := census()) is not None and c.claimable <= len(failed()) and set(fleet.held) <= failed()
+    )
+
+
+def _say_stopped(stats: FleetStats) -> None:
+    """Say how the replica stopped: drained (its counts), or fenced (exit 8, one line)."""
     if stats.fenced:  # (a newer incarnation of its name took over: exit 8, one line)
         say(("error:", "red"), f" {_fenced_line(stats)}", err=True)
         raise typer.Exit(EXIT_FENCED)

@@ -317,34 +317,7 @@ def explain_command(
             if kind == "run"
             else {}
         )
-        emit_json(
-            {
-                **walk_json,
-                "stream": stream,
-                "state": e.state,
-                "verdict": verdict_json(e.verdict),
-                "rule": e.rule,
-                "step": e.step,
-                "why": e.why,
-                "at": e.at,
-                "offset_s": e.offset,
-                "evidence": [
-                    {
-                        "seq": i.seq,
-                        "at": i.at,
-                        "offset_s": i.offset,
-                        "kind": i.kind,
-                        "summary": i.summary,
-                    }
-                    for i in e.evidence
-                ],
-                "numbers": [measure_json(m) for m in e.measures],
-                "facts": list(e.facts),
-                "timers": [timer_json(t) for t in e.timers],
-                "worker": worker_json(e.worker),
-                "worker_log": worker_log_json(e.worker_log),
-            }
-        )
+        emit_json({**walk_json, **_explanation_json(stream, e)})
         raise typer.Exit(exit_for(e.verdict))
 
     def _print_evidence_tail() -> None:
@@ -361,7 +334,46 @@ def explain_command(
             say(f"  timer {t.text}")
         _print_evidence_tail()
         raise typer.Exit(exit_for(None))
+    _print_verdict_explained(stream, e)
+    _print_evidence_tail()
+    raise typer.Exit(exit_for(e.verdict))
+
+
+def _explanation_json(stream: str, e: ex.Explanation) -> dict[str, Any]:
+    """A job's explanation as `explain --json` prints it (but a run's walk, cost and
+    failed attempts)."""
+    return {
+        "stream": stream,
+        "state": e.state,
+        "verdict": verdict_json(e.verdict),
+        "rule": e.rule,
+        "step": e.step,
+        "why": e.why,
+        "at": e.at,
+        "offset_s": e.offset,
+        "evidence": [
+            {
+                "seq": i.seq,
+                "at": i.at,
+                "offset_s": i.offset,
+                "kind": i.kind,
+                "summary": i.summary,
+            }
+            for i in e.evidence
+        ],
+        "numbers": [measure_json(m) for m in e.measures],
+        "facts": list(e.facts),
+        "timers": [timer_json(t) for t in e.timers],
+        "worker": worker_json(e.worker),
+        "worker_log": worker_log_json(e.worker_log),
+    }
+
+
+def _print_verdict_explained(stream: str, e: ex.Explanation) -> None:
+    """A verdict's explanation as `explain` prints it: the verdict and its rule, the why,
+    the numbers and facts behind it, its evidence and its detail's first line."""
     v = e.verdict
+    assert v is not None
     colour = "green" if v.ok else "red"
     kind_ = "success" if v.ok else v.failure
     say(
@@ -378,8 +390,6 @@ def explain_command(
         say(f"  evidence: seq {item.seq} at t+{ex.secs(item.offset)} s: {item.summary}")
     first = v.detail.splitlines()[0] if v.detail else ""
     say(f"  detail: {first}")
-    _print_evidence_tail()
-    raise typer.Exit(exit_for(v))
 
 
 def _print_failed_workers(stream: str, failed: list[JobWorker]) -> None:
@@ -626,12 +636,7 @@ def whatif_command(
     if every:
         if source is not None:
             raise fail("whatif --all replays the whole store: give SOURCE or --all, not both")
-        parsed = []
-        for text in gates or []:
-            try:
-                parsed.append(ex.parse_gate(text))
-            except ValueError as exc:
-                raise fail(f"--fail-if {exc}") from None
+        parsed = _parsed_gates(gates or [])
         since_s = parse_duration(since) if since is not None else None
         raise typer.Exit(_whatif_all(store, overrides, since_s, parsed, price, as_json=as_json))
     for flag, value in (("--since", since), ("--fail-if", gates), ("--price", price)):
@@ -644,39 +649,53 @@ def whatif_command(
     with UsageErrors():
         w = ex.what_if(events, **overrides)
     if as_json:
-        v = w.verdict
-        emit_json(
-            {
-                "stream": stream,
-                "overrides": {k: getattr(w.policy, k) for k in overrides},
-                "policy": w.policy.model_dump(),
-                "recorded_policy": w.recorded_policy.model_dump(),
-                "outcome": w.outcome,
-                "recorded": verdict_json(w.recorded),
-                "verdict": None
-                if v is None
-                else {
-                    "state": v.state.value,
-                    "ok": v.ok,
-                    "failure": v.failure,
-                    "rule": v.rule,
-                    "detail": v.detail,
-                    "evidence": list(v.evidence),
-                },
-                "at": w.at,
-                "offset_s": w.offset,
-                "after_seq": w.after_seq,
-                "instead_of_seq": w.instead_of_seq,
-                "end_at": w.end_at,
-                "end_offset_s": w.end_offset,
-                "timers": [timer_json(t) for t in w.timers],
-                "text": w.text,
-            }
-        )
+        emit_json(_whatif_json(stream, w, overrides))
         return
     colour = {"earlier": "yellow", "different": "yellow", "same": "green"}.get(w.outcome, "cyan")
     say(f"{stream}: ", (w.outcome, colour))
     say(f"  {w.text}")
+
+
+def _parsed_gates(gates: list[str]) -> list[ex.Gate]:
+    """The `--fail-if` gates, parsed (one that does not parse is a usage error)."""
+    parsed = []
+    for text in gates:
+        try:
+            parsed.append(ex.parse_gate(text))
+        except ValueError as exc:
+            raise fail(f"--fail-if {exc}") from None
+    return parsed
+
+
+def _whatif_json(stream: str, w: ex.WhatIf, overrides: dict[str, Any]) -> dict[str, Any]:
+    """One job's what-if as `whatif --json` prints it."""
+    v = w.verdict
+    return {
+        "stream": stream,
+        "overrides": {k: getattr(w.policy, k) for k in overrides},
+        "policy": w.policy.model_dump(),
+        "recorded_policy": w.recorded_policy.model_dump(),
+        "outcome": w.outcome,
+        "recorded": verdict_json(w.recorded),
+        "verdict": None
+        if v is None
+        else {
+            "state": v.state.value,
+            "ok": v.ok,
+            "failure": v.failure,
+            "rule": v.rule,
+            "detail": v.detail,
+            "evidence": list(v.evidence),
+        },
+        "at": w.at,
+        "offset_s": w.offset,
+        "after_seq": w.after_seq,
+        "instead_of_seq": w.instead_of_seq,
+        "end_at": w.end_at,
+        "end_offset_s": w.end_offset,
+        "timers": [timer_json(t) for t in w.timers],
+        "text": w.text,
+    }
 
 
 def corpus_logs(logs: dict[str, list[Event]], price: float | None = None) -> list[ex.JobLog]:

@@ -257,6 +257,27 @@ def _nudged(box: Box) -> Iterable[Box]:
         yield box.moved(0, -k * (LABEL_H + 2))
 
 
+#: A row of the table: its trigger, its sources' and destination's names, the group it leaves.
+_Row = tuple[str, tuple[str, ...], str, Group | None]
+#: An edge as drawn before the shift: trigger, sources, dest, group, polyline, label box.
+_Drawn = tuple[str, tuple[str, ...], str, str | None, tuple[Point, ...], Box]
+#: A single-source edge: trigger, source, destination.
+_Single = tuple[str, str, str]
+
+
+@dataclass(slots=True)
+class _Sketch:
+    """The picture as it is laid out, before it is shifted into place: the states' boxes so
+    far, every box a label must keep clear of, and the edges drawn, in drawing order."""
+
+    node_w: float
+    table: list[_Row]
+    singles: list[_Single]
+    states: dict[str, Box]
+    taken: list[Box]
+    drawn: list[_Drawn]
+
+
 def layout() -> Layout:
     """Where every state, stage box and edge of the transition table is drawn.
 
@@ -264,21 +285,43 @@ def layout() -> Layout:
     state's centre at y = 0, then shifted into the picture.
     """
     node_w = max(text_width(p.value, STATE_SIZE, bold=True) for p in JobPhase) + 2 * NODE_PAD
-    waiting = [p.value for p in WAITING]
-    running = [p.value for p in RUNNING]
-    row = {name: i for i, name in enumerate(waiting)}
     states: dict[str, Box] = {
-        name: Box(-node_w / 2, i * ROW_PITCH - NODE_H / 2, node_w, NODE_H)
-        for i, name in enumerate(waiting)
+        p.value: Box(-node_w / 2, i * ROW_PITCH - NODE_H / 2, node_w, NODE_H)
+        for i, p in enumerate(WAITING)
     }
     table = [
         (trigger, tuple(s.value for s in sources), dest.value, _group_of(sources))
         for trigger, sources, dest in TRANSITIONS
     ]
     singles = [(t, s, d) for t, srcs, d, g in table if g is None for s in srcs]
+    sketch = _Sketch(node_w, table, singles, states, list(states.values()), [])
+    waiting_box = _waiting_column(sketch)
+    running_box, top_track = _running_columns(sketch, waiting_box)
+    initial_dot = (-TRACK, top_track)
+    initial_end = (-TRACK, states[INITIAL.value].y)
+    active_box = _terminal_column(sketch, waiting_box, running_box, top_track)
+    # Anything else the table may grow: a straight arrow between the two states.
+    drawn, taken = sketch.drawn, sketch.taken
+    listed = {(t, s, d) for t, srcs, d, _, _, _ in drawn for s in srcs}
+    for t, s, d in [(t, s, d) for t, srcs, d, _ in table for s in srcs]:
+        if (t, s, d) not in listed:
+            a, b = states[s], states[d]
+            pts = ((a.cx, a.cy), (b.cx, b.cy))
+            mid = ((a.cx + b.cx) / 2, (a.cy + b.cy) / 2)
+            label = _place(_nudged(_beside(mid[0], mid[1], t, left=False)), taken)
+            drawn.append((t, (s,), d, None, pts, label))
+    groups = {"active": active_box, "waiting": waiting_box, "running": running_box}
+    return _shifted(sketch, groups, (initial_dot, initial_end))
+
+
+def _waiting_column(sketch: _Sketch) -> Box:
+    """Draw the arrows within the waiting column; the waiting group's box."""
+    node_w, states, taken, drawn = sketch.node_w, sketch.states, sketch.taken, sketch.drawn
+    waiting = [p.value for p in WAITING]
+    row = {name: i for i, name in enumerate(waiting)}
     # Within the waiting column: neighbours get a straight arrow (down on the left track, up
     # on the right), others a bracket round the column (down on the left, up on the right).
-    inner = [(t, s, d) for t, s, d in singles if s in row and d in row and s != d]
+    inner = [(t, s, d) for t, s, d in sketch.singles if s in row and d in row and s != d]
     adjacent = [(t, s, d) for t, s, d in inner if abs(row[s] - row[d]) == 1]
     skips = [(t, s, d) for t, s, d in inner if abs(row[s] - row[d]) > 1]
     side_reach = {
@@ -288,8 +331,6 @@ def layout() -> Layout:
         )
         for left in (True, False)
     }
-    drawn: list[tuple[str, tuple[str, ...], str, str | None, tuple[Point, ...], Box]] = []
-    taken: list[Box] = list(states.values())
     for t, s, d in adjacent:
         down = row[d] > row[s]
         x = -TRACK if down else TRACK
@@ -317,20 +358,29 @@ def layout() -> Layout:
         0.0,
     )
     w_right = max(bracket[False], side_reach[False]) + PAD
-    waiting_box = Box(
+    return Box(
         waiting_box.x,
         waiting_box.y,
         w_right - waiting_box.x,
         states[waiting[-1]].bottom + PAD - waiting_box.y,
     )
+
+
+def _running_columns(sketch: _Sketch, waiting_box: Box) -> tuple[Box, float]:
+    """Place the running states and draw the arrows between them and the waiting column;
+    the running group's box, and the height of the track over the waiting column."""
+    node_w, table, states, taken = sketch.node_w, sketch.table, sketch.states, sketch.taken
+    drawn = sketch.drawn
+    waiting = [p.value for p in WAITING]
+    running = [p.value for p in RUNNING]
     # The running states, one column each, on the row of the middle waiting state.
     run_y = states[waiting[len(waiting) // 2]].cy
     out_of_waiting = [(t, d) for t, _, d, g in table if g is GROUPS[1] and d in running]
-    into_waiting = [(t, d) for t, _, d, g in table if g is GROUPS[2] and d in row]
+    into_waiting = [(t, d) for t, _, d, g in table if g is GROUPS[2] and d in waiting]
     lead = max([_label_w(t) for t, _ in out_of_waiting] + [0.0]) + 2 * GAP + 2 * PAD
     running_x = waiting_box.right + lead
     x = running_x + PAD
-    between = {(s, d): _label_w(t) for t, s, d in singles if s in running and d in running}
+    between = {(s, d): _label_w(t) for t, s, d in sketch.singles if s in running and d in running}
     for i, name in enumerate(running):
         if i:
             width = max([w for (s, d), w in between.items() if {s, d} <= set(running)] + [0.0])
@@ -367,15 +417,19 @@ def layout() -> Layout:
         pts = ((start_x, running_box.y), (start_x, top_track), (TRACK, top_track), (TRACK, dest.y))
         label = _place(_nudged(_above(waiting_box.right, running_box.x, top_track, t)), taken)
         drawn.append((t, tuple(running), d, "running", pts, label))
-    for t, s, d in singles:
+    for t, s, d in sketch.singles:
         if s in running and d in running:
             a, b = states[s], states[d]
             pts = ((a.right, a.cy), (b.x, b.cy))
             label = _place(_nudged(_above(a.right, b.x, a.cy, t)), taken)
             drawn.append((t, (s,), d, None, pts, label))
-    initial_dot = (-TRACK, top_track)
-    initial_end = (-TRACK, states[INITIAL.value].y)
-    # The terminal outcomes: a column right of everything the active box holds.
+    return running_box, top_track
+
+
+def _terminal_column(sketch: _Sketch, waiting_box: Box, running_box: Box, top_track: float) -> Box:
+    """Place the terminal outcomes in a column right of everything the active box holds and
+    draw the arrows into them; the active group's box."""
+    states, taken = sketch.states, sketch.taken
     active_top = top_track - LABEL_H - 2 * GAP - CAPTION_SIZE * LINE_EM - GAP
     active_box = Box(
         waiting_box.x - PAD,
@@ -383,13 +437,13 @@ def layout() -> Layout:
         max(waiting_box.right, running_box.right) + PAD - (waiting_box.x - PAD),
         0.0,
     )
-    to_terminal = [(t, d) for t, _, d, g in table if g is GROUPS[0] and d in _TERMINAL]
+    to_terminal = [(t, d) for t, _, d, g in sketch.table if g is GROUPS[0] and d in _TERMINAL]
     lead = max([_label_w(t) for t, _ in to_terminal] + [0.0]) + 2 * GAP + 2 * PAD
     term_x = active_box.right + lead
     terminals = [p.value for p in TERMINAL]
     first_y = active_top + CAPTION_SIZE * LINE_EM + 2 * GAP + NODE_H / 2 + LABEL_H
     for i, name in enumerate(terminals):
-        states[name] = Box(term_x, first_y + i * TERMINAL_PITCH - NODE_H / 2, node_w, NODE_H)
+        states[name] = Box(term_x, first_y + i * TERMINAL_PITCH - NODE_H / 2, sketch.node_w, NODE_H)
     taken.extend(states[name] for name in terminals)
     inner_bottom = max(waiting_box.bottom, running_box.bottom)
     active_bottom = max(inner_bottom, states[terminals[-1]].bottom) + PAD
@@ -398,18 +452,13 @@ def layout() -> Layout:
         dest = states[d]
         pts = ((active_box.right, dest.cy), (dest.x, dest.cy))
         label = _place(_nudged(_above(active_box.right, dest.x, dest.cy, t)), taken)
-        drawn.append((t, tuple(p.value for p in ACTIVE), d, "active", pts, label))
-    # Anything else the table may grow: a straight arrow between the two states.
-    listed = {(t, s, d) for t, srcs, d, _, _, _ in drawn for s in srcs}
-    for t, s, d in [(t, s, d) for t, srcs, d, _ in table for s in srcs]:
-        if (t, s, d) not in listed:
-            a, b = states[s], states[d]
-            pts = ((a.cx, a.cy), (b.cx, b.cy))
-            mid = ((a.cx + b.cx) / 2, (a.cy + b.cy) / 2)
-            label = _place(_nudged(_beside(mid[0], mid[1], t, left=False)), taken)
-            drawn.append((t, (s,), d, None, pts, label))
-    groups = {"active": active_box, "waiting": waiting_box, "running": running_box}
-    # Shift everything so the active box starts at the margin, under the title.
+        sketch.drawn.append((t, tuple(p.value for p in ACTIVE), d, "active", pts, label))
+    return active_box
+
+
+def _shifted(sketch: _Sketch, groups: dict[str, Box], initial: tuple[Point, Point]) -> Layout:
+    """The sketch shifted so the active box starts at the margin, under the title."""
+    states, active_box = sketch.states, groups["active"]
     dx = MARGIN - active_box.x
     dy = MARGIN + 18 * LINE_EM + 12 * LINE_EM + 2 * GAP - active_box.y
 
@@ -418,7 +467,7 @@ def layout() -> Layout:
 
     edges = tuple(
         Edge(t, srcs, d, g, tuple(shift(p) for p in pts), label.moved(dx, dy))
-        for t, srcs, d, g, pts, label in drawn
+        for t, srcs, d, g, pts, label in sketch.drawn
     )
     width = max(b.right for b in states.values()) + dx + MARGIN
     width = max(width, MARGIN + text_width(SUBTITLE, 12) + MARGIN)
@@ -429,7 +478,7 @@ def layout() -> Layout:
         states={k: v.moved(dx, dy) for k, v in states.items()},
         groups={k: v.moved(dx, dy) for k, v in groups.items()},
         edges=edges,
-        initial=(shift(initial_dot), shift(initial_end)),
+        initial=(shift(initial[0]), shift(initial[1])),
     )
 
 

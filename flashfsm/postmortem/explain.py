@@ -469,6 +469,11 @@ def policy_with(base: GracePolicy, **overrides: Any) -> GracePolicy:
     return GracePolicy.model_validate({**base.model_dump(), **overrides})
 
 
+#: A verdict a replay finds: the verdict, when, the observation it concludes on, the recorded
+#: event it takes the place of.
+_Found = tuple[Verdict, float, int, int]
+
+
 def what_if(events: Iterable[Event], **overrides: Any) -> WhatIf:
     """Replay the recorded observations under the recorded policy with `overrides` applied.
 
@@ -491,33 +496,7 @@ def what_if(events: Iterable[Event], **overrides: Any) -> WhatIf:
     ]
     start = events[0].at if events else 0.0
     end_at = observed[-1].at if observed else start
-    state = JobState(policy=policy)
-    prev: Event | None = None
-    found: tuple[Verdict, float, int, int] | None = None
-    for event in log:
-        if state.watch is not None and not isinstance(event, (WatchStarted, JobSubmitted)):
-            command = _concluding(state, event, event.at)
-            if isinstance(command, Conclude):
-                assert prev is not None
-                v = command.verdict
-                # a rule judged before a fetch concludes at the fetch it stops; the others
-                # on the observation they rest on
-                known = RULES_BY_NAME.get(v.rule)
-                at = event.at if known is not None and known.before_fetch else prev.at
-                found = (v, at, prev.seq, event.seq)
-                break
-        evolve(state, event)
-        prev = event
-    if found is None and prev is not None and state.watch is not None:
-        # After the last observation the watch decided once more: at once, or — for a rule
-        # judged before a fetch (the client deadline) — when that next fetch was due, which
-        # is when the recorded verdict was made.
-        at = prev.at if recorded is None else max(prev.at, recorded.at)
-        command = _concluding(state, None, at)
-        if isinstance(command, Conclude):
-            known = RULES_BY_NAME.get(command.verdict.rule)
-            at = at if known is not None and known.before_fetch else prev.at
-            found = (command.verdict, at, prev.seq, prev.seq + 1)
+    state, prev, found = _replay(log, policy, recorded)
 
     changes = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "the recorded policy"
     rec = ""
@@ -553,6 +532,61 @@ def what_if(events: Iterable[Event], **overrides: Any) -> WhatIf:
             **common,
         )
     verdict, at, after_seq, instead_of = found
+    outcome, text = _compared(found, recorded, start, changes, rec)
+    return WhatIf(
+        outcome=outcome,
+        verdict=verdict,
+        at=at,
+        offset=at - start,
+        after_seq=after_seq,
+        instead_of_seq=instead_of,
+        text=text,
+        **common,
+    )
+
+
+def _replay(
+    log: list[Event], policy: GracePolicy, recorded: Concluded | None
+) -> tuple[JobState, Event | None, _Found | None]:
+    """Replay `log` (under `policy`) asking before each observation, and once after the
+    last, whether the watch concludes: the state at the end, the last observation folded,
+    and the verdict found (None: the observations end first)."""
+    state = JobState(policy=policy)
+    prev: Event | None = None
+    found: _Found | None = None
+    for event in log:
+        if state.watch is not None and not isinstance(event, (WatchStarted, JobSubmitted)):
+            command = _concluding(state, event, event.at)
+            if isinstance(command, Conclude):
+                assert prev is not None
+                v = command.verdict
+                # a rule judged before a fetch concludes at the fetch it stops; the others
+                # on the observation they rest on
+                known = RULES_BY_NAME.get(v.rule)
+                at = event.at if known is not None and known.before_fetch else prev.at
+                found = (v, at, prev.seq, event.seq)
+                break
+        evolve(state, event)
+        prev = event
+    if found is None and prev is not None and state.watch is not None:
+        # After the last observation the watch decided once more: at once, or — for a rule
+        # judged before a fetch (the client deadline) — when that next fetch was due, which
+        # is when the recorded verdict was made.
+        at = prev.at if recorded is None else max(prev.at, recorded.at)
+        command = _concluding(state, None, at)
+        if isinstance(command, Conclude):
+            known = RULES_BY_NAME.get(command.verdict.rule)
+            at = at if known is not None and known.before_fetch else prev.at
+            found = (command.verdict, at, prev.seq, prev.seq + 1)
+    return state, prev, found
+
+
+def _compared(
+    found: _Found, recorded: Concluded | None, start: float, changes: str, rec: str
+) -> tuple[str, str]:
+    """The outcome of a replay that concludes (`WHATIF_OUTCOMES`), against the recorded
+    verdict, and the sentence that says so."""
+    verdict, at, after_seq, instead_of = found
     said = f"{verdict.state.value} ({verdict.failure or 'success'}) by {verdict.rule}"
     when = f"t+{secs(at - start)} s, after seq {after_seq}"
     if recorded is None:
@@ -573,16 +607,7 @@ def what_if(events: Iterable[Event], **overrides: Any) -> WhatIf:
     detail = first_line(verdict.detail, 160)
     if detail and outcome != "same":
         text += f": {detail}"
-    return WhatIf(
-        outcome=outcome,
-        verdict=verdict,
-        at=at,
-        offset=at - start,
-        after_seq=after_seq,
-        instead_of_seq=instead_of,
-        text=text,
-        **common,
-    )
+    return outcome, text
 
 
 def _concluding(state: JobState, nxt: Event | None, at: float) -> Command:

@@ -586,38 +586,11 @@ def _union(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
     return out
 
 
-def attempt_ledger(
-    events: Sequence[Event],
-    *,
-    price_per_hour: float | None = None,
-    outcome: Outcome | None = None,
-    start: float | None = None,
-    ended: Outcome | None = None,
-    cancel_at: float | None = None,
-    teardown_at: float | None = None,
-    attempt: int | None = None,
-    gpu_class: str | None = None,
-    provider: str = "runpod",
-    model: BillingModel = MODEL,
-    reap_at: float | None = None,
-    idle_timeout: IdleTimeout | None = None,
-    submitted_at: float | None = None,
-    as_of: float | None = None,
-) -> AttemptLedger:
-    """One attempt's ledger from its job log.
-
-    `outcome` overrides the log's own verdict (a what-if's verdict: the causes are judged
-    at it, the platform's record is still read from the whole log); else the log's
-    `Concluded`, else `ended` (a run's `AttemptEnded`, for an attempt whose job log has no
-    verdict). `start` (a run's `AttemptStarted`) before the log's first event is deploy
-    time; `submitted_at` (a run's `JobQueued`, else the log's `JobSubmitted`) is the
-    earliest a worker's bill may start. `cancel_at` (the job cancelled on RunPod),
-    `teardown_at` (its endpoint deleted by the run) and `reap_at` (deleted by the sweeper)
-    end the bill; `idle_timeout` is what the run's deploy recorded (see
-    `BillingModel.idle_timeout`). An open bill is billed up to `as_of` (None: the log's
-    last event).
-    """
-    events = list(events)
+def _log_and_verdict(
+    events: list[Event], outcome: Outcome | None, ended: Outcome | None
+) -> tuple[list[Event], Outcome | None]:
+    """The job log up to its recorded verdict, and the verdict the ledger judges at:
+    `outcome`, else the log's `Concluded`, else `ended`."""
     recorded = next((i for i, e in enumerate(events) if isinstance(e, Concluded)), len(events))
     log = events[:recorded]
     verdict = outcome
@@ -627,41 +600,33 @@ def attempt_ledger(
         verdict = outcome_of(concluded)
     if verdict is None:
         verdict = ended
-    first = events[0].at if events else None
-    begin = start if start is not None else (first if first is not None else 0.0)
-    r = _read(log, begin, None if verdict is None else max(verdict.at, begin), model)
-    gpu_class = gpu_class if gpu_class is not None else r.gpu_class
-    last_at = r.last_at if r.last_at is not None else begin
-    cut = max(verdict.at if verdict is not None else last_at, begin)
-    job_begin = max(r.first_at, begin) if r.first_at is not None else cut
-    submitted = submitted_at if submitted_at is not None else r.submitted_at
-    floor = max(begin, submitted if submitted is not None else job_begin)
+    return log, verdict
 
-    # the worker let go of the job: a terminal status, a cancel; a lost job is gone
-    release = r.terminal_at
+
+def _release(
+    terminal_at: float | None, cancel_at: float | None, verdict: Outcome | None, cut: float
+) -> float | None:
+    """When the worker let go of the job: a terminal status, a cancel; a lost job is gone."""
+    release = terminal_at
     if cancel_at is not None:
         release = cancel_at if release is None else min(release, cancel_at)
     if verdict is not None and verdict.failure in _GONE:
         release = cut if release is None else min(release, cut)
-    # the workers the platform listed while the job waited and that never took it: a
-    # crash-looping, throttled or starting worker, billed from its recorded start
-    took = {w.worker_id for p in r.pickups if (w := p.worker) is not None and w.worker_id}
-    listed = {wid: n for wid, n in r.named.items() if wid not in took and n.started_at is not None}
-    has_workers = bool(r.pickups or listed)
-    timeout = model.idle_timeout(idle_timeout, r.platform_idle_s) if has_workers else None
-    stop, reason = model.worker_stop(
-        release, timeout.seconds if timeout else 0.0, teardown_at, reap_at, cut
-    )
-    held = bool(r.pickups) and r.pickups[-1].requeued_at is None
-    open_since: float | None = None
-    if stop is None and (held or listed):
-        open_since = cut
-        stop = max(as_of if as_of is not None else last_at, cut)
+    return release
 
-    workers = _worker_bills(r, listed, model, floor, (stop, reason), open_since is not None)
-    billed = _union((w.start, w.stop) for w in workers)
 
-    end = max([cut, *(e for _, e in billed)])
+def _pieces(
+    r: _Reading,
+    workers: list[WorkerBill],
+    span: tuple[float, float],
+    job_begin: float,
+    cut: float,
+    release: float | None,
+    verdict: Outcome | None,
+) -> tuple[list[Piece], list[Piece]]:
+    """The attempt's `span` (begin, end) cut into pieces by cause, and the pieces of the
+    workers billed beside the one the job's mode speaks of (the overlaps), both unmerged."""
+    begin, end = span
     cuts = {begin, end, job_begin, cut}
     cuts.update(t for t, _ in r.modes)
     cuts.update(t for w in workers for t in (w.start, w.stop))
@@ -701,6 +666,72 @@ def attempt_ledger(
             pieces.append(Piece(Cause.QUEUE, a, b, False))
         if at_once > 1:  # the others beside the one the job's mode speaks of: never training
             overlaps.append(Piece(billed_cause(a, _BOOT), a, b, True, at_once - 1))
+    return pieces, overlaps
+
+
+def attempt_ledger(
+    events: Sequence[Event],
+    *,
+    price_per_hour: float | None = None,
+    outcome: Outcome | None = None,
+    start: float | None = None,
+    ended: Outcome | None = None,
+    cancel_at: float | None = None,
+    teardown_at: float | None = None,
+    attempt: int | None = None,
+    gpu_class: str | None = None,
+    provider: str = "runpod",
+    model: BillingModel = MODEL,
+    reap_at: float | None = None,
+    idle_timeout: IdleTimeout | None = None,
+    submitted_at: float | None = None,
+    as_of: float | None = None,
+) -> AttemptLedger:
+    """One attempt's ledger from its job log.
+
+    `outcome` overrides the log's own verdict (a what-if's verdict: the causes are judged
+    at it, the platform's record is still read from the whole log); else the log's
+    `Concluded`, else `ended` (a run's `AttemptEnded`, for an attempt whose job log has no
+    verdict). `start` (a run's `AttemptStarted`) before the log's first event is deploy
+    time; `submitted_at` (a run's `JobQueued`, else the log's `JobSubmitted`) is the
+    earliest a worker's bill may start. `cancel_at` (the job cancelled on RunPod),
+    `teardown_at` (its endpoint deleted by the run) and `reap_at` (deleted by the sweeper)
+    end the bill; `idle_timeout` is what the run's deploy recorded (see
+    `BillingModel.idle_timeout`). An open bill is billed up to `as_of` (None: the log's
+    last event).
+    """
+    events = list(events)
+    log, verdict = _log_and_verdict(events, outcome, ended)
+    first = events[0].at if events else None
+    begin = start if start is not None else (first if first is not None else 0.0)
+    r = _read(log, begin, None if verdict is None else max(verdict.at, begin), model)
+    gpu_class = gpu_class if gpu_class is not None else r.gpu_class
+    last_at = r.last_at if r.last_at is not None else begin
+    cut = max(verdict.at if verdict is not None else last_at, begin)
+    job_begin = max(r.first_at, begin) if r.first_at is not None else cut
+    submitted = submitted_at if submitted_at is not None else r.submitted_at
+    floor = max(begin, submitted if submitted is not None else job_begin)
+    release = _release(r.terminal_at, cancel_at, verdict, cut)
+    # the workers the platform listed while the job waited and that never took it: a
+    # crash-looping, throttled or starting worker, billed from its recorded start
+    took = {w.worker_id for p in r.pickups if (w := p.worker) is not None and w.worker_id}
+    listed = {wid: n for wid, n in r.named.items() if wid not in took and n.started_at is not None}
+    has_workers = bool(r.pickups or listed)
+    timeout = model.idle_timeout(idle_timeout, r.platform_idle_s) if has_workers else None
+    stop, reason = model.worker_stop(
+        release, timeout.seconds if timeout else 0.0, teardown_at, reap_at, cut
+    )
+    held = bool(r.pickups) and r.pickups[-1].requeued_at is None
+    open_since: float | None = None
+    if stop is None and (held or listed):
+        open_since = cut
+        stop = max(as_of if as_of is not None else last_at, cut)
+
+    workers = _worker_bills(r, listed, model, floor, (stop, reason), open_since is not None)
+    billed = _union((w.start, w.stop) for w in workers)
+
+    end = max([cut, *(e for _, e in billed)])
+    pieces, overlaps = _pieces(r, workers, (begin, end), job_begin, cut, release, verdict)
     return AttemptLedger(
         attempt=attempt,
         stream=events[0].stream if events else None,

@@ -216,7 +216,13 @@ def _fail(retriable: bool) -> list[Step]:
 
 def builtin_scenarios() -> dict[str, Scenario]:
     """The scenarios every simulator knows, by name."""
-    scenarios = [
+    scenarios = [*_clean_runs(), *_start_troubles(), *_later_troubles()]
+    return {s.name: s for s in scenarios}
+
+
+def _clean_runs() -> list[Scenario]:
+    """The built-in jobs that start, train and complete with their metrics."""
+    return [
         _scenario(
             "success",
             "cold start, a few heartbeats, then the end record and COMPLETED with metrics at 90 s",
@@ -239,6 +245,12 @@ def builtin_scenarios() -> dict[str, Scenario]:
             _cold_start(),
             Step(60, status="COMPLETED", output={"success": True, "json_result": METRICS}),
         ),
+    ]
+
+
+def _start_troubles() -> list[Scenario]:
+    """The built-in jobs whose trouble is in the queue or a slow start."""
+    return [
         _scenario(
             "no_capacity",
             "IN_QUEUE forever and no worker at all on /health",
@@ -288,6 +300,13 @@ def builtin_scenarios() -> dict[str, Scenario]:
             Step(0, status="IN_QUEUE", workers={}),
             Step(240, status="TIMED_OUT"),
         ),
+    ]
+
+
+def _later_troubles() -> list[Scenario]:
+    """The built-in jobs whose trouble comes once they run: a stall, a death, an error,
+    a failure, a timeout, an expiry."""
+    return [
         _scenario(
             "training_stall",
             "training heartbeats stop after 5 minutes; the job stays IN_PROGRESS",
@@ -353,7 +372,6 @@ def builtin_scenarios() -> dict[str, Scenario]:
             retention_s=120.0,
         ),
     ]
-    return {s.name: s for s in scenarios}
 
 
 @dataclass
