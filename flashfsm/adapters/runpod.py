@@ -16,9 +16,11 @@ deadline checked between chunks, and what a body cut short still answers.
 headers, bounds, transport choice, `from_env`) and differ only in their own transport and
 their driver of `exchange` (`_drive` and `_move`), which moves bytes and nothing else: it
 puts the request on an httpx transport, feeds the body's raw chunks to `Reading`, and
-sleeps the pauses; each public method is one line over it. So both speak exactly the same
-protocol, and a change of it (a header, a bound, the retry policy, an error message) is
-made in one place.
+sleeps the pauses. Each public call is declared once, on `_Client` (`operation`: the call's
+arguments checked and its exchange built), and each client binds it to its driver: the sync
+client returns the result, the async one a coroutine of it. So both speak exactly the same
+protocol with the same calls, and a change of either (a header, a bound, the retry policy,
+an error message, a new call) is made in one place.
 
 Rules the table and the functions encode:
 
@@ -110,7 +112,7 @@ import re
 import ssl
 import time
 from collections import deque
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, Self, TypeVar
 from urllib.parse import quote
@@ -852,6 +854,44 @@ def _run_body(
 
 TransportT = TypeVar("TransportT", httpx.BaseTransport, httpx.AsyncBaseTransport)
 HttpT = TypeVar("HttpT", httpx.Client, httpx.AsyncClient)
+R = TypeVar("R")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+#: A call's exchange: the sans-IO generator a client drives to the call's result (`R`).
+Exchange = Generator["Send | Pause", Any, R]
+
+
+class operation(Generic[R]):
+    """A public call of both clients, declared once on `_Client`: the decorated function
+    builds the call's `exchange` (and checks its arguments), and each client drives it —
+    `RunpodClient` to the call's result, `AsyncRunpodClient` as a coroutine of it (`_bind`).
+    The bound call has the declaration's name, docstring and signature (without `self`,
+    returning `R`)."""
+
+    def __init__(self, steps: Callable[..., Exchange[R]]) -> None:
+        self.steps = steps
+        functools.update_wrapper(self, steps)
+        sig = inspect.signature(steps)
+        returns = sig.return_annotation
+        if isinstance(returns, str) and returns.startswith("Exchange[") and returns[-1] == "]":
+            returns = returns[len("Exchange[") : -1]
+        self.signature = sig.replace(
+            parameters=list(sig.parameters.values())[1:], return_annotation=returns
+        )
+
+    def __get__(self, client: _Client[Any, Any] | None, owner: type | None = None) -> Any:
+        if client is None:
+            return self
+        return client._bind(self)
+
+
+def _named(bound: F, call: operation[Any]) -> F:
+    """`bound` as `call` reads: its name, docstring and signature."""
+    functools.update_wrapper(bound, call.steps)
+    del bound.__wrapped__  # (`__signature__` is the truth: no `self`, the result type)
+    bound.__signature__ = call.signature  # type: ignore[attr-defined]
+    return bound
 
 
 class _Client(Generic[TransportT, HttpT]):
@@ -963,8 +1003,73 @@ class _Client(Generic[TransportT, HttpT]):
     def _call(self, name: str, body: Any = None, *, read: TailRead | None = None, **params: str):
         return exchange(self._wire, ROUTES[name], params, body, self._rng, read)
 
-    def _log_call(self, endpoint_id: str, worker_id: str, tail: int):
-        """The `worker_log` exchange for the last `tail` lines (1 to `LOG_TAIL_MAX`)."""
+    def _bind(self, call: operation[R]) -> Callable[..., Any]:
+        """`call` bound to this client: its exchange driven by `_drive` (see `operation`)."""
+        raise NotImplementedError
+
+    # -- the public calls, declared once for both clients (`operation`) --------------------
+
+    @operation
+    def run(
+        self,
+        endpoint_id: str,
+        input: Any,
+        *,
+        ttl_s: float | None = None,
+        execution_timeout_s: float | None = None,
+        webhook: str | None = None,
+    ) -> Exchange[str]:
+        """Queue a job and return its id. Never retried (see the module notes)."""
+        body = _run_body(input, ttl_s, execution_timeout_s, webhook)
+        return self._call("run", body, endpoint_id=endpoint_id)
+
+    @operation
+    def job_status(self, endpoint_id: str, job_id: str) -> Exchange[dict[str, Any]]:
+        """The job's status answer; HTTP 404 (job gone) raises with `status_code=404`."""
+        return self._call("status", endpoint_id=endpoint_id, job_id=job_id)
+
+    @operation
+    def cancel(self, endpoint_id: str, job_id: str) -> Exchange[dict[str, Any]]:
+        """Cancel a job; returns RunPod's answer (`{id, status}`)."""
+        return self._call("cancel", endpoint_id=endpoint_id, job_id=job_id)
+
+    @operation
+    def endpoint_health(self, endpoint_id: str) -> Exchange[dict[str, Any]]:
+        """The endpoint's `/health` answer (worker and job counts; keys may be missing)."""
+        return self._call("health", endpoint_id=endpoint_id)
+
+    @operation
+    def purge_queue(self, endpoint_id: str) -> Exchange[dict[str, Any]]:
+        """Remove the endpoint's queued jobs. Not retried."""
+        return self._call("purge_queue", endpoint_id=endpoint_id)
+
+    @operation
+    def list_endpoints(self) -> Exchange[list[dict[str, Any]]]:
+        """Every serverless endpoint of the account (REST v2)."""
+        return self._call("list_endpoints")
+
+    @operation
+    def get_endpoint(self, endpoint_id: str) -> Exchange[dict[str, Any]]:
+        """One endpoint (REST v2)."""
+        return self._call("get_endpoint", endpoint_id=endpoint_id)
+
+    @operation
+    def delete_endpoint(self, endpoint_id: str) -> Exchange[bool]:
+        """Delete an endpoint: True when deleted now, False when it was already gone."""
+        return self._call("delete_endpoint", endpoint_id=endpoint_id)
+
+    @operation
+    def endpoint_workers(self, endpoint_id: str) -> Exchange[dict[str, Any]]:
+        """The endpoint's workers (REST v2 `GET /v2/serverless/{id}/workers`): the answer
+        (`{"workers": [...], ...}`), every string masked for secrets."""
+        return self._call("list_workers", endpoint_id=endpoint_id)
+
+    @operation
+    def worker_log(
+        self, endpoint_id: str, worker_id: str, *, tail: int = LOG_TAIL_DEFAULT
+    ) -> Exchange[dict[str, Any]]:
+        """The last `tail` lines of a worker's log: `{"lines": [str, ...], "truncated":
+        bool}`, read within `LOG_MAX_BYTES` and `LOG_TIME_BUDGET_S` (see the module notes)."""
         if isinstance(tail, bool) or not isinstance(tail, int) or not 1 <= tail <= LOG_TAIL_MAX:
             raise ValueError(f"tail must be an int from 1 to {LOG_TAIL_MAX}, got {tail!r}")
         return self._call(
@@ -1022,58 +1127,13 @@ class RunpodClient(_Client[httpx.BaseTransport, httpx.Client]):
             return exc if reading is None else reading.broken(exc)
         return reading.answer()
 
-    def run(
-        self,
-        endpoint_id: str,
-        input: Any,
-        *,
-        ttl_s: float | None = None,
-        execution_timeout_s: float | None = None,
-        webhook: str | None = None,
-    ) -> str:
-        """Queue a job and return its id. Never retried (see the module notes)."""
-        body = _run_body(input, ttl_s, execution_timeout_s, webhook)
-        return self._drive(self._call("run", body, endpoint_id=endpoint_id))
+    def _bind(self, call: operation[R]) -> Callable[..., R]:
+        steps = call.steps
 
-    def job_status(self, endpoint_id: str, job_id: str) -> dict[str, Any]:
-        """The job's status answer; HTTP 404 (job gone) raises with `status_code=404`."""
-        return self._drive(self._call("status", endpoint_id=endpoint_id, job_id=job_id))
+        def bound(*args: Any, **kwargs: Any) -> R:
+            return self._drive(steps(self, *args, **kwargs))
 
-    def cancel(self, endpoint_id: str, job_id: str) -> dict[str, Any]:
-        """Cancel a job; returns RunPod's answer (`{id, status}`)."""
-        return self._drive(self._call("cancel", endpoint_id=endpoint_id, job_id=job_id))
-
-    def endpoint_health(self, endpoint_id: str) -> dict[str, Any]:
-        """The endpoint's `/health` answer (worker and job counts; keys may be missing)."""
-        return self._drive(self._call("health", endpoint_id=endpoint_id))
-
-    def purge_queue(self, endpoint_id: str) -> dict[str, Any]:
-        """Remove the endpoint's queued jobs. Not retried."""
-        return self._drive(self._call("purge_queue", endpoint_id=endpoint_id))
-
-    def list_endpoints(self) -> list[dict[str, Any]]:
-        """Every serverless endpoint of the account (REST v2)."""
-        return self._drive(self._call("list_endpoints"))
-
-    def get_endpoint(self, endpoint_id: str) -> dict[str, Any]:
-        """One endpoint (REST v2)."""
-        return self._drive(self._call("get_endpoint", endpoint_id=endpoint_id))
-
-    def delete_endpoint(self, endpoint_id: str) -> bool:
-        """Delete an endpoint: True when deleted now, False when it was already gone."""
-        return self._drive(self._call("delete_endpoint", endpoint_id=endpoint_id))
-
-    def endpoint_workers(self, endpoint_id: str) -> dict[str, Any]:
-        """The endpoint's workers (REST v2 `GET /v2/serverless/{id}/workers`): the answer
-        (`{"workers": [...], ...}`), every string masked for secrets."""
-        return self._drive(self._call("list_workers", endpoint_id=endpoint_id))
-
-    def worker_log(
-        self, endpoint_id: str, worker_id: str, *, tail: int = LOG_TAIL_DEFAULT
-    ) -> dict[str, Any]:
-        """The last `tail` lines of a worker's log: `{"lines": [str, ...], "truncated":
-        bool}`, read within `LOG_MAX_BYTES` and `LOG_TIME_BUDGET_S` (see the module notes)."""
-        return self._drive(self._log_call(endpoint_id, worker_id, tail))
+        return _named(bound, call)
 
     def close(self) -> None:
         """Close the HTTP connection pool (unless it was passed in)."""
@@ -1140,57 +1200,13 @@ class AsyncRunpodClient(_Client[httpx.AsyncBaseTransport, httpx.AsyncClient]):
             return exc if reading is None else reading.broken(exc)
         return reading.answer()
 
-    async def run(
-        self,
-        endpoint_id: str,
-        input: Any,
-        *,
-        ttl_s: float | None = None,
-        execution_timeout_s: float | None = None,
-        webhook: str | None = None,
-    ) -> str:
-        """Queue a job and return its id. Never retried."""
-        body = _run_body(input, ttl_s, execution_timeout_s, webhook)
-        return await self._drive(self._call("run", body, endpoint_id=endpoint_id))
+    def _bind(self, call: operation[R]) -> Callable[..., Awaitable[R]]:
+        steps = call.steps
 
-    async def job_status(self, endpoint_id: str, job_id: str) -> dict[str, Any]:
-        """The job's status answer; HTTP 404 (job gone) raises with `status_code=404`."""
-        return await self._drive(self._call("status", endpoint_id=endpoint_id, job_id=job_id))
+        async def bound(*args: Any, **kwargs: Any) -> R:
+            return await self._drive(steps(self, *args, **kwargs))
 
-    async def cancel(self, endpoint_id: str, job_id: str) -> dict[str, Any]:
-        """Cancel a job."""
-        return await self._drive(self._call("cancel", endpoint_id=endpoint_id, job_id=job_id))
-
-    async def endpoint_health(self, endpoint_id: str) -> dict[str, Any]:
-        """The endpoint's `/health` answer."""
-        return await self._drive(self._call("health", endpoint_id=endpoint_id))
-
-    async def purge_queue(self, endpoint_id: str) -> dict[str, Any]:
-        """Remove the endpoint's queued jobs. Not retried."""
-        return await self._drive(self._call("purge_queue", endpoint_id=endpoint_id))
-
-    async def list_endpoints(self) -> list[dict[str, Any]]:
-        """Every serverless endpoint of the account (REST v2)."""
-        return await self._drive(self._call("list_endpoints"))
-
-    async def get_endpoint(self, endpoint_id: str) -> dict[str, Any]:
-        """One endpoint (REST v2)."""
-        return await self._drive(self._call("get_endpoint", endpoint_id=endpoint_id))
-
-    async def delete_endpoint(self, endpoint_id: str) -> bool:
-        """Delete an endpoint: True when deleted now, False when it was already gone."""
-        return await self._drive(self._call("delete_endpoint", endpoint_id=endpoint_id))
-
-    async def endpoint_workers(self, endpoint_id: str) -> dict[str, Any]:
-        """The endpoint's workers (REST v2): the answer, every string masked for secrets."""
-        return await self._drive(self._call("list_workers", endpoint_id=endpoint_id))
-
-    async def worker_log(
-        self, endpoint_id: str, worker_id: str, *, tail: int = LOG_TAIL_DEFAULT
-    ) -> dict[str, Any]:
-        """The last `tail` lines of a worker's log: `{"lines": [str, ...], "truncated":
-        bool}`, read within `LOG_MAX_BYTES` and `LOG_TIME_BUDGET_S` (see the module notes)."""
-        return await self._drive(self._log_call(endpoint_id, worker_id, tail))
+        return _named(bound, call)
 
     async def aclose(self) -> None:
         """Close the HTTP connection pool (unless it was passed in)."""
