@@ -16,6 +16,12 @@ connect, read and write of its exchange, body included, cut at that instant (bes
 httpx's per-operation timeouts), so a server trickling its head or body a byte at a time
 cannot stretch a call. A sync client has no other way to stop a read it is blocked in.
 
+Both transports keep idle connections alike: at most `MAX_IDLE_PER_ORIGIN`, each dropped
+after `KEEPALIVE_EXPIRY_S` idle (httpx's defaults), and neither makes a request wait for a
+connection (a new one is opened instead); both take httpx's per-operation timeouts from
+the request, and the call's deadline bounds the whole exchange (the sync one by `DEADLINE`,
+the async one under its caller's `asyncio.timeout`).
+
 `AsyncH11Transport` is a lean asyncio one. Why: httpx's default async transport (httpcore
 over anyio) costs ~1 ms of CPU per request on this kind of machine, most of it pool
 bookkeeping: every request rescans the pool, and every reuse asks anyio for socket details
@@ -72,6 +78,11 @@ ACCEPT_ENCODING = "gzip, deflate"
 #: The request extension `DeadlineTransport` cuts every socket wait at: a `time.monotonic()`
 #: instant (httpx hands a request's extensions to its transport; others ignore this one).
 DEADLINE = "flashfsm.deadline"
+
+#: How long an idle keep-alive connection is kept before it is dropped (seconds), and the
+#: most idle connections kept per origin: both transports' (httpx's own defaults).
+KEEPALIVE_EXPIRY_S = 5.0
+MAX_IDLE_PER_ORIGIN = 100
 
 _Origin = tuple[bytes, bytes, int]
 
@@ -332,6 +343,9 @@ class DeadlineTransport(httpx.BaseTransport):
         self._deadline = _Deadline()
         self._pool = httpcore.ConnectionPool(
             ssl_context=context,
+            max_connections=None,  # (as the async transport: no request waits for one)
+            max_keepalive_connections=MAX_IDLE_PER_ORIGIN,
+            keepalive_expiry=KEEPALIVE_EXPIRY_S,
             network_backend=_DeadlineBackend(httpcore.SyncBackend(), self._deadline),
         )
 
@@ -400,8 +414,8 @@ class AsyncH11Transport(httpx.AsyncBaseTransport):
         self,
         *,
         verify: ssl.SSLContext | bool = True,
-        max_idle_per_origin: int = 100,
-        keepalive_expiry: float = 5.0,
+        max_idle_per_origin: int = MAX_IDLE_PER_ORIGIN,
+        keepalive_expiry: float = KEEPALIVE_EXPIRY_S,
         max_response_bytes: int | None = MAX_RESPONSE_BYTES,
     ):
         if isinstance(verify, ssl.SSLContext):
