@@ -621,6 +621,37 @@ def attach_steps(
     return writer
 
 
+def _read_worker(
+    state: JobState, endpoint_id: str, worker_id: str | None, own: float
+) -> Generator[Request, Any, tuple[Built, float]]:
+    """The worker record a pickup asks for (and the endpoint's, once a watch, or again
+    after a read of it failed): what to record, and when it was read on the watch's clock."""
+    got = yield ApiCall(own, "endpoint_workers", (endpoint_id,), {})
+    endpoint, last = None, state.worker
+    if last is None or (last.idle_timeout_s is None and last.read_error is not None):
+        endpoint = yield ApiCall(own, "get_endpoint", (endpoint_id,), {})
+    return worker_observation(worker_id, got, endpoint), got.at
+
+
+def _read_worker_log(
+    state: JobState, endpoint_id: str, worker_id: str | None, own: float
+) -> Generator[Request, Any, tuple[Built, float]]:
+    """The worker's last log lines before a failing verdict: of the worker the status
+    named, else (a crash loop: no status named one) of the one the platform lists."""
+    chosen, listed = _known_worker(state, worker_id), None
+    if chosen is None:
+        listed = yield ApiCall(own, "endpoint_workers", (endpoint_id,), {})
+        chosen = None if listed.error else obs.pick_worker(listed.value, None)
+    got = None
+    if chosen is not None:
+        tail = {"tail": WORKER_LOG_TAIL}
+        got = yield ApiCall(own, "worker_log", (endpoint_id, chosen[0]), tail)
+    last = got or listed
+    listing_error = None if listed is None else listed.error
+    built = worker_log_observation(chosen, got, listing_error)
+    return built, last.at if last is not None else own
+
+
 def loop_steps(
     writer: StreamWriter[JobState], spec: WatchSpec, say: Callable[[str], None]
 ) -> Generator[Request, Any, Verdict]:
@@ -672,26 +703,12 @@ def loop_steps(
                 got = yield ReaderCall(own, "failure_detail", True)
                 raw = None if got.error is not None else got.value
                 built, at = failure_detail_observation(raw), got.at + skew
-            case ReadWorker():
-                got = yield ApiCall(own, "endpoint_workers", (endpoint_id,), {})
-                endpoint, last = None, state.worker
-                # The endpoint's record once a watch: again only after a read that failed.
-                if last is None or (last.idle_timeout_s is None and last.read_error is not None):
-                    endpoint = yield ApiCall(own, "get_endpoint", (endpoint_id,), {})
-                built, at = worker_observation(worker_id, got, endpoint), got.at + skew
-            case ReadWorkerLog():
-                chosen, listed = _known_worker(state, worker_id), None
-                if chosen is None:  # no status named one (a crash loop): ask the platform
-                    listed = yield ApiCall(own, "endpoint_workers", (endpoint_id,), {})
-                    chosen = None if listed.error else obs.pick_worker(listed.value, None)
-                got = None
-                if chosen is not None:
-                    tail = {"tail": WORKER_LOG_TAIL}
-                    got = yield ApiCall(own, "worker_log", (endpoint_id, chosen[0]), tail)
-                last = got or listed
-                at = (last.at if last is not None else own) + skew
-                listing_error = None if listed is None else listed.error
-                built = worker_log_observation(chosen, got, listing_error)
+            case ReadWorker():  # (once a pickup: its reads out of the poll loop's way)
+                built, at = yield from _read_worker(state, endpoint_id, worker_id, own)
+                at += skew
+            case ReadWorkerLog():  # (once, before a failing verdict)
+                built, at = yield from _read_worker_log(state, endpoint_id, worker_id, own)
+                at += skew
             case Conclude(verdict=verdict):
                 built, at = conclusion(verdict), now
             case _:
