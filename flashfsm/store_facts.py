@@ -2,7 +2,7 @@
 
 Theory of operation. The log is the record, so every number that is a fact of the log is
 derived from it, by one pure function (`store_facts`) over what a store holds: the streams
-by kind and state (the state as `flashfsm ls` gives it: `flashfsm.cli.store.stream_row`),
+by kind and state (the state as `flashfsm ls` gives it: `flashfsm.display.listing.stream_row`),
 job verdicts by rule and failure, run results by failure, the errors the watches recorded by
 kind, takeovers (a job's watch passing to another watcher), the open-streams index's leases
 and live replicas, how far the open jobs' snapshots lag their logs, and the money billed and
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from flashfsm.adapters.stores import open_store
-from flashfsm.cli.store import stream_row
+from flashfsm.display.listing import stream_row
 from flashfsm.events.errors import CorruptLogError, EventDecodeError
 from flashfsm.events.models import Event
 from flashfsm.events.store import CLOSED_BY, OpenStream, Replica, capabilities

@@ -9,7 +9,12 @@ The layers, lowest first (each may import the ones before it, and itself):
 - `postmortem`: the pure post-mortem and presentation (explanations, the ledger, generated docs);
 - base: `errors`, `redact`, `ids`, `naming` — small modules every layer above shares;
 - `adapters`: the world (stores, RunPod and Hub clients, runpod-flash, the simulator);
-- the shell: everything else (the watch, the writer, the drivers, runs, the CLI, views).
+- the shell: everything else, itself in layers, lowest first:
+  - display: what the front ends show (`display/`, `views`, `render`);
+  - drivers: the writer, the watch and its drivers, runs, the fleet, the sweeper, the
+    store's facts, the worker's live log, the integrations, the demo (and the rest);
+  - front ends: the web view (`ui/`) and the Prometheus metrics (`metrics`);
+  - cli: the command line (`cli/`), over all of them.
 """
 
 from __future__ import annotations
@@ -24,6 +29,10 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "flashfsm"
 BASE = frozenset({"flashfsm.errors", "flashfsm.redact", "flashfsm.ids", "flashfsm.naming"})
 ORDER = ("events", "fsm", "postmortem", "base", "adapters", "shell")
+#: The shell's own layers, lowest first (`shell_layer`).
+SHELL_ORDER = ("display", "drivers", "front ends", "cli")
+DISPLAY = ("flashfsm.display", "flashfsm.views", "flashfsm.render")
+FRONT_ENDS = ("flashfsm.ui", "flashfsm.metrics")
 
 
 def _modules() -> dict[str, Path]:
@@ -89,6 +98,31 @@ def layer(module: str) -> str:
     return "shell"
 
 
+def _under(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def shell_layer(module: str) -> str:
+    """Which of the shell's layers a shell module belongs to."""
+    if _under(module, ("flashfsm.cli",)):
+        return "cli"
+    if _under(module, FRONT_ENDS):
+        return "front ends"
+    if _under(module, DISPLAY):
+        return "display"
+    return "drivers"
+
+
+def shell_imports_above(module: str, graph: dict[str, set[str]]) -> set[str]:
+    """The shell modules `module` (one of the shell's) imports from a shell layer above its own."""
+    mine = SHELL_ORDER.index(shell_layer(module))
+    return {
+        target
+        for target in graph.get(module, ())
+        if layer(target) == "shell" and SHELL_ORDER.index(shell_layer(target)) > mine
+    }
+
+
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """The strongly connected components with more than one module (Tarjan's algorithm)."""
     index: dict[str, int] = {}
@@ -142,6 +176,14 @@ def test_each_module_imports_only_its_own_layer_and_those_below(module):
     assert not above, f"{module} ({layer(module)}) imports from a layer above it: {sorted(above)}"
 
 
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if layer(m) == "shell"))
+def test_each_shell_module_imports_only_its_own_shell_layer_and_those_below(module):
+    above = shell_imports_above(module, import_graph())
+    assert not above, (
+        f"{module} ({shell_layer(module)}) imports from a shell layer above it: {sorted(above)}"
+    )
+
+
 # --- the checks can fail --------------------------------------------------------------------
 
 
@@ -160,3 +202,37 @@ def test_layers_are_named_by_package():
         "adapters",
     ]
     assert layer("flashfsm.watch") == layer("flashfsm") == "shell"
+
+
+def test_the_shell_layers_are_named_by_module():
+    named = {
+        "display": (
+            "flashfsm.display",
+            "flashfsm.display.text",
+            "flashfsm.views",
+            "flashfsm.render",
+        ),
+        "drivers": ("flashfsm", "flashfsm.runs", "flashfsm.store_facts", "flashfsm.live_log"),
+        "front ends": ("flashfsm.ui", "flashfsm.ui.pages", "flashfsm.metrics"),
+        "cli": ("flashfsm.cli", "flashfsm.cli.logs"),
+    }
+    assert {m: shell_layer(m) for ms in named.values() for m in ms} == {
+        m: name for name, ms in named.items() for m in ms
+    }
+    assert shell_layer("flashfsm.renderer") == shell_layer("flashfsm.uix") == "drivers"
+
+
+def test_the_shell_check_finds_a_front_end_or_the_display_importing_from_above():
+    # the web view that runs a CLI command again, even lazily inside a function
+    lazy = "def live():\n    from flashfsm.cli.logs import explain_command\n"
+    graph = {
+        "flashfsm.ui.pages": imports_of("flashfsm.ui.pages", lazy, False)
+        | {"flashfsm.display.explain"},
+        "flashfsm.store_facts": {"flashfsm.cli.store", "flashfsm.display.listing"},
+        "flashfsm.display.listing": {"flashfsm.ui.index", "flashfsm.views"},
+        "flashfsm.cli.logs": {"flashfsm.ui.app", "flashfsm.display.explain", "flashfsm.events"},
+    }
+    assert shell_imports_above("flashfsm.ui.pages", graph) == {"flashfsm.cli.logs"}
+    assert shell_imports_above("flashfsm.store_facts", graph) == {"flashfsm.cli.store"}
+    assert shell_imports_above("flashfsm.display.listing", graph) == {"flashfsm.ui.index"}
+    assert shell_imports_above("flashfsm.cli.logs", graph) == set()

@@ -49,16 +49,11 @@ from flashfsm.cli.usage import (
 )
 
 if TYPE_CHECKING:
-    from flashfsm.cli.common import (
-        Source,
-        console,
-        job_source,
-        load_events,
-        open_source,
-        print_timeline,
-        print_verdict,
-    )
+    from flashfsm.cli.common import job_source, load_events, open_source
     from flashfsm.cli.logs import parse_settings
+    from flashfsm.display.logs import print_timeline, print_verdict
+    from flashfsm.display.sources import Source
+    from flashfsm.display.text import console
 
 #: The app's help: what it is, then every exit code (`\b` keeps the table's lines as they are).
 APP_HELP = (
@@ -357,18 +352,10 @@ def main() -> None:
 
 #: What the package offers from its command groups, loaded on first use (PEP 562).
 _LAZY = {
-    **dict.fromkeys(
-        (
-            "Source",
-            "console",
-            "job_source",
-            "load_events",
-            "open_source",
-            "print_timeline",
-            "print_verdict",
-        ),
-        "flashfsm.cli.common",
-    ),
+    **dict.fromkeys(("job_source", "load_events", "open_source"), "flashfsm.cli.common"),
+    **dict.fromkeys(("print_timeline", "print_verdict"), "flashfsm.display.logs"),
+    "Source": "flashfsm.display.sources",
+    "console": "flashfsm.display.text",
     "parse_settings": "flashfsm.cli.logs",
 }
 

@@ -1,20 +1,17 @@
-"""What every command shares: the store option, sources, exit codes, JSON and printing helpers.
+"""What every command shares: the store option, sources, exit codes, errors and warnings.
 
 A SOURCE is a stream of the store or a `.jsonl` file (its directory holds the streams next
-to it, such as a run's job streams). What kind of stream it is (job, run or sweeper) is
-`flashfsm.views.stream_kind`'s answer, never a check of its own here.
+to it, such as a run's job streams), opened as a `flashfsm.display.sources.Source`. What
+kind of stream it is (job, run or sweeper) is `flashfsm.views.stream_kind`'s answer, never a
+check of its own here.
 
 Manners. A command that reads opens its store read-only (`open_store(url, read_only=True)`):
 it creates and changes nothing, and a store, file or stream that is not there is one line
 on stderr naming it, exit 1 (`fail`). Every error is one line; the library's warnings
-(a torn last line, say) are one `warning:` line each on stderr, once (`Notices`). Lines are
-wrapped at the terminal's width (or `$COLUMNS`), continuation lines hanging under their
-label (`say`); piped without `$COLUMNS`, nothing is wrapped (`PlainConsole`). Help is plain
-text, never markup, and ends with the exit codes: both live in `flashfsm.cli.usage`, which
-`flashfsm --help` loads without this module.
-
-Why it is long: it is what every command shares (sources, exit codes, JSON, printing); each
-piece is small and used by several command groups.
+(a torn last line, say) are one `warning:` line each on stderr, once (`Notices`). What is
+printed, and how (the console, escaping, wrapping), is `flashfsm.display`'s, shared with
+the web view. Help is plain text, never markup, and ends with the exit codes: both live in
+`flashfsm.cli.usage`, which `flashfsm --help` loads without this module.
 """
 
 from __future__ import annotations
@@ -22,10 +19,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import sys
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,183 +30,28 @@ from urllib.parse import urlsplit
 
 import click
 import typer
-from rich.cells import cell_len
-from rich.console import Console, ConsoleDimensions, ConsoleOptions, RenderableType
-from rich.segment import Segment
-from rich.table import Table
-from rich.text import Text
 
 from flashfsm.adapters.jsonl import read_jsonl_file, stream_file_name
 from flashfsm.adapters.stores import ENV_VAR as STORE_ENV
 from flashfsm.adapters.stores import default_store_url, open_store
-from flashfsm.adapters.urls import display_url, hide_url_secrets, scrub_urls, url_path
+from flashfsm.adapters.urls import display_url, hide_url_secrets, url_path
 from flashfsm.cli.usage import EXIT_CODE_TABLE as EXIT_CODE_TABLE  # (`X as X`: re-exported)
 from flashfsm.cli.usage import EXIT_CODES, EXIT_DAMAGED, EXIT_NO_VERDICT, EXIT_USAGE
 from flashfsm.cli.usage import EXIT_DISAGREES as EXIT_DISAGREES
 from flashfsm.cli.usage import EXIT_FENCED as EXIT_FENCED
 from flashfsm.cli.usage import EXIT_GATE as EXIT_GATE
 from flashfsm.cli.usage import EXIT_SWEEP_ERRORS as EXIT_SWEEP_ERRORS
+from flashfsm.display.sources import Source, is_file_source, job_log
+from flashfsm.display.text import console as console  # (re-exported: the CLI's consoles)
+from flashfsm.display.text import duration_seconds, escaped, say
+from flashfsm.display.text import err_console as err_console
+from flashfsm.display.text import shown as shown  # (re-exported: the CLI's escaping)
+from flashfsm.display.text import shown_text as shown_text
 from flashfsm.errors import message as message  # (re-exported: the CLI's one-line errors)
 from flashfsm.errors import one_line as one_line
 from flashfsm.events.errors import CorruptLogError, EventDecodeError, FlashFsmError
 from flashfsm.events.models import Concluded, Event, RunConcluded
-from flashfsm.fsm.findings import first_line
-from flashfsm.fsm.job import replay
-from flashfsm.fsm.run import Attempt, RunState, replay_run
-from flashfsm.postmortem import explain as ex
-from flashfsm.postmortem.explain import TimelineRow, timeline
-from flashfsm.render import duration_text
-from flashfsm.views import (
-    IdlePeriod,
-    RunView,
-    SweeperRow,
-    SweeperView,
-    attempt_outcome,
-    last_job_stream,
-    run_label,
-    stream_kind,
-)
-
-#: How wide a line may be when the output is piped and `$COLUMNS` is unset: unbounded.
-PIPED_WIDTH = 10_000
-
-
-class PlainConsole(Console):
-    """A console at the terminal's width, or `$COLUMNS`; piped without `$COLUMNS` (into a
-    file, `grep`), lines are as long as they are. A width set on it wins."""
-
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        #: the width set on it (at creation, or later through `width` or `size`), or None
-        self.set_width: int | None = options.get("width")
-
-    @property
-    def size(self) -> ConsoleDimensions:
-        """The console's width and height (see the class notes)."""
-        dims = Console.size.fget(self)  # type: ignore[attr-defined]
-        columns = os.environ.get("COLUMNS", "")
-        if self.set_width is None and columns.isdigit():
-            # `$COLUMNS` as it is now (rich reads it once, when the console is made: a
-            # process that sets it later, a test runner say, would get the first value).
-            return ConsoleDimensions(int(columns), dims.height)
-        if self.set_width is None and not self.is_terminal:
-            return ConsoleDimensions(PIPED_WIDTH, dims.height)
-        return dims
-
-    @size.setter
-    def size(self, new_size: tuple[int, int]) -> None:
-        Console.size.fset(self, new_size)  # type: ignore[attr-defined]
-        self.set_width = new_size[0]
-
-    @property
-    def width(self) -> int:
-        """The console's width (see the class notes)."""
-        return self.size.width
-
-    @width.setter
-    def width(self, width: int | None) -> None:
-        Console.width.fset(self, width)  # type: ignore[attr-defined]
-        self.set_width = width
-
-    def render_str(self, text: str, **options: Any) -> Text:
-        """A string as rich text, its unprintable characters escaped (`shown_text`)."""
-        return shown_text(super().render_str(text, **options))
-
-    def render(
-        self, renderable: RenderableType, options: ConsoleOptions | None = None
-    ) -> Iterable[Segment]:
-        """Every line this console prints, and every cell of its tables, comes through here:
-        a rich text's unprintable characters (an escape sequence's ESC, a carriage return,
-        a bidirectional override) are escaped before it is laid out (`shown_text`)."""
-        if isinstance(renderable, Text):
-            renderable = shown_text(renderable)
-        return super().render(renderable, options)
-
-
-def shown(text: str) -> str:
-    """`text` as the terminal may see it: every character that is not printable, but the
-    line break, written as its Python escape (`\\x1b`, `\\r`, `\\u202e`), so outside text
-    (a stream name, an error body, a log line) can neither move the cursor, recolour the
-    terminal nor hide what follows."""
-    if text.isprintable():
-        return text
-    return "\n".join(
-        "".join(
-            ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in line
-        )
-        for line in text.split("\n")
-    )
-
-
-def shown_text(text: Text) -> Text:
-    """A rich text with its unprintable characters escaped (`shown`), its styles kept."""
-    plain = text.plain
-    if shown(plain) == plain:
-        return text
-    cuts = sorted({i + d for i, ch in enumerate(plain) if shown(ch) != ch for d in (0, 1)})
-    pieces = []
-    for piece in text.divide(cuts):
-        if len(piece.plain) == 1 and shown(piece.plain) != piece.plain:
-            escaped_piece = Text(shown(piece.plain), style=piece.style)
-            for span in piece.spans:
-                escaped_piece.stylize(span.style)
-            piece = escaped_piece
-        pieces.append(piece)
-    out = Text("").join(pieces)
-    out.justify, out.overflow, out.no_wrap, out.end = (
-        text.justify,
-        text.overflow,
-        text.no_wrap,
-        text.end,
-    )
-    return out
-
-
-#: Everything printed is literal: logs carry outside text (worker output, error bodies), and
-#: rich markup in it would be interpreted — a `[i]` could rejoin the pieces of a masked
-#: secret, a `[/]` raise. The few styled words are `styled` parts.
-console = PlainConsole(highlight=False, markup=False)
-#: Errors, warnings and notes about a command's run (never its output) go to stderr.
-err_console = PlainConsole(highlight=False, markup=False, stderr=True)
-
-
-def styled(*parts: str | tuple[str, str]) -> Text:
-    """A line of plain text and (text, style) parts, never read as markup; the password of
-    any URL in it is masked (`scrub_urls`: a store URL is printed by `display_url`, this
-    is the last line of defence)."""
-    return Text.assemble(
-        *(
-            shown(scrub_urls(part))
-            if isinstance(part, str)
-            else (shown(scrub_urls(part[0])), part[1])
-            for part in parts
-        )
-    )
-
-
-def say(*parts: str | tuple[str, str], err: bool = False) -> None:
-    """Print one line of plain and (text, style) parts, wrapped at the console's width:
-    continuation lines hang under the text after the line's label ("  detail: "), or two
-    columns in from where the line starts when it has none."""
-    target = err_console if err else console
-    text = styled(*parts)
-    plain = text.plain
-    width = target.width
-    if cell_len(plain) <= width or "\n" in plain:
-        target.print(text)
-        return
-    indent = len(plain) - len(plain.lstrip(" "))
-    label = plain.find(": ", indent)
-    hang = label + 2 if label >= 0 and label + 2 <= width // 2 else indent + 2
-    if hang > width // 2:
-        target.print(text)
-        return
-    head, rest = text.divide([hang])
-    lines = rest.wrap(target, width - hang, overflow="fold")
-    for n, line in enumerate(lines):
-        line.rstrip()
-        target.print(Text.assemble(head if n == 0 else " " * hang, line))
-
+from flashfsm.views import stream_kind
 
 # --- exit codes ---------------------------------------------------------------------------
 
@@ -344,18 +185,6 @@ class UsageErrors:
 
 # --- durations and the whole store ---------------------------------------------------------
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d|w)?\s*$")
-_UNIT_S = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-
-
-def duration_seconds(text: str) -> float | None:
-    """`90s`, `15m`, `12h`, `30d`, `2w` (a bare number: seconds) as seconds; None when
-    `text` is not a positive duration."""
-    match = _DURATION.match(text)
-    if match is None or float(match.group(1)) <= 0:
-        return None
-    return float(match.group(1)) * _UNIT_S[match.group(2) or "s"]
-
 
 def parse_duration(text: str, option: str = "--since") -> float:
     """`duration_seconds` of an OPTION's value; exit 1, one line, when it is not one."""
@@ -411,12 +240,6 @@ class StoreLogs:
             say(("damaged:", "red"), f" {d.error} (stream skipped)", err=True)
 
 
-def escaped(text: str) -> str:
-    """`text` on one line with every character that is not printable (a control character,
-    an escape sequence's ESC, a bidirectional override) written as its Python escape."""
-    return shown(one_line(text))
-
-
 def _damaged(url: str, stream: str, exc: EventDecodeError | CorruptLogError) -> Damaged:
     if isinstance(exc, CorruptLogError):
         where, line = exc.where, exc.line
@@ -464,16 +287,6 @@ def read_all_streams(url: str, since_s: float | None = None) -> StoreLogs:
 
 
 # --- sources ------------------------------------------------------------------------------
-
-
-@dataclass
-class Source:
-    """A log and a way to read the streams next to it (a run's job streams)."""
-
-    name: str
-    events: list[Event]
-    load: Callable[[str], list[Event]]
-    where: str  # the store URL (as printed: `display_url`) or the file's directory
 
 
 #: The key in a command's context (`click.Context.meta`) that says it named the demo's store.
@@ -546,6 +359,13 @@ def open_reader(url: str) -> Any:
         raise fail(hide_url_secrets(message(exc), url)) from None
 
 
+def store_opener(store: str | None) -> Callable[[], Any]:
+    """How a command's SOURCE opens its store again, when the streams beside it are read
+    (the sweepers' reaps a bill ends on: `flashfsm.display.sources.source_ledger`): the
+    store `--store` names (`store_url`), read-only (`open_reader`)."""
+    return lambda: open_reader(store_url(store, reading=True))
+
+
 def read_stream(url: str, stream: str) -> list[Event]:
     """One stream of the store at `url`, read-only (exit 1 when the store or the stream is
     unreadable)."""
@@ -575,11 +395,6 @@ def read_events_file(path: Path) -> list[Event]:
     for text in held:
         say(("warning:", "yellow"), f" {text}", err=True)
     return events
-
-
-def is_file_source(source: str) -> bool:
-    """Whether SOURCE names a `.jsonl` file (by its suffix) rather than a stream."""
-    return Path(source).suffix.lower() == ".jsonl"
 
 
 def open_source(source: str, store: str | None) -> Source:
@@ -613,24 +428,12 @@ def load_events(source: str, store: str | None) -> tuple[str, list[Event]]:
 
 
 def job_source(src: Source, *, quiet: bool = False) -> tuple[str, list[Event]]:
-    """The job log a command reads: SOURCE itself, or a run's last attempt's job stream.
-
-    A sweeper's stream has none: exit 1 saying so.
-    """
-    kind = stream_kind(src.events)
-    if kind == "sweeper":
-        raise fail(f"{src.name} is a sweeper stream: job rules do not apply")
-    if kind == "job":
-        return src.name, src.events
+    """The job log a command reads: SOURCE itself, or a run's last attempt's job stream
+    (`flashfsm.display.sources.job_log`; none: exit 1 saying why). A run's is named in a
+    line, unless `quiet`."""
     with UsageErrors():
-        run = replay_run(src.events)
-    stream = last_job_stream(run)
-    if stream is None:
-        raise fail(f"run {src.name!r} has no job stream yet (no JobQueued event)")
-    events = src.load(stream)
-    if not events:
-        raise fail(f"run {src.name!r}: job stream {stream!r} is empty or missing")
-    if not quiet:
+        stream, events = job_log(src)
+    if not quiet and stream_kind(src.events) == "run":
         say(f"run {src.name}: its last attempt's job stream is {stream}")
     return stream, events
 
@@ -641,320 +444,3 @@ def job_source(src: Source, *, quiet: bool = False) -> tuple[str, list[Event]]:
 def emit_json(data: Any) -> None:
     """Print `data` as indented JSON on stdout."""
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
-
-
-def row_json(row: TimelineRow) -> dict[str, Any]:
-    """One timeline row of a job log."""
-    return {
-        "seq": row.seq,
-        "at": row.at,
-        "offset_s": row.offset,
-        "kind": row.kind,
-        "summary": row.summary,
-        "state": row.state_after,
-        "moved_from": row.state_before if row.moved else None,
-        "armed": list(row.armed),
-        "cleared": list(row.cleared),
-        "progress": row.progress,
-    }
-
-
-def verdict_json(verdict: Concluded | None) -> dict[str, Any] | None:
-    """A job's verdict, field by field."""
-    if verdict is None:
-        return None
-    return {
-        "state": verdict.state,
-        "ok": verdict.ok,
-        "failure": verdict.failure,
-        "rule": verdict.rule,
-        "detail": verdict.detail,
-        "evidence": list(verdict.evidence),
-        "metrics": verdict.metrics,
-        "at": verdict.at,
-    }
-
-
-def measure_json(m: ex.Measure) -> dict[str, Any]:
-    """One number a rule compared with its limit."""
-    return {
-        "quantity": m.quantity,
-        "value": m.value,
-        "op": m.op,
-        "limit_name": m.limit_name,
-        "limit": m.limit,
-        "unit": m.unit,
-        "fired": m.fired,
-        "note": m.note,
-        "text": m.text,
-    }
-
-
-def timer_json(t: ex.TimerView) -> dict[str, Any]:
-    """One running timer of a job."""
-    return {
-        "rule": t.rule,
-        "name": t.name,
-        "since": t.since,
-        "elapsed_s": t.elapsed,
-        "limit_s": t.limit,
-        "left_s": t.left,
-        "text": t.text,
-    }
-
-
-def view_json(view: ex.WatchView) -> dict[str, Any]:
-    """A job's live view."""
-    nxt = view.next_timer
-    return {
-        "stream": view.stream,
-        "state": view.state,
-        "since": view.since,
-        "in_state_s": view.in_state_s,
-        "now": view.now,
-        "last_at": view.last_at,
-        "quiet_s": None if view.last_at is None else view.now - view.last_at,
-        "status": view.status,
-        "events": view.events,
-        "poll_errors": view.poll_errors,
-        "verdict": verdict_json(view.verdict),
-        "next_timer": None if nxt is None else timer_json(nxt),
-        "timers": [timer_json(t) for t in view.timers],
-    }
-
-
-def result_json(result: RunConcluded | None) -> dict[str, Any] | None:
-    """A run's result."""
-    if result is None:
-        return None
-    return {
-        "ok": result.ok,
-        "failure": result.failure,
-        "attempts": result.attempts,
-        "detail": result.detail,
-        "at": result.at,
-    }
-
-
-def attempt_json(a: Attempt, run: RunState) -> dict[str, Any]:
-    """One attempt of a run, as the run fold has it."""
-    s, e = a.started, a.ended
-    return {
-        "attempt": s.attempt,
-        "gpu_class": s.gpu_class,
-        "provider": s.provider,
-        "on_last_gpu": s.on_last_gpu,
-        "bonus": s.bonus,
-        "cache_dropped": s.cache_dropped,
-        "started_at": s.at,
-        "endpoint_id": a.endpoint_id,
-        "job_id": a.job_id,
-        "job_stream": a.job_stream,
-        "submitted_at": a.submitted_at,
-        "deploy_error": a.deploy_error,
-        "submit_error": a.submit_error,
-        "outcome": attempt_outcome(a, run),
-        "ended": None
-        if e is None
-        else {"ok": e.ok, "failure": e.failure, "rule": e.rule, "detail": e.detail, "at": e.at},
-    }
-
-
-def run_view_json(rv: RunView) -> dict[str, Any]:
-    """A run's live view: its state, attempts, result and its current job's view."""
-    r = rv.run.result
-    return {
-        "stream": rv.stream,
-        "kind": "run",
-        "state": rv.label,
-        "attempts": rv.attempts,
-        "job_stream": rv.job_stream,
-        "result": None
-        if r is None
-        else {"ok": r.ok, "failure": r.failure, "attempts": r.attempts, "at": r.at},
-        "job": None if rv.job is None else view_json(rv.job),
-    }
-
-
-def sweeper_state(view: SweeperView) -> str:
-    """A sweeper's stream in a word or two, as `ls` lists it."""
-    return f"{len(view.reaped)} reaped"
-
-
-def period_json(p: IdlePeriod, view: SweeperView) -> dict[str, Any]:
-    """One idle run of an endpoint; a running one measured at the view's `now`."""
-    return {
-        "endpoint_id": p.endpoint_id,
-        "endpoint_name": p.endpoint_name,
-        "since": p.since,
-        "since_offset_s": p.since - view.start,
-        "end": p.end,
-        "outcome": p.outcome,
-        "reason": p.reason,
-        "idle_s": p.idle_s(view.now),
-    }
-
-
-def sweeper_row_json(row: SweeperRow) -> dict[str, Any]:
-    """One event of a sweeper's stream."""
-    return {
-        "seq": row.seq,
-        "at": row.at,
-        "offset_s": row.offset,
-        "kind": row.kind,
-        "summary": sweeper_row_text(row),
-        "endpoint_id": row.endpoint_id,
-        "endpoint_name": row.endpoint_name,
-        "since": row.since,
-        "idle_s": row.idle_s,
-        "reason": row.reason,
-        "timers": row.running,
-    }
-
-
-# --- printing -----------------------------------------------------------------------------
-
-
-def _notable(row: TimelineRow) -> bool:
-    return (
-        row.moved
-        or bool(row.armed or row.cleared)
-        or row.kind
-        in (
-            "JobSubmitted",
-            "WatchStarted",
-            "Concluded",
-            "StatusFetchFailed",
-            "WorkerObserved",
-            "WorkerLogObserved",
-        )
-        or (row.kind == "HeartbeatObserved" and row.progress)
-        or (row.kind == "StatusObserved" and row.progress)
-    )
-
-
-def print_timeline(stream: str, events: list[Event], *, full: bool = False) -> None:
-    """The post-mortem view of one job log: its timeline and its verdict."""
-    rows = timeline(events)
-    shown = rows if full else [r for r in rows if _notable(r)]
-    say(f"{stream}: {len(rows)} events")
-    table = Table(expand=False)
-    table.add_column("t+s", justify="right", no_wrap=True)
-    table.add_column("seq", justify="right", no_wrap=True)
-    table.add_column("event", overflow="fold")
-    table.add_column("state")
-    table.add_column("timers")
-    for row in shown:
-        state = f"{row.state_before} → {row.state_after}" if row.moved else row.state_after
-        timers = " ".join([f"+{t}" for t in row.armed] + [f"-{t}" for t in row.cleared])
-        table.add_row(f"{row.offset:.0f}", str(row.seq), row.summary, state, timers)
-    console.print(table)
-    if len(shown) < len(rows):
-        say(f"  ({len(rows) - len(shown)} routine observations not shown; --full shows all)")
-    print_verdict(replay(events).verdict)
-
-
-def print_verdict(verdict: Concluded | None) -> None:
-    """One verdict, its rule and its evidence."""
-    if verdict is None:
-        say("  ", ("no verdict yet", "yellow"))
-        return
-    colour = "green" if verdict.ok else "red"
-    kind = "success" if verdict.ok else verdict.failure
-    say("  ", (verdict.state, f"bold {colour}"), f" ({kind}) by rule ", (verdict.rule, "bold"))
-    say(f"  evidence: seqs {list(verdict.evidence)}")
-    first = verdict.detail.splitlines()[0] if verdict.detail else ""
-    say(f"  detail: {first}")
-
-
-def print_view(view: ex.WatchView, *, prefix: str = "") -> None:
-    """A job's live view: its state, time in state, last status and next timer (its times
-    are the view's: see `flashfsm.views.view_now`)."""
-    name = view.stream or "?"
-    if view.verdict is not None:
-        v = view.verdict
-        colour = "green" if v.ok else "red"
-        say(f"{prefix}{name}: ", (v.state, f"bold {colour}"), f" by {v.rule}")
-        return
-    quiet = "" if view.last_at is None else f", last event {ex.secs(view.now - view.last_at)} s ago"
-    say(
-        f"{prefix}{name}: ",
-        (view.state, "bold"),
-        f" for {duration_text(view.in_state_s)} (status {view.status or '-'}{quiet})",
-    )
-    nxt = view.next_timer
-    if nxt is not None:
-        say(f"{prefix}  next timer: {nxt.text}")
-    if view.poll_errors:
-        say(f"{prefix}  {view.poll_errors} consecutive status errors")
-
-
-def print_run_header(stream: str, run: RunState) -> None:
-    """One line: the run, its state and how many attempts it made."""
-    result = run.result
-    colour = "bold"
-    if result is not None:
-        colour = "green" if result.ok else "red"
-    say(f"run {stream}: ", (run_label(run), colour), f", {len(run.attempts)} attempt(s)")
-
-
-def attempt_line(a: Attempt, run: RunState) -> str:
-    """An attempt in one line: "attempt 1 on L40S (last GPU): stalled (unhealthy_worker)"."""
-    last = " (last GPU)" if a.started.on_last_gpu else ""
-    outcome = attempt_outcome(a, run)
-    where = "" if a.started.provider == "runpod" else f"{a.started.provider}/"
-    return f"attempt {a.started.attempt} on {where}{a.started.gpu_class}{last}: {outcome}"
-
-
-def print_run(stream: str, run: RunState) -> None:
-    """A run: its state, each attempt's outcome and job stream, and its result."""
-    print_run_header(stream, run)
-    for a in run.attempts:
-        say(f"  {attempt_line(a, run)}")
-        if a.job_stream:
-            say(f"    job stream: {a.job_stream}")
-        if a.ended is not None and not a.ended.ok and a.ended.detail:
-            say(f"    detail: {first_line(a.ended.detail, 160)}")
-    if run.cancel_requested:
-        say(f"  cancel requested {run.cancel_reason}".rstrip())
-    if run.result is None:
-        say("  ", ("no result yet", "yellow"))
-    elif run.result.detail:
-        say(f"  result: {first_line(run.result.detail, 160)}")
-
-
-def print_run_view(rv: RunView) -> None:
-    """A run's live view: its state and its current job's view."""
-    print_run_header(rv.stream, rv.run)
-    if rv.job is not None:
-        print_view(rv.job, prefix="  ")
-
-
-def endpoint_text(endpoint_id: str, name: str) -> str:
-    """An endpoint as printed: its name and id, or its id."""
-    return f"{name} ({endpoint_id})" if name else endpoint_id
-
-
-def sweeper_row_text(row: SweeperRow) -> str:
-    """One event of a sweeper's stream as a phrase."""
-    who = endpoint_text(row.endpoint_id, row.endpoint_name)
-    if row.kind == "IdleSeen":
-        return f"idle timer started: {who}"
-    if row.kind == "IdleCleared":
-        return f"idle timer cleared: {who}: {row.reason or 'no reason recorded'}"
-    return f"reaped {who}"
-
-
-def period_text(p: IdlePeriod, view: SweeperView) -> str:
-    """One idle run as a phrase: the endpoint, since when, how long, how it ended."""
-    who = endpoint_text(p.endpoint_id, p.endpoint_name)
-    since = f"t+{ex.secs(p.since - view.start)} s"
-    idle = duration_text(p.idle_s(view.now))
-    if p.outcome == "reaped":
-        assert p.end is not None
-        return f"reaped {who} at t+{ex.secs(p.end - view.start)} s after {idle} idle"
-    if p.outcome == "cleared":
-        assert p.end is not None
-        when = f"t+{ex.secs(p.end - view.start)} s"
-        return f"cleared {who} at {when} ({p.reason or 'no reason recorded'}) after {idle} idle"
-    return f"idle timer running: {who} since {since}, {idle} idle"

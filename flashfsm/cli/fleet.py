@@ -27,9 +27,9 @@ from flashfsm.cli.common import (
     fail,
     message,
     open_store_or_fail,
-    say,
     store_url,
 )
+from flashfsm.display.text import say
 from flashfsm.events.errors import FlashFsmError
 from flashfsm.fleet import (
     DEFAULT_LEASE_S,

@@ -11,8 +11,10 @@ Each reads any stream the library writes, by its kind (`flashfsm.views.stream_ki
   and what is still running. It has no verdict (exit 0), and job rules do not apply to it
   (`why-not` and `whatif` exit 1 saying so).
 
-Why it is long: six commands that read logs, sharing their sources, their stream kinds and
-their printing.
+How a log is printed, and its JSON, are `flashfsm.display`'s; `explain`'s text is
+`flashfsm.display.explain`'s, which the web view shows too.
+
+Why it is long: six commands that read logs, sharing their sources and their stream kinds.
 """
 
 from __future__ import annotations
@@ -34,34 +36,34 @@ from flashfsm.cli.common import (
     EXIT_GATE,
     EXIT_NO_VERDICT,
     JsonOption,
-    Source,
     SourceArgument,
     StoreOption,
     UsageErrors,
-    attempt_json,
-    console,
     emit_json,
     exit_for,
     fail,
-    is_file_source,
     job_source,
-    measure_json,
     open_reader,
     open_source,
     parse_duration,
+    read_all_streams,
+    run_exit,
+    store_opener,
+    store_url,
+)
+from flashfsm.display.explain import print_explain, walk_reasons
+from flashfsm.display.logs import (
+    attempt_json,
+    measure_json,
     period_json,
     period_text,
     print_run,
     print_run_view,
     print_timeline,
     print_view,
-    read_all_streams,
     result_json,
     row_json,
-    run_exit,
     run_view_json,
-    say,
-    store_url,
     sweeper_row_json,
     sweeper_row_text,
     sweeper_state,
@@ -69,21 +71,16 @@ from flashfsm.cli.common import (
     verdict_json,
     view_json,
 )
-from flashfsm.cli.cost import cause_parts, source_ledger
-from flashfsm.cli.workers import (
-    JobWorker,
-    print_worker,
-    run_job_workers,
-    worker_json,
-    worker_log_json,
-)
+from flashfsm.display.sources import Source, is_file_source, source_ledger
+from flashfsm.display.text import console, say
+from flashfsm.display.workers import run_job_workers, worker_json, worker_log_json
 from flashfsm.events.codec import require_checksums
-from flashfsm.events.models import Event
+from flashfsm.events.models import Event, RunConcluded
 from flashfsm.events.policy import GracePolicy
-from flashfsm.fsm.capacity import RankReason, ranking_reasons
+from flashfsm.fsm.capacity import RankReason
 from flashfsm.fsm.job import VerifyReport, replay, verify
 from flashfsm.fsm.rules import RULE_NAMES
-from flashfsm.fsm.run import RunState, replay_run
+from flashfsm.fsm.run import replay_run
 from flashfsm.postmortem import explain as ex
 from flashfsm.postmortem.explain import timeline
 from flashfsm.postmortem.ledger import AttemptLedger, Cause, Ledger, money_text
@@ -286,57 +283,60 @@ def explain_command(
     """Why the verdict fired: the rule, its why, its evidence and the numbers behind it
     (a run: its last job's; a sweeper: what it reaped and what it is timing)."""
     src = open_source(source, store)
+    if as_json:
+        raise typer.Exit(_explain_json(src, store))
+    with UsageErrors():
+        told = print_explain(src, store_opener(store))
+    if stream_kind(src.events) == "sweeper":
+        raise typer.Exit(0)
+    raise typer.Exit(run_exit(told) if isinstance(told, RunConcluded) else exit_for(told))
+
+
+def _explain_json(src: Source, store: str | None) -> int:
+    """`explain --json`: what `explain` prints (`flashfsm.display.explain`), as data; the
+    command's exit."""
     kind = stream_kind(src.events)
     if kind == "sweeper":
-        raise typer.Exit(_explain_sweeper(src, as_json=as_json))
+        return _explain_sweeper_json(src)
     walk: tuple[RankReason, ...] = ()
     if kind == "run":
         with UsageErrors():
             run = replay_run(src.events)
         walk = walk_reasons(run)
         if last_job_stream(run) is None:
-            raise typer.Exit(
-                _explain_run_without_job(src, run, as_json=as_json, source=source, store=store)
+            emit_json(
+                {
+                    "stream": src.name,
+                    "kind": "run",
+                    "cost": failure_cost_json(run_cost(src, store)),
+                    "state": run_label(run),
+                    "job_stream": None,
+                    "attempts": [attempt_json(a, run) for a in run.attempts],
+                    "result": result_json(run.result),
+                    "walk": [rank_json(r) for r in walk],
+                }
             )
-    stream, events = job_source(src, quiet=as_json)
+            return run_exit(run.result)
+    stream, events = job_source(src, quiet=True)
     with UsageErrors():
         e = ex.explain(events)
-    # a run's failed attempts before the one explained: each one's worker and its log
-    failed = (
-        [j for j in run_job_workers(src, failed_only=True) if j.stream != stream]
-        if kind == "run"
-        else []
-    )
-    if as_json:
-        walk_json = (
-            {
-                "walk": [rank_json(r) for r in walk],
-                "cost": failure_cost_json(run_cost(src, source, store)),
-                "failed_attempts": [j.json() for j in failed],
-            }
+        # a run's failed attempts before the one explained: each one's worker and its log
+        failed = (
+            [j for j in run_job_workers(src, failed_only=True) if j.stream != stream]
             if kind == "run"
-            else {}
+            else []
         )
-        emit_json({**walk_json, **_explanation_json(stream, e)})
-        raise typer.Exit(exit_for(e.verdict))
-
-    def _print_evidence_tail() -> None:
-        """What the worker, the run's failed attempts, its walk and its cost add."""
-        print_worker(e.worker, e.worker_log)
-        _print_failed_workers(src.name, failed)
-        _print_walk(src.name, walk)
-        if kind == "run":
-            print_failure_cost(run_cost(src, source, store))
-
-    if e.verdict is None:
-        say(f"{stream}: ", (e.facts[0], "yellow"))
-        for t in e.timers:
-            say(f"  timer {t.text}")
-        _print_evidence_tail()
-        raise typer.Exit(exit_for(None))
-    _print_verdict_explained(stream, e)
-    _print_evidence_tail()
-    raise typer.Exit(exit_for(e.verdict))
+    walk_json = (
+        {
+            "walk": [rank_json(r) for r in walk],
+            "cost": failure_cost_json(run_cost(src, store)),
+            "failed_attempts": [j.json() for j in failed],
+        }
+        if kind == "run"
+        else {}
+    )
+    emit_json({**walk_json, **_explanation_json(stream, e)})
+    return exit_for(e.verdict)
 
 
 def _explanation_json(stream: str, e: ex.Explanation) -> dict[str, Any]:
@@ -369,37 +369,6 @@ def _explanation_json(stream: str, e: ex.Explanation) -> dict[str, Any]:
     }
 
 
-def _print_verdict_explained(stream: str, e: ex.Explanation) -> None:
-    """A verdict's explanation as `explain` prints it: the verdict and its rule, the why,
-    the numbers and facts behind it, its evidence and its detail's first line."""
-    v = e.verdict
-    assert v is not None
-    colour = "green" if v.ok else "red"
-    kind_ = "success" if v.ok else v.failure
-    say(
-        f"{stream}: ",
-        (v.state, f"bold {colour}"),
-        f" ({kind_}) at t+{ex.secs(e.offset)} s by rule ",
-        (e.rule or "?", "bold"),
-        f" (step {e.step or '?'})",
-    )
-    say(f"  why: {e.why}")
-    for line in [*e.numbers, *e.facts]:
-        say(f"  because: {line}")
-    for item in e.evidence:
-        say(f"  evidence: seq {item.seq} at t+{ex.secs(item.offset)} s: {item.summary}")
-    first = v.detail.splitlines()[0] if v.detail else ""
-    say(f"  detail: {first}")
-
-
-def _print_failed_workers(stream: str, failed: list[JobWorker]) -> None:
-    """The worker and worker log of each failed attempt of a run (those that recorded one)."""
-    for job in failed:
-        if job.found:
-            say(f"run {stream}: {job.label()}")
-            print_worker(job.worker, job.log)
-
-
 def lane_cost_json(a: AttemptLedger) -> dict[str, Any]:
     """A timeline lane's cost strip as data: what its attempt billed (as `cost` says it)."""
     return {
@@ -411,9 +380,10 @@ def lane_cost_json(a: AttemptLedger) -> dict[str, Any]:
     }
 
 
-def run_cost(src: Source, source: str, store: str | None) -> Ledger:
+def run_cost(src: Source, store: str | None) -> Ledger:
     """A run's ledger, priced as `flashfsm cost` prices it (`source_ledger`)."""
-    return source_ledger(src, source, store, None)
+    with UsageErrors():
+        return source_ledger(src, None, store_opener(store))
 
 
 def failure_cost_json(led: Ledger) -> dict[str, Any]:
@@ -437,26 +407,6 @@ def failure_cost_json(led: Ledger) -> dict[str, Any]:
     }
 
 
-def print_failure_cost(led: Ledger) -> None:
-    """What a run cost, and what each failed attempt cost and why."""
-    say(
-        f"run {led.stream}: billed {duration_text(led.billed_s)} {money_text(led.money())}; "
-        f"its failures threw away {duration_text(led.waste_s)} {money_text(led.waste_money)}"
-    )
-    for a in led.failed:
-        parts = cause_parts(a, billed=True)
-        spent = f": {', '.join(parts)}" if parts else ": nothing billed"
-        say(f"  attempt {a.attempt} {a.label} cost {money_text(a.money())}{spent}")
-
-
-def walk_reasons(run: RunState) -> tuple[RankReason, ...]:
-    """Why each candidate of a walk came in its place (none for a one-attempt run)."""
-    started = run.started
-    if started is None or started.single_attempt is not None:
-        return ()
-    return ranking_reasons(started.candidates, run.ranking)
-
-
 def rank_json(r: RankReason) -> dict[str, Any]:
     """One candidate's place in a walk, and why."""
     return {
@@ -470,66 +420,24 @@ def rank_json(r: RankReason) -> dict[str, Any]:
     }
 
 
-def _print_walk(stream: str, walk: tuple[RankReason, ...]) -> None:
-    if walk:
-        say(f"run {stream}: the walk's order of its candidates")
-        for r in walk:
-            say(f"  {r.text}")
-
-
-def _explain_run_without_job(
-    src: Source, run: RunState, *, as_json: bool, source: str, store: str | None
-) -> int:
-    """A run none of whose attempts queued a job: the run is all there is to explain."""
-    walk = walk_reasons(run)
-    if as_json:
-        emit_json(
-            {
-                "stream": src.name,
-                "kind": "run",
-                "cost": failure_cost_json(run_cost(src, source, store)),
-                "state": run_label(run),
-                "job_stream": None,
-                "attempts": [attempt_json(a, run) for a in run.attempts],
-                "result": result_json(run.result),
-                "walk": [rank_json(r) for r in walk],
-            }
-        )
-    else:
-        print_run(src.name, run)
-        say("  no attempt queued a job: there is no job verdict to explain")
-        _print_walk(src.name, walk)
-        print_failure_cost(run_cost(src, source, store))
-    return run_exit(run.result)
-
-
-def _explain_sweeper(src: Source, *, as_json: bool) -> int:
-    """What a sweeper did: the endpoints it reaped, the timers it cleared and those running."""
+def _explain_sweeper_json(src: Source) -> int:
+    """What a sweeper did, as data: the endpoints it reaped, the timers it cleared and those
+    running."""
     with UsageErrors():
         view = sweeper_view(src.events)
-    if as_json:
-        emit_json(
-            {
-                "stream": src.name,
-                "kind": "sweeper",
-                "state": sweeper_state(view),
-                "summary": view.summary,
-                "at": view.last_at,
-                "offset_s": view.last_at - view.start,
-                "reaped": [period_json(p, view) for p in view.reaped],
-                "cleared": [period_json(p, view) for p in view.cleared],
-                "timers": [period_json(p, view) for p in view.timers],
-            }
-        )
-        return 0
-    last = f"t+{ex.secs(view.last_at - view.start)} s"
-    say(f"{src.name}: sweeper: {view.summary} (last sweep at {last})")
-    for p in view.reaped:
-        say(f"  {period_text(p, view)}")
-    for p in view.cleared:
-        say(f"  {period_text(p, view)}")
-    for p in view.timers:
-        say(f"  {period_text(p, view)}")
+    emit_json(
+        {
+            "stream": src.name,
+            "kind": "sweeper",
+            "state": sweeper_state(view),
+            "summary": view.summary,
+            "at": view.last_at,
+            "offset_s": view.last_at - view.start,
+            "reaped": [period_json(p, view) for p in view.reaped],
+            "cleared": [period_json(p, view) for p in view.cleared],
+            "timers": [period_json(p, view) for p in view.timers],
+        }
+    )
     return 0
 
 
@@ -852,7 +760,7 @@ def timeline_command(
     src = open_source(source, store)
     kind = stream_kind(src.events)
     with UsageErrors():
-        cost = None if kind == "sweeper" else source_ledger(src, source, store, None)
+        cost = None if kind == "sweeper" else source_ledger(src, None, store_opener(store))
         pic = render.picture(src.events, src.load, title=title, cost=cost)
         document = render.svg(pic) if suffix == ".svg" else render.html(pic)
         summary = sweeper_view(src.events).summary if kind == "sweeper" else None

@@ -13,15 +13,10 @@ import typer
 
 from flashfsm.adapters.stores import open_store
 from flashfsm.adapters.urls import display_url, hide_url_secrets
-from flashfsm.cli.common import (
-    attempt_line,
-    console,
-    demo_fallback_url,
-    fail,
-    print_timeline,
-    styled,
-)
+from flashfsm.cli.common import demo_fallback_url, fail
 from flashfsm.cli.ui import DEFAULT_PORT
+from flashfsm.display.logs import attempt_line, print_timeline
+from flashfsm.display.text import console, styled
 from flashfsm.events.errors import FlashFsmError
 from flashfsm.fsm.run import replay_run
 

@@ -21,9 +21,9 @@ from flashfsm.cli.common import (
     fail,
     open_reader,
     parse_duration,
-    say,
     store_url,
 )
+from flashfsm.display.text import say
 from flashfsm.events.text import register_secrets
 
 if TYPE_CHECKING:
@@ -119,22 +119,8 @@ def ui_command(
         trusted_proxy=trusted_proxy,
     )
     app = create_app(config)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise fail(f"cannot serve on {host}:{port}: {exc.strerror or exc} ({PORT_HINT})") from None
-    address, bound = sock.getsockname()[:2]
-    if token is None and not is_loopback(address):  # (`localhost` named something else)
-        sock.close()
-        raise fail(
-            f"--host {host} is {address}, which serves other machines: give a token "
-            f"(--token or ${TOKEN_ENV}), or serve on 127.0.0.1"
-        )
-    sock.listen()  # (from now on the address printed next takes connections)
+    sock = _bound_socket(host, port, guarded=token is not None)
+    bound = sock.getsockname()[1]
     shown_host = f"[{host}]" if ":" in host else host
     mode = "cancel allowed" if allow_cancel else "read-only"
     guard = ", token required" if token else ""
@@ -144,6 +130,31 @@ def ui_command(
         f"flashfsm ui: {display_url(url)} at http://{shown_host}:{bound}/ "
         f"({mode}{guard}; Ctrl-C stops)",
     )
+
+
+def _bound_socket(host: str, port: int, *, guarded: bool) -> socket.socket:
+    """A socket bound to `host:port` and listening (from then on the address printed takes
+    connections); a busy port, or a name that is not loopback for an unguarded view (without
+    a token), is one line."""
+    from flashfsm.ui.app import is_loopback
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise fail(f"cannot serve on {host}:{port}: {exc.strerror or exc} ({PORT_HINT})") from None
+    address = sock.getsockname()[0]
+    if not guarded and not is_loopback(address):  # (`localhost` named something else)
+        sock.close()
+        raise fail(
+            f"--host {host} is {address}, which serves other machines: give a token "
+            f"(--token or ${TOKEN_ENV}), or serve on 127.0.0.1"
+        )
+    sock.listen()
+    return sock
 
 
 def serve(app: object, sock: socket.socket, announce: str | None = None) -> None:

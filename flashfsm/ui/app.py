@@ -64,7 +64,7 @@ from starlette.responses import (
 from starlette.routing import Route
 
 from flashfsm.adapters.urls import display_url
-from flashfsm.cli.common import shown
+from flashfsm.display.text import shown
 from flashfsm.events.models import NAME_CAP
 from flashfsm.events.text import redact_then_cap
 from flashfsm.live_log import LIVE_LOG_CACHE_S, LiveLogReader
@@ -317,40 +317,60 @@ def create_app(config: UiConfig, index: StoreIndex | None = None) -> Starlette:
             raise ValueError(
                 f"trusted proxy {config.trusted_proxy!r}: give its IP address (127.0.0.1)"
             )
-    nonces = FormNonces()
-    state: dict[str, Any] = {}
-    feeds = Feeds()
-    frame = pages.Frame(
-        display_url(config.url), not config.allow_cancel, trouble=lambda: state.get("error")
-    )
-    logs = LiveLogReader(cache_s=config.log_cache_s)
+    view = _View(config, index, proxy)
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=_allowed_hosts(config.host))]
+    if config.token:
+        middleware.append(Middleware(TokenGuard, token=config.token))
+    return Starlette(routes=view.routes(), middleware=middleware, lifespan=view.lifespan)
 
-    def the_index() -> StoreIndex:
-        return state["index"]
+
+class _View:
+    """The view's routes over one index, and what they share: the index (made at start-up
+    unless one is given), the live feeds, the cancel forms' nonces, the worker-log reader
+    and the last read's error."""
+
+    def __init__(self, config: UiConfig, index: StoreIndex | None, proxy: IpAddress | None):
+        self.config, self.index, self.proxy = config, index, proxy
+        self.nonces = FormNonces()
+        self.state: dict[str, Any] = {}
+        self.feeds = Feeds()
+        self.frame = pages.Frame(
+            display_url(config.url),
+            not config.allow_cancel,
+            trouble=lambda: self.state.get("error"),
+        )
+        self.logs = LiveLogReader(cache_s=config.log_cache_s)
+
+    def the_index(self) -> StoreIndex:
+        return self.state["index"]
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         # Served at once: the index reads the store in the background, in chunks, each handed
         # to the pages and feeds as it is read; a small store is read whole before the first
         # page (it waits up to SERVE_WAIT_S for it), a large one fills in while served.
-        ix = index if index is not None else StoreIndex(config.url, wall=config.wall)
-        state["index"] = ix
+        ix = (
+            self.index
+            if self.index is not None
+            else StoreIndex(self.config.url, wall=self.config.wall)
+        )
+        self.state["index"] = ix
         stop = threading.Event()
-        unsubscribe = ix.subscribe(feeds.publish)
+        unsubscribe = ix.subscribe(self.feeds.publish)
 
         def refresher() -> None:
             while not stop.is_set():
                 try:
                     ix.refresh(chunk=FILL_CHUNK, stop=stop)
                 except Exception as exc:  # a store that went away: said on every page, retried
-                    state["error"] = redact_then_cap(f"{type(exc).__name__}: {exc}", 300)
+                    self.state["error"] = redact_then_cap(f"{type(exc).__name__}: {exc}", 300)
                 else:
-                    state.pop("error", None)
-                stop.wait(config.poll_s)
+                    self.state.pop("error", None)
+                stop.wait(self.config.poll_s)
 
         thread = threading.Thread(target=refresher, name="flashfsm-ui-refresh", daemon=True)
         thread.start()
-        state["log_pool"] = concurrent.futures.ThreadPoolExecutor(
+        self.state["log_pool"] = concurrent.futures.ThreadPoolExecutor(
             LOG_READERS, thread_name_prefix="flashfsm-ui-log"
         )
         await asyncio.to_thread(ix.ready.wait, SERVE_WAIT_S)
@@ -359,35 +379,37 @@ def create_app(config: UiConfig, index: StoreIndex | None = None) -> Starlette:
         finally:
             stop.set()
             unsubscribe()
-            state["log_pool"].shutdown(wait=False, cancel_futures=True)
-            logs.close()
+            self.state["log_pool"].shutdown(wait=False, cancel_futures=True)
+            self.logs.close()
             await asyncio.to_thread(thread.join, 5.0)
-            if index is None:
+            if self.index is None:
                 ix.close()
 
-    def html(text: str, status: int = 200) -> HTMLResponse:
+    def html(self, text: str, status: int = 200) -> HTMLResponse:
         return HTMLResponse(text, status, headers=_HEADERS)
 
-    def entry_or_404(request: Request) -> Any:
+    def entry_or_404(self, request: Request) -> Any:
         name = request.path_params["name"]
-        entry = the_index().entry(name)
+        entry = self.the_index().entry(name)
         if entry is None:
             return None
         return entry
 
-    def not_found(request: Request) -> HTMLResponse:
+    def not_found(self, request: Request) -> HTMLResponse:
         name = request.path_params.get("name", "")
-        progress = the_index().progress
+        progress = self.the_index().progress
         if progress is not None:  # (the first read is under way: perhaps not read yet)
             text = f"{name!r} is not read yet: {pages.reading_text(progress)}"
             title = "reading the store"
-            answer = html(pages.message_page(frame, title, text, bad=False, reading=progress), 503)
+            answer = self.html(
+                pages.message_page(self.frame, title, text, bad=False, reading=progress), 503
+            )
             answer.headers["Retry-After"] = "2"
             return answer
         text = f"no stream {name!r} in this store"
-        return html(pages.message_page(frame, "not found", text, back=None), 404)
+        return self.html(pages.message_page(self.frame, "not found", text, back=None), 404)
 
-    def cancel_button(entry: Any) -> str:
+    def cancel_button(self, entry: Any) -> str:
         if entry.row["kind"] != "run" or entry.row.get("ok") is not None:
             return ""  # (a finished run offers no cancel)
         if entry.row.get("cancel_pending"):
@@ -396,145 +418,166 @@ def create_app(config: UiConfig, index: StoreIndex | None = None) -> Starlette:
                 "a replica drives it</span>"
             )
         href = pages.stream_url(entry.name, "cancel")
-        if not config.allow_cancel:
+        if not self.config.allow_cancel:
             return (
                 '<span class="note">read-only: start <code>flashfsm ui --allow-cancel</code> '
                 "to cancel runs from here</span>"
             )
         return f'<a class="button danger" href="{href}">cancel this run…</a>'
 
-    async def runs(request: Request) -> Response:
+    async def runs(self, request: Request) -> Response:
         query = dict(request.query_params)
         part = query.pop("part", None)
         if part == "attempts":  # a run row opened: its attempts' rows
-            rows = await asyncio.to_thread(pages.attempt_rows, the_index(), query.get("run", ""))
-            return html(rows) if rows is not None else Response("no such run", 404)
+            rows = await asyncio.to_thread(
+                pages.attempt_rows, self.the_index(), query.get("run", "")
+            )
+            return self.html(rows) if rows is not None else Response("no such run", 404)
         if part == "rows":
-            rows, counts = await asyncio.to_thread(pages.runs_rows, the_index(), query)
-            response = html(rows)
+            rows, counts = await asyncio.to_thread(pages.runs_rows, self.the_index(), query)
+            response = self.html(rows)
             response.headers["X-Flashfsm-Counts"] = json.dumps(counts)  # (ASCII)
             return response
-        return html(await asyncio.to_thread(pages.runs_page, frame, the_index(), query))
+        return self.html(
+            await asyncio.to_thread(pages.runs_page, self.frame, self.the_index(), query)
+        )
 
-    async def stream(request: Request) -> Response:
-        entry = entry_or_404(request)
+    async def stream(self, request: Request) -> Response:
+        entry = self.entry_or_404(request)
         if entry is None:
-            return not_found(request)
-        wall = config.wall()
+            return self.not_found(request)
+        wall = self.config.wall()
         if request.query_params.get("part") == "events":
             try:
                 after = int(request.query_params.get("after", "-1"))
             except ValueError:
                 after = -1
-            return html(await asyncio.to_thread(pages.events_rows, the_index(), entry, after))
-        if request.query_params.get("part") == "live":
-            events = await asyncio.to_thread(the_index().read, entry.name)
-            text = await asyncio.to_thread(
-                pages.live_html, the_index(), entry, events, wall, cancel=cancel_button(entry)
+            return self.html(
+                await asyncio.to_thread(pages.events_rows, self.the_index(), entry, after)
             )
-            return html(text)
+        if request.query_params.get("part") == "live":
+            events = await asyncio.to_thread(self.the_index().read, entry.name)
+            text = await asyncio.to_thread(
+                pages.live_html,
+                self.the_index(),
+                entry,
+                events,
+                wall,
+                cancel=self.cancel_button(entry),
+            )
+            return self.html(text)
         text = await asyncio.to_thread(
             pages.stream_page,
-            frame,
-            the_index(),
+            self.frame,
+            self.the_index(),
             entry,
             wall,
-            cancel_button(entry),
+            self.cancel_button(entry),
             follow=follow.follows(entry),
         )
-        return html(text)
+        return self.html(text)
 
-    async def worker_log(request: Request) -> Response:
-        entry = entry_or_404(request)
+    async def worker_log(self, request: Request) -> Response:
+        entry = self.entry_or_404(request)
         if entry is None:
-            return not_found(request)
+            return self.not_found(request)
         loop = asyncio.get_running_loop()
         text = await loop.run_in_executor(
-            state["log_pool"], follow.log_fragment, the_index(), entry, logs
+            self.state["log_pool"], follow.log_fragment, self.the_index(), entry, self.logs
         )
-        return html(text)
+        return self.html(text)
 
-    async def picture(request: Request) -> Response:
-        entry = entry_or_404(request)
+    async def picture(self, request: Request) -> Response:
+        entry = self.entry_or_404(request)
         if entry is None:
-            return not_found(request)
-        svg = await asyncio.to_thread(pages.picture_svg, the_index(), entry)
+            return self.not_found(request)
+        svg = await asyncio.to_thread(pages.picture_svg, self.the_index(), entry)
         return Response(svg, media_type="image/svg+xml", headers=_HEADERS)
 
-    async def costs(request: Request) -> Response:
+    async def costs(self, request: Request) -> Response:
         if request.query_params.get("part") == "body":
-            return html(await asyncio.to_thread(store_pages.costs_body, the_index()))
-        return html(await asyncio.to_thread(store_pages.costs_page, frame, the_index()))
+            return self.html(await asyncio.to_thread(store_pages.costs_body, self.the_index()))
+        return self.html(
+            await asyncio.to_thread(store_pages.costs_page, self.frame, self.the_index())
+        )
 
-    async def fleet(request: Request) -> Response:
-        wall = config.wall()
+    async def fleet(self, request: Request) -> Response:
+        wall = self.config.wall()
         if request.query_params.get("part") == "body":
-            return html(await asyncio.to_thread(store_pages.fleet_body, frame, the_index(), wall))
-        return html(await asyncio.to_thread(store_pages.fleet_page, frame, the_index(), wall))
+            return self.html(
+                await asyncio.to_thread(store_pages.fleet_body, self.frame, self.the_index(), wall)
+            )
+        return self.html(
+            await asyncio.to_thread(store_pages.fleet_page, self.frame, self.the_index(), wall)
+        )
 
-    async def rows_json(request: Request) -> Response:
+    async def rows_json(self, request: Request) -> Response:
         f = pages.Filters.parse(dict(request.query_params))
         try:
-            chosen = pages.select(the_index().rows(), f, the_index().newest)
+            chosen = pages.select(self.the_index().rows(), f, self.the_index().newest)
         except ValueError as exc:
             return JSONResponse({"error": str(exc)}, 400)
-        return JSONResponse({"store": frame.store, "streams": chosen})
+        return JSONResponse({"store": self.frame.store, "streams": chosen})
 
-    async def cancel(request: Request) -> Response:
-        entry = entry_or_404(request)
+    async def cancel(self, request: Request) -> Response:
+        entry = self.entry_or_404(request)
         if entry is None:
-            return not_found(request)
+            return self.not_found(request)
         back = entry.name
-        if not config.allow_cancel:
+        if not self.config.allow_cancel:
             text = "cancel is off: this view is read-only (start it with --allow-cancel)"
-            return html(pages.message_page(frame, "refused", text, back=back), 403)
+            return self.html(pages.message_page(self.frame, "refused", text, back=back), 403)
         if entry.row["kind"] != "run":
             text = "only a run can be cancelled from here (this stream is a " + entry.row["kind"]
-            return html(pages.message_page(frame, "refused", text + ")", back=back), 409)
+            return self.html(pages.message_page(self.frame, "refused", text + ")", back=back), 409)
         if request.method == "GET":  # (no form for a run that ended or whose cancel waits)
             if entry.row.get("ok") is not None:
                 text = f"{entry.name} has already concluded: nothing to cancel"
-                return html(pages.message_page(frame, "refused", text, back=back), 409)
+                return self.html(pages.message_page(self.frame, "refused", text, back=back), 409)
             if entry.row.get("cancel_pending"):
                 text = f"{entry.name}: its cancel is pending (it ends when a replica drives it)"
-                return html(pages.message_page(frame, "refused", text, back=back), 409)
-            return html(pages.cancel_form(frame, entry.name, nonces.issue(entry.name)))
-        if not from_this_site(request, proxy):
+                return self.html(pages.message_page(self.frame, "refused", text, back=back), 409)
+            return self.html(
+                pages.cancel_form(self.frame, entry.name, self.nonces.issue(entry.name))
+            )
+        if not from_this_site(request, self.proxy):
             text = (
                 "this cancel comes from another site, or names none (Origin, Referer): "
                 "cancel from the run's page in this view"
             )
-            return html(pages.message_page(frame, "refused", text, back=back), 403)
+            return self.html(pages.message_page(self.frame, "refused", text, back=back), 403)
         form = await request.form()
-        if not nonces.spend(str(form.get("csrf", "")), entry.name):
+        if not self.nonces.spend(str(form.get("csrf", "")), entry.name):
             text = "the form is stale, used or from elsewhere: open the run's page and try again"
-            return html(pages.message_page(frame, "refused", text, back=back), 403)
+            return self.html(pages.message_page(self.frame, "refused", text, back=back), 403)
         who = str(form.get("by", "")).strip()
         if not who:
-            return html(pages.message_page(frame, "refused", "say who asks", back=back), 400)
-        events = await asyncio.to_thread(the_index().read, entry.name)
+            return self.html(
+                pages.message_page(self.frame, "refused", "say who asks", back=back), 400
+            )
+        events = await asyncio.to_thread(self.the_index().read, entry.name)
         if concluded(events):
             text = f"{entry.name} has already concluded: nothing to cancel"
-            return html(pages.message_page(frame, "refused", text, back=back), 409)
-        client = asker_address(request, proxy)
+            return self.html(pages.message_page(self.frame, "refused", text, back=back), 409)
+        client = asker_address(request, self.proxy)
         by = redact_then_cap(f"{who} (flashfsm ui, from {client})", NAME_CAP)
         reason = redact_then_cap(str(form.get("reason", "")), REASON_CAP)
         last = max(e.at for e in events)
         await asyncio.to_thread(
             request_cancel,
-            config.url,
+            self.config.url,
             entry.name,
             by=by,
             reason=reason,
-            clock=lambda: max(config.wall(), last),
+            clock=lambda: max(self.config.wall(), last),
         )
-        await asyncio.to_thread(the_index().refresh)  # the page it leads to shows the cancel
+        await asyncio.to_thread(self.the_index().refresh)  # the page it leads to shows the cancel
         return RedirectResponse(pages.stream_url(entry.name), 303)
 
-    async def feed(request: Request) -> Response:
+    async def feed(self, request: Request) -> Response:
         wanted = request.query_params.get("stream")
-        queue = feeds.open()
-        version = the_index().version  # (read after the queue opened: nothing falls between)
+        queue = self.feeds.open()
+        version = self.the_index().version  # (read after the queue opened: nothing falls between)
 
         async def events() -> AsyncIterator[str]:
             try:
@@ -553,7 +596,7 @@ def create_app(config: UiConfig, index: StoreIndex | None = None) -> Starlette:
                             continue
                         yield _message(change, full=wanted is not None)
             finally:
-                feeds.close(queue)
+                self.feeds.close(queue)
 
         return StreamingResponse(
             events(),
@@ -561,42 +604,35 @@ def create_app(config: UiConfig, index: StoreIndex | None = None) -> Starlette:
             headers={**_HEADERS, "Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
 
-    async def static(request: Request) -> Response:
+    async def static(self, request: Request) -> Response:
         name = request.path_params["name"]
         if name not in _STATIC:
             return Response("not found", 404)
         body = resources.files("flashfsm.ui").joinpath("static", name).read_bytes()
         return Response(body, media_type=_STATIC[name], headers=_HEADERS)
 
-    async def no_icon(request: Request) -> Response:
+    async def no_icon(self, request: Request) -> Response:
         return Response(status_code=204)
 
-    routes = [
-        Route(  # (the index's facts, collected off the event loop; GET and HEAD only)
-            "/metrics",
-            _Asgi(
-                metrics_app(
-                    metrics_registry(facts=lambda: the_index().facts(), max_age_s=config.poll_s)
-                )
-            ),
-            methods=["GET", "HEAD"],
-        ),
-        Route("/", runs),
-        Route("/favicon.ico", no_icon),
-        Route("/rows.json", rows_json),
-        Route("/costs", costs),
-        Route("/fleet", fleet),
-        Route("/feed", feed),
-        Route("/static/{name}", static),
-        Route("/picture/{name:path}", picture),
-        Route("/cancel/{name:path}", cancel, methods=["GET", "POST"]),
-        Route("/log/{name:path}", worker_log),
-        Route("/s/{name:path}", stream),
-    ]
-    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=_allowed_hosts(config.host))]
-    if config.token:
-        middleware.append(Middleware(TokenGuard, token=config.token))
-    return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+    def routes(self) -> list[Route]:
+        """Every route of the view (the metrics collected off the event loop; GET and HEAD
+        only)."""
+        facts = lambda: self.the_index().facts()  # noqa: E731
+        metrics = metrics_app(metrics_registry(facts=facts, max_age_s=self.config.poll_s))
+        return [
+            Route("/metrics", _Asgi(metrics), methods=["GET", "HEAD"]),
+            Route("/", self.runs),
+            Route("/favicon.ico", self.no_icon),
+            Route("/rows.json", self.rows_json),
+            Route("/costs", self.costs),
+            Route("/fleet", self.fleet),
+            Route("/feed", self.feed),
+            Route("/static/{name}", self.static),
+            Route("/picture/{name:path}", self.picture),
+            Route("/cancel/{name:path}", self.cancel, methods=["GET", "POST"]),
+            Route("/log/{name:path}", self.worker_log),
+            Route("/s/{name:path}", self.stream),
+        ]
 
 
 _HEADERS = {

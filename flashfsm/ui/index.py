@@ -2,7 +2,7 @@
 changed, and the changes handed to whoever follows them.
 
 Theory of operation. `StoreIndex` opens the store read-only and builds, once, the row
-`flashfsm ls` lists for every stream (`flashfsm.cli.store.stream_row`, so the page and the
+`flashfsm ls` lists for every stream (`flashfsm.display.listing.stream_row`, so the page and the
 command never disagree), plus what a page wants beside it: the GPU class, the replica that
 watched it, its cost and what of it was wasted (the ledger `flashfsm cost` prices with,
 `flashfsm.postmortem.ledger`). After that each `refresh` reads only the new: the stream names,
@@ -45,7 +45,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from flashfsm.adapters.stores import open_store
-from flashfsm.cli.store import stream_row
+from flashfsm.display.listing import stream_row
 from flashfsm.events.errors import CorruptLogError, EventDecodeError, FlashFsmError
 from flashfsm.events.models import (
     AttemptStarted,

@@ -2,7 +2,8 @@
 
 Theory of operation. Every page is rendered on the server from what the index holds
 (`flashfsm.ui.index`) and the same folds and texts the CLI prints (`explain`, `why-not`, the
-timeline picture, the ledger), so a page and a command never tell two stories. Jinja2
+timeline picture, the ledger: `flashfsm.display`, the display layer both front ends stand
+on), so a page and a command never tell two stories. Jinja2
 renders with autoescaping on, and every outside text (a stream name, an error message, a
 worker's log line) also goes through `shown` first, so a control character is written as its
 escape and HTML or script in it is inert text. Pages carry no inline script or style: the
@@ -18,22 +19,23 @@ is viewed on its own clock (`flashfsm.views.view_now`).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
-import typer
 from jinja2 import Environment, PackageLoader, select_autoescape
-from rich.console import Capture
 
 from flashfsm import render
-from flashfsm.cli.common import PIPED_WIDTH, console, is_file_source, shown
-from flashfsm.cli.cost import print_ledger, utc_text
+from flashfsm.adapters.stores import open_store
+from flashfsm.adapters.urls import display_url
+from flashfsm.display.explain import explain_text
+from flashfsm.display.ledger import ledger_text, utc_text
+from flashfsm.display.listing import state_text
+from flashfsm.display.sources import Source, is_file_source, source_ledger
+from flashfsm.display.text import duration_seconds, shown
 from flashfsm.events.errors import FlashFsmError
 from flashfsm.events.models import Event, HeartbeatObserved
 from flashfsm.fsm.findings import summarize
@@ -260,15 +262,11 @@ def _owner_of(row: dict[str, Any]) -> str:
 
 def state_cell(row: dict[str, Any]) -> str:
     """The state a row shows: `ls`'s state cell."""
-    from flashfsm.cli.store import state_text
-
     return state_text(row)
 
 
 def select(rows: list[dict[str, Any]], f: Filters, newest: float | None) -> list[dict[str, Any]]:
     """The rows `f` keeps, sorted as it asks (a bad `since` is a `ValueError`)."""
-    from flashfsm.cli.common import duration_seconds
-
     out = rows
     if f.kind:
         out = [r for r in out if r["kind"] == f.kind]
@@ -434,35 +432,6 @@ def _markup(html: str) -> Any:
 
 # --- a stream --------------------------------------------------------------------------------
 
-#: `explain` prints through the CLI's console; one page captures it at a time.
-_CAPTURE = threading.Lock()
-
-
-@contextlib.contextmanager
-def captured_console() -> Iterator[Capture]:
-    """The CLI's console, captured, one page at a time, its lines as long as they are (the
-    page wraps them), whatever the terminal the view was started from is."""
-    with _CAPTURE:
-        width = console.set_width
-        console.width = PIPED_WIDTH
-        try:
-            with console.capture() as captured:
-                yield captured
-        finally:
-            console.width = width
-
-
-def command_text(command: Callable[..., None], /, **kwargs: Any) -> str:
-    """What a CLI command prints, captured (its exit is not an error: the text is)."""
-    with captured_console() as captured:
-        try:
-            command(**kwargs)
-        except (typer.Exit, SystemExit):
-            pass
-        except FlashFsmError as exc:
-            console.print(str(exc))
-    return captured.get()
-
 
 def event_html(event: Event, origin: float, evidence: Sequence[int] = ()) -> str:
     """One event's row of a stream's events table."""
@@ -528,20 +497,11 @@ def _cost_line(led: Ledger) -> str:
     return f"{priced} · still billing since {utc_text(opened)} at {_rate(led.open_rate_per_hour)}"
 
 
-def _ledger_text(led: Ledger) -> str:
-    with captured_console() as captured:
-        print_ledger(led, attempts=True)
-    return captured.get()
-
-
 def stream_ledger(index: StoreIndex, entry: Entry, events: list[Event]) -> Ledger | None:
     """The ledger a stream's page shows, priced as `flashfsm cost STREAM`, its `explain` and its
-    `timeline` price it (`cli.cost.source_ledger`: open bills up to the newest event of its
-    own logs); a job a run queued shows its attempt's share of the run's. None for a sweeper
-    (or a log that cannot be priced)."""
-    from flashfsm.cli.common import Source
-    from flashfsm.cli.cost import source_ledger
-
+    `timeline` price it (`flashfsm.display.sources.source_ledger`: open bills up to the newest
+    event of its own logs); a job a run queued shows its attempt's share of the run's. None
+    for a sweeper (or a log that cannot be priced)."""
     kind = entry.row["kind"]
     if kind == "sweeper":
         return None
@@ -549,12 +509,10 @@ def stream_ledger(index: StoreIndex, entry: Entry, events: list[Event]) -> Ledge
     if is_file_source(owner):  # its name would be read as a file: the index's own ledger
         return entry.ledger
     owner_events = events if owner == entry.name else index.read(owner)
-    src = Source(owner, owner_events, index.read, index.url)
-    with captured_console():  # (an unreadable log's one-line error goes nowhere)
-        try:
-            led = source_ledger(src, owner, index.url, None)
-        except (typer.Exit, SystemExit, FlashFsmError):
-            return entry.ledger
+    try:
+        led = source_ledger(_source(index, owner, owner_events), None, _opener(index))
+    except (FlashFsmError, ValueError, OSError, ImportError):
+        return entry.ledger
     if owner == entry.name:
         return led
     mine = tuple(a for a in led.attempts if a.stream == entry.name)
@@ -562,13 +520,23 @@ def stream_ledger(index: StoreIndex, entry: Entry, events: list[Event]) -> Ledge
     return Ledger(entry.name, "job", mine, state, led.as_of)
 
 
+def _source(index: StoreIndex, name: str, events: list[Event]) -> Source:
+    """A stream of the index as a SOURCE: its events, the streams beside it read through the
+    index."""
+    return Source(name, events, index.read, display_url(index.url))
+
+
+def _opener(index: StoreIndex) -> Callable[[], Any]:
+    """How a page opens the index's store again (read-only) for the sweeper streams a bill
+    ends on, as `flashfsm cost` does."""
+    return lambda: open_store(index.url, read_only=True)
+
+
 def live_html(
     index: StoreIndex, entry: Entry, events: list[Event], wall: float, *, cancel: str = ""
 ) -> str:
     """The parts of a stream's page that change as it runs: its facts, verdict, armed rules,
     cost, `explain` and `why-not`."""
-    from flashfsm.cli.logs import explain_command
-
     row = entry.row
     kind = row["kind"]
     values: dict[str, Any] = {
@@ -598,7 +566,7 @@ def live_html(
     if led is not None and led.attempts:
         values["cost"] = _cost_line(led)
         values["strip"] = _strip(led)
-        values["cost_text"] = _ledger_text(led)
+        values["cost_text"] = ledger_text(led)
     job_events: list[Event] = []
     if kind == "job":
         job_events = events
@@ -623,8 +591,8 @@ def live_html(
         )
     if is_file_source(entry.name):  # `explain NAME` would read a file, not this stream
         values["explain"] = f"{entry.name}: named like a .jsonl file; run flashfsm explain on it"
-    else:
-        values["explain"] = command_text(explain_command, source=entry.name, store=index.url)
+    elif events:  # (an empty stream has nothing to explain: `explain` says so, exit 1)
+        values["explain"] = explain_text(_source(index, entry.name, events), _opener(index))
     return render_template("live", **values)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from flashfsm import render
-from flashfsm.cli.cost import total_json
+from flashfsm.display.ledger import total_json
 from flashfsm.postmortem.ledger import group
 from flashfsm.ui.index import StoreIndex
 from flashfsm.ui.pages import Frame, page, render_template
