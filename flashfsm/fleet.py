@@ -57,8 +57,10 @@ await (nothing false is recorded), pending events are committed, every lease rel
 the replica's heartbeat removed, so other replicas take its streams at their next tick
 rather than after the lease time.
 
-Why it is long: a replica (its keeper thread, its loop, claims, shedding, takeover,
-draining) is one state machine around its leases; its parts share the lease bookkeeping.
+Beside this module: `flashfsm.fleet_intake` (what a hand-off may say, `hand_off_job`),
+`flashfsm.fleet_identity` (a replica's name and incarnations, `Fleet.join`) and
+`flashfsm.fleet_keeper` (the keeper thread); `Fleet` inherits the methods of the last two,
+and this module re-exports their public names.
 """
 
 from __future__ import annotations
@@ -66,74 +68,60 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
 import math
-import os
-import socket
 import threading
 import time
-import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
-
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from typing import Any
 
 from flashfsm.adapters.hub import hub_readers
 from flashfsm.errors import JobOwnedElsewhere, LeaseLost
-from flashfsm.events.errors import FlashFsmError, StaleLease
-from flashfsm.events.models import (
-    NAME_CAP,
-    Candidate,
-    HubLocation,
-    JobSubmitted,
-    RunStarted,
-)
-from flashfsm.events.policy import GracePolicy
+from flashfsm.events.errors import StaleLease
+from flashfsm.events.models import RunStarted
 from flashfsm.events.store import (
     FAILED_REASON_CAP,
-    HANDOFF,
     Census,
     EventStore,
     FencedStore,
-    Holder,
-    Incarnation,
     Lease,
-    LeaseStore,
-    capabilities,
     iter_events,
 )
 from flashfsm.events.text import redact_then_cap
+from flashfsm.fleet_identity import JoinsTheFleet, this_incarnation
+from flashfsm.fleet_identity import OwnerInUse as OwnerInUse
+from flashfsm.fleet_identity import default_owner as default_owner
+from flashfsm.fleet_identity import process_started as process_started
+from flashfsm.fleet_intake import MAX_INTAKE_BYTES as MAX_INTAKE_BYTES
+from flashfsm.fleet_intake import MAX_INTAKE_DEPTH as MAX_INTAKE_DEPTH
+from flashfsm.fleet_intake import MAX_INTERVAL_S as MAX_INTERVAL_S
+from flashfsm.fleet_intake import hand_off_job as hand_off_job
+from flashfsm.fleet_intake import job_intake as job_intake
+from flashfsm.fleet_intake import load_intake as load_intake
+from flashfsm.fleet_intake import require_leases
+from flashfsm.fleet_intake import run_intake as run_intake
+from flashfsm.fleet_keeper import KeepsItsLeases
 from flashfsm.fsm.job import JobState
-from flashfsm.naming import (
-    attempt_stream,
-    character_name,
-    check_plain,
-    check_stream,
-    control_character,
-    job_stream,
-    run_stream,
-)
-from flashfsm.runs import RunAdapters, RunpodRunAdapters, supervise_run
+from flashfsm.naming import check_plain
+from flashfsm.run_adapters import RunAdapters, RunpodRunAdapters
+from flashfsm.runs import supervise_run
 from flashfsm.shell import resolve_store
 from flashfsm.supervisor import JobSpec, StopsOnSignals, Supervisor
-from flashfsm.watch import JobHandle, recorded_handle, submission
+from flashfsm.watch import recorded_handle
 from flashfsm.writer import JOB, NEWER_WATCH_WINS, Replay, StreamWriter, perform, preload
 
 logger = logging.getLogger("flashfsm.fleet")
-M = TypeVar("M", bound=BaseModel)
 
 #: How long a lease lasts without renewal (seconds, by the database's clock).
 DEFAULT_LEASE_S = 30.0
+#: The longest lease a replica takes (`flashfsm supervise --lease`).
+MAX_LEASE_S = 86_400.0
 #: Most runs one replica drives at once (a thread each, asleep nearly all the time).
 MAX_RUNS = 1024
 #: Most streams one replica claims per tick.
 DEFAULT_CLAIM_BATCH = 1000
-#: How long a watch whose lease was not renewed may take to show it just ended (seconds).
-LOSS_GRACE_S = 1.0
 #: Failures in a row after which a stream is marked failed to start, and claimed no more
 #: until it is handed off anew (`LeaseStore.mark_failed`).
 MAX_CLAIM_FAILURES = 3
@@ -144,372 +132,6 @@ UNDRIVEN_EVERY_S = 60.0
 #: sleep the adapters must use (it raises `LeaseLost` once the run is no longer this
 #: replica's, so the run stops at its next wait).
 RunAdaptersFactory = Callable[[RunStarted, Callable[[float], None]], RunAdapters]
-
-
-# --- intake: what a hand-off may say, checked before anything is opened ---------------------
-
-#: The largest intake document `flashfsm runs add` reads (a handle or a run is a few hundred
-#: bytes), and how deep it may nest (a run's candidates are two levels down).
-MAX_INTAKE_BYTES = 1 << 20
-MAX_INTAKE_DEPTH = 8
-#: The most digits an integer of an intake document may have (a 64-bit integer's 19): a
-#: longer one is refused before Python converts it.
-MAX_INTAKE_DIGITS = 19
-#: The longest number (its JSON text) an intake document may hold.
-MAX_NUMBER_CHARS = 64
-#: Bounds of a hand-off's numbers: the poll interval, a policy's windows and a run's budget
-#: (seconds), a submission time (Unix seconds), an attempt's index, a run's retries and
-#: candidates.
-MAX_INTERVAL_S = 86_400.0
-#: The longest lease a replica takes (`flashfsm supervise --lease`).
-MAX_LEASE_S = 86_400.0
-MAX_WINDOW_S = 10 * 365 * 86_400.0
-MAX_SUBMITTED_AT = 1e11
-MAX_ATTEMPT = 1000
-MAX_RETRIES = 100
-MAX_CANDIDATES = 100
-
-
-def _plain(value: str) -> str:
-    bad = control_character(value)
-    if bad is not None:
-        raise ValueError(f"holds a control character ({character_name(bad)})")
-    return value
-
-
-#: An id or name of a hand-off: a string of 1 to `NAME_CAP` characters, none a control one
-#: (`flashfsm.naming.control_character`).
-IntakeName = Annotated[str, Field(min_length=1, max_length=NAME_CAP), AfterValidator(_plain)]
-_STRICT = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
-
-
-class JobIntake(BaseModel):
-    """A job handed to the fleet: a `JobHandle`'s fields (what `JobHandle.to_dict` writes)
-    and what its watch needs besides — where its heartbeat is (`hub`), its `policy` and
-    `interval_s` — and the `stream` to record it in. `trusted_output` is taken and never
-    recorded: the fleet reads every handed-off job's output as JSON only."""
-
-    model_config = _STRICT
-
-    provider: Literal["runpod"] = "runpod"
-    endpoint_id: IntakeName
-    endpoint_name: Annotated[str, Field(max_length=NAME_CAP), AfterValidator(_plain)] = ""
-    job_id: IntakeName
-    gpu_class: IntakeName | None = None
-    attempt: int = Field(0, ge=0, le=MAX_ATTEMPT)
-    on_last_gpu: bool = False
-    submitted_at: float | None = Field(None, ge=0, le=MAX_SUBMITTED_AT)
-    trusted_output: bool = False
-    stream: IntakeName | None = None
-    hub: HubLocation | None = None
-    policy: GracePolicy | None = None
-    interval_s: float | None = Field(None, gt=0, le=MAX_INTERVAL_S)
-
-    @model_validator(mode="after")
-    def _bounded(self) -> JobIntake:
-        if self.hub is not None:
-            for name in ("hf_repo", "phase", "run_id"):
-                if not getattr(self.hub, name):
-                    raise ValueError(f"hub.{name} is empty")
-                _plain(getattr(self.hub, name))
-        if self.policy is not None:
-            for name, value in self.policy.model_dump().items():
-                if value is not None and not 0 <= value <= MAX_WINDOW_S:
-                    raise ValueError(
-                        f"policy.{name} {value!r} is out of range (0 to {MAX_WINDOW_S:,.0f})"
-                    )
-        check_stream(self.stream_name, "stream" if self.stream else "job_id")
-        return self
-
-    @property
-    def stream_name(self) -> str:
-        """The stream the job is recorded in: `stream`, else `job-<job_id>`."""
-        return self.stream or job_stream(self.job_id)
-
-    def handle(self) -> JobHandle:
-        """The job's handle (JSON-only: `trusted_output` is never handed over)."""
-        return recorded_handle(self)
-
-
-class RunIntake(BaseModel):
-    """A run handed to the fleet by `flashfsm runs add`: `supervise_run`'s arguments."""
-
-    model_config = _STRICT
-
-    run_id: IntakeName
-    candidates: list[Candidate] = Field(min_length=1, max_length=MAX_CANDIDATES)
-    max_retries: int = Field(2, ge=0, le=MAX_RETRIES)
-    budget_s: float | None = Field(None, gt=0, le=MAX_WINDOW_S)
-    phase: IntakeName | None = None
-    seed: int | None = Field(None, ge=-(2**63), le=2**63 - 1)
-    stream: IntakeName | None = None
-
-    @model_validator(mode="after")
-    def _bounded(self) -> RunIntake:
-        check_stream(self.stream or run_stream(self.run_id), "stream" if self.stream else "run_id")
-        last = attempt_stream(self.run_id, self.max_retries + 1, self.seed)  # (+1: a bonus)
-        check_stream(last, "run_id (its last attempt's job stream)")
-        return self
-
-
-def job_intake(data: Mapping[str, Any]) -> JobIntake:
-    """A job hand-off from plain data, checked (`ValueError`: what is wrong, in one line)."""
-    return _validated(JobIntake, data)
-
-
-def run_intake(data: Mapping[str, Any]) -> RunIntake:
-    """A run hand-off from plain data, checked (`ValueError`: what is wrong, in one line)."""
-    return _validated(RunIntake, data)
-
-
-def _validated(model: type[M], data: Mapping[str, Any]) -> M:
-    if not isinstance(data, Mapping):
-        raise ValueError(f"expected a JSON object, got {type(data).__name__}")
-    check_plain_json(data)
-    try:
-        return model.model_validate(dict(data))
-    except ValidationError as exc:
-        parts = []
-        for err in exc.errors(include_url=False, include_input=False):
-            where = ".".join(str(part) for part in err["loc"])
-            what = str(err["msg"]).removeprefix("Value error, ")  # (a validator's own words)
-            parts.append(f"{where}: {what}" if where else what)
-        raise ValueError("; ".join(parts)) from None
-
-
-def check_plain_json(value: Any) -> None:
-    """Refuse (`ValueError`) a value nested deeper than `MAX_INTAKE_DEPTH`, a string or key
-    holding a NUL character, or a float that is not finite (the walk is iterative)."""
-    pending: list[tuple[Any, int]] = [(value, 1)]
-    while pending:
-        item, depth = pending.pop()
-        if isinstance(item, Mapping | list | tuple):
-            if depth > MAX_INTAKE_DEPTH:
-                raise ValueError(f"nested deeper than {MAX_INTAKE_DEPTH} levels")
-            if isinstance(item, Mapping):
-                pending.extend((key, depth) for key in item)
-                pending.extend((inner, depth + 1) for inner in item.values())
-            else:
-                pending.extend((inner, depth + 1) for inner in item)
-        elif isinstance(item, str) and "\x00" in item:
-            raise ValueError(f"a NUL character in {item[:40]!r}")
-        elif isinstance(item, float) and not math.isfinite(item):
-            raise ValueError(f"{item!r} is not a finite number")
-
-
-def load_intake(raw: bytes) -> dict[str, Any]:
-    """An intake document (what `flashfsm runs add FILE` reads) as a dict, or a one-line
-    `ValueError`: over `MAX_INTAKE_BYTES`, not UTF-8 JSON, not an object, a key given twice,
-    `NaN` or `Infinity`, a number out of a float's range or longer than `MAX_NUMBER_CHARS`, an
-    integer of more than `MAX_INTAKE_DIGITS` digits, deeper than `MAX_INTAKE_DEPTH`, a NUL
-    character."""
-    if len(raw) > MAX_INTAKE_BYTES:
-        raise ValueError(f"larger than {MAX_INTAKE_BYTES} bytes")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"not UTF-8 text (byte {exc.start})") from None
-    try:
-        data = json.loads(
-            text,
-            parse_constant=_no_constant,
-            parse_int=_bounded_int,
-            parse_float=_finite_float,
-            object_pairs_hook=_object,
-        )
-    except RecursionError:
-        raise ValueError(f"nested deeper than {MAX_INTAKE_DEPTH} levels") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"expected a JSON object, got a JSON {type(data).__name__}")
-    check_plain_json(data)
-    return data
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number")
-
-
-def _bounded_int(text: str) -> int:
-    digits = len(text.lstrip("-"))
-    if digits > MAX_INTAKE_DIGITS:
-        raise ValueError(f"an integer of {digits} digits (at most {MAX_INTAKE_DIGITS})")
-    return int(text)
-
-
-def _finite_float(text: str) -> float:
-    if len(text) > MAX_NUMBER_CHARS:
-        raise ValueError(f"a number of {len(text)} characters (at most {MAX_NUMBER_CHARS})")
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"{text} is out of range")
-    return value
-
-
-def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    data: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in data:
-            raise ValueError(f"key {key[:40]!r} given twice")
-        data[key] = value
-    return data
-
-
-def hand_off_job(
-    handle: JobHandle | Mapping[str, Any],
-    store: EventStore | str,
-    *,
-    policy: GracePolicy | None = None,
-    stream: str | None = None,
-    hub: HubLocation | Mapping[str, Any] | None = None,
-    interval_s: float | None = None,
-    clock: Callable[[], float] = time.time,
-) -> str:
-    """Hand a submitted job to the fleet: record its `JobSubmitted` and return at once.
-
-    Returns the job's stream (default `job-<job_id>`); whichever replica is alive claims it
-    and watches it to its verdict. The hand-off carries the whole watch: `hub` (where the
-    worker writes its heartbeat and failure artifacts: the replica reads them as
-    `poll_job`'s Hub readers would), `policy` and `interval_s` (None: the replica's own).
-    Without `hub` the job is watched without heartbeat readers, and `flashfsm ls` and
-    `explain` say so. A dict `handle` may carry all of these (`JobIntake`'s fields).
-
-    Everything is checked before the store is opened (a `ValueError` naming what is
-    wrong, and nothing written). A stream that already records this job is left as it is
-    (handing off twice is harmless), but for its failed mark, if a replica marked it
-    (`MAX_CLAIM_FAILURES`): handing it off again clears it, and replicas claim it again.
-    One that records another job, or this job id on another endpoint, is a `ValueError`
-    naming both. A stream name, an id or a name holding a control character is refused
-    (`flashfsm.naming.check_stream`). The handle is JSON-only there (`trusted_output` is
-    not recorded).
-    """
-    fields = dict(handle.to_dict() if isinstance(handle, JobHandle) else handle)
-    given = {"policy": policy, "stream": stream, "hub": hub, "interval_s": interval_s}
-    fields.update({k: v for k, v in given.items() if v is not None})
-    if isinstance(fields.get("hub"), HubLocation):
-        fields["hub"] = fields["hub"].model_dump()
-    if isinstance(fields.get("policy"), GracePolicy):
-        fields["policy"] = fields["policy"].model_dump()
-    intake = job_intake(fields)
-    opened = resolve_store(store)
-    try:
-        _record_hand_off(opened, intake, clock)
-    finally:
-        if isinstance(store, str):  # opened here: closed here
-            opened.close()
-    return intake.stream_name
-
-
-def _record_hand_off(store: EventStore, intake: JobIntake, clock: Callable[[], float]) -> None:
-    leases = _require_leases(store)
-    job, name = intake.handle(), intake.stream_name
-    writer = StreamWriter(FencedStore(store, lambda _s: HANDOFF), name, JOB, NEWER_WATCH_WINS)
-    writer.open()
-    recorded = writer.state.submitted
-    if recorded is not None:
-        if recorded.job_id != job.job_id:
-            raise ValueError(f"stream {name!r} records job {recorded.job_id!r}, not {job.job_id!r}")
-        if recorded.endpoint_id != job.endpoint_id:
-            raise ValueError(
-                f"stream {name!r} records job {job.job_id!r} on endpoint "
-                f"{recorded.endpoint_id!r}, not on {job.endpoint_id!r}: a job id names one job "
-                "(hand the other off with its own stream)"
-            )
-        if not writer.state.done:
-            leases.unmark(name)  # (a stream marked failed to start is claimed again)
-        return
-    if writer.next_seq:
-        raise ValueError(f"stream {name!r} holds events but no submitted job: not a job stream")
-    writer.record(
-        JobSubmitted,
-        clock(),
-        **submission(job, intake.policy or GracePolicy()),  # (its hub with it)
-        interval_s=intake.interval_s,
-    )
-
-
-def _require_leases(store: EventStore) -> LeaseStore:
-    """The store's `LeaseStore` (that of the store a wrapper such as `FencedStore` wraps),
-    or `ValueError`."""
-    inner = getattr(store, "inner", store)
-    leases = capabilities(inner).leases
-    if leases is None:
-        raise ValueError(
-            f"{inner!r} cannot host a fleet: it keeps no open-streams index or leases "
-            "(use an SQLite or PostgreSQL store)"
-        )
-    return leases
-
-
-def default_owner() -> str:
-    """A replica's name: host, process id and a random suffix (unique per start)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-
-
-# --- incarnations: one start of a replica under its name ------------------------------------
-
-#: A live holder of a name beats every tick: a newcomer watches its heartbeat for two of
-#: its ticks and a margin (half a tick, at least `WATCH_MARGIN_S`) from its last beat.
-WATCH_TICKS = 2.0
-WATCH_MARGIN_S = 1.0
-
-
-def process_started(pid: int) -> str | None:
-    """A marker of when process `pid` of this host started (Linux: the boot's id and the
-    start time in clock ticks, from /proc), so a pid reused by another process is not taken
-    for it; "" when this host cannot say; None when no such process runs (a zombie, ended
-    and not yet reaped, counts as gone)."""
-    if pid <= 0:
-        return None
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return None if Path("/proc/self/stat").exists() else _signalable(pid)
-    except OSError:
-        return _signalable(pid)
-    fields = stat[stat.rfind(")") + 2 :].split()  # (the name, in parentheses, may hold spaces)
-    if fields and fields[0] in ("Z", "X"):
-        return None
-    if len(fields) < 20:
-        return ""
-    boot = ""
-    with contextlib.suppress(OSError):
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    return f"{boot}:{fields[19]}" if boot else ""
-
-
-def _signalable(pid: int) -> str | None:
-    """ "" when process `pid` exists (its start unknown), None when it does not."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except OSError:  # (it exists, another user's)
-        pass
-    return ""
-
-
-def this_incarnation(tick_s: float) -> Incarnation:
-    """A new incarnation for a replica of this process that beats every `tick_s`."""
-    pid = os.getpid()
-    started = process_started(pid) or ""
-    return Incarnation(uuid.uuid4().hex, socket.gethostname(), pid, started, tick_s)
-
-
-def gone(holder: Incarnation | None, me: Incarnation) -> str | None:
-    """Why the incarnation `holder` cannot be running, as `me` (a newcomer under its name)
-    can tell — "pid N on host H is gone" — or None when it cannot be shown: only on the
-    same host and boot, where its pid no longer runs or runs another process (its start
-    marker differs), or is `me`'s own with another start marker (a container restarted)."""
-    if holder is None or not holder.started or not me.started or holder.host != me.host:
-        return None
-    if holder.started.partition(":")[0] != me.started.partition(":")[0]:
-        return None  # (another boot, or another machine of the same name: pids say nothing)
-    now = me.started if holder.pid == me.pid else process_started(holder.pid)
-    if now is None or (now and now != holder.started):
-        return f"pid {holder.pid} on host {holder.host} is gone"
-    return None
 
 
 @dataclass
@@ -582,12 +204,6 @@ class _Batched:
             self._task = None
 
 
-class OwnerInUse(FlashFsmError, ValueError):
-    """A replica was started under the name (`owner`) of one shown to be alive (its
-    heartbeat advanced while the newcomer watched it): two replicas under one name would
-    fence each other in turn."""
-
-
 @dataclass
 class _Held:
     lease: Lease
@@ -597,7 +213,7 @@ class _Held:
     worker: Future[None] | None = None
 
 
-class Fleet(StopsOnSignals):
+class Fleet(JoinsTheFleet, KeepsItsLeases, StopsOnSignals):
     """One replica of a fleet: claims open streams of `store`, watches them, hands them on.
 
     `client` is the async RunPod client the jobs are watched with (see `Supervisor`);
@@ -631,7 +247,7 @@ class Fleet(StopsOnSignals):
         if owner:
             check_plain(owner, "owner")
         self.store = resolve_store(store)
-        self.leases = _require_leases(self.store)
+        self.leases = require_leases(self.store)
         self.owner = owner or default_owner()
         self.lease_s = lease_s
         idle_s = getattr(self.leases, "idle_in_transaction_s", None)
@@ -700,100 +316,6 @@ class Fleet(StopsOnSignals):
         return held.lease if held is not None else Lease(stream, -1)
 
     # -- the loop --------------------------------------------------------------------------
-
-    async def join(self) -> bool:
-        """Join the fleet under `owner` as this incarnation (`LeaseStore.join`): the
-        replica's first heartbeat, the census its first claims are sized by. A name held by
-        another incarnation is taken over — every lease under it fenced, to be claimed
-        again at once — when that one is shown dead: at once when its process is gone
-        (`gone`), else once its heartbeat stood still while watched (two of its ticks and
-        a margin, never more than its heartbeat has left). `OwnerInUse` when it advanced:
-        nothing recorded or claimed, the live replica left alone. While the store does not
-        answer, it tries again every tick; False when the replica was stopped first. `run`
-        joins first when this was not called."""
-        if self._joined:
-            return True
-        if self._stopping is None or self._woken is None:
-            self._stopping, self._woken = asyncio.Event(), asyncio.Event()
-        if self._lease_calls is None:
-            self._lease_calls = ThreadPoolExecutor(2, thread_name_prefix="flashfsm-fleet-leases")
-        replacing: Holder | None = None
-        dead: str | None = None
-        while not self._stopping.is_set():
-            try:
-                outcome = await self._leased(
-                    functools.partial(
-                        self.leases.join,
-                        self.owner,
-                        self.lease_s,
-                        self.kinds,
-                        self.incarnation,
-                        replacing=replacing,
-                    )
-                )
-            except Exception as exc:  # the database is unreachable: any driver's error
-                self.stats.renew_failures += 1
-                logger.warning(
-                    "%s: cannot join the fleet (%s); trying again", self.owner, type(exc).__name__
-                )
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopping.wait(), self.tick_s)
-                continue
-            if isinstance(outcome, Census):
-                if replacing is not None:
-                    self._say_taken_over(replacing, dead)
-                self._census(outcome)
-                self._joined = True
-                return True
-            if replacing is not None:  # its heartbeat advanced (or another newcomer won)
-                self._refuse(outcome)
-            replacing, dead = outcome, gone(outcome.incarnation, self.incarnation)
-            if dead is None:
-                self._watched_from = time.monotonic()
-                await self._watch_holder(outcome)
-        self._close_lease_calls()
-        return False
-
-    def _watch_s(self, holder: Holder) -> float:
-        """How long to watch `holder`'s heartbeat before taking its name: two of its ticks
-        and a margin from its last beat, never past its heartbeat's expiry nor a lease."""
-        tick = (holder.incarnation and holder.incarnation.tick_s) or self.tick_s
-        wait = WATCH_TICKS * tick + max(tick / 2, WATCH_MARGIN_S) - (holder.silent_s or 0.0)
-        if holder.expires_in is not None:
-            wait = min(wait, holder.expires_in + 0.05)
-        return max(0.0, min(wait, self.lease_s))
-
-    async def _watch_holder(self, holder: Holder) -> None:
-        assert self._stopping is not None
-        wait = self._watch_s(holder)
-        logger.debug("%s: held by another incarnation; watching its heartbeat", self.owner)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), wait)
-
-    def _say_taken_over(self, holder: Holder, dead: str | None) -> None:
-        if dead is not None:
-            logger.info("%s: took over from a dead incarnation (%s)", self.owner, dead)
-            return
-        still = (holder.silent_s or 0.0) + time.monotonic() - self._watched_from
-        logger.info(
-            "%s: took over: the holder's heartbeat stood still for %.1f s", self.owner, still
-        )
-
-    def _refuse(self, holder: Holder) -> None:
-        """Raise `OwnerInUse`: `holder` was shown alive (its heartbeat advanced)."""
-        self._close_lease_calls()
-        logger.info(
-            "%s: refused: the holder is alive (its heartbeat advanced)",
-            self.owner,
-            extra={"raised": True},  # (the error says it: `flashfsm supervise` prints it once)
-        )
-        who = holder.incarnation
-        where = "" if who is None else f" (pid {who.pid} on host {who.host!r})"
-        raise OwnerInUse(
-            f"replica name {self.owner!r} is held by a live replica{where}: its heartbeat "
-            "advanced while this one watched it. Choose another --owner, or start this one "
-            "once that replica has stopped"
-        )
 
     async def _say_undriven(self) -> None:
         """A replica that cannot drive runs says so, in one warning naming the handed-off
@@ -866,118 +388,6 @@ class Fleet(StopsOnSignals):
             self._stopping.set()
             self._woken.set()
 
-    # -- the keeper (its own thread) ----------------------------------------------------------
-
-    def _start_keeper(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._loop_seen = time.monotonic()
-        self._keeper_stop.clear()
-        self._keeper = threading.Thread(
-            target=self._keep, args=(loop,), name=f"flashfsm-keeper-{self.owner}", daemon=True
-        )
-        self._keeper.start()
-
-    def _keep(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Heartbeat every tick, renew every third of a lease, tell the loop what came of it.
-
-        Runs in its own thread with the store's own lease connections: however busy the
-        loop is, a renewal is never late because of it. But it renews only while the loop
-        answers (a callback it schedules each round runs within half a lease): leases of a
-        hung loop lapse, and other replicas take its streams.
-        """
-        renew_every, renewed = self.lease_s / 3, time.monotonic()
-        pinged = -math.inf  # when the loop was asked the question it has not answered yet
-        while not self._keeper_stop.wait(self.tick_s):
-            now = time.monotonic()
-            if self._loop_seen >= pinged:  # (answered: ask again)
-                pinged = now
-                _call_soon(loop, self._answer)
-            sent: list[Lease] = []
-            kept: list[Lease] | None = None
-            try:
-                census = self.leases.beat(self.owner, self.lease_s, self.kinds, self.incarnation)
-                if census is None:  # a newer incarnation holds the name: nothing more
-                    _call_soon(loop, self._fenced)
-                    return
-                if now + self.tick_s - renewed > renew_every:  # (the next round: too late)
-                    if now - renewed > self.lease_s / 2:
-                        logger.warning(
-                            "%s: leases renewed %.1f s apart (lease %g s): the database or "
-                            "this host is slow",
-                            self.owner,
-                            now - renewed,
-                            self.lease_s,
-                        )
-                    renewed = now
-                    if self._loop_seen >= pinged or now - pinged <= self.lease_s / 2:
-                        with self._held_lock:
-                            sent = [held.lease for held in self._held.values()]
-                        kept = self.leases.renew(self.owner, sent, self.lease_s) if sent else []
-                    else:
-                        logger.warning(
-                            "%s: the loop has not answered for %.1f s; its leases lapse",
-                            self.owner,
-                            now - pinged,
-                        )
-            except Exception as exc:  # the database is unreachable: any driver's error
-                _call_soon(loop, self._renew_failed, exc)
-                continue
-            _call_soon(loop, self._kept, census, sent, kept)
-
-    def _answer(self) -> None:
-        self._loop_seen = time.monotonic()
-
-    def _fenced(self) -> None:
-        """(On the loop.) A newer incarnation of the name took over: stop every watch (its
-        leases were fenced) and end `run`, writing nothing more."""
-        if self.stats.fenced:
-            return
-        self.stats.fenced = True
-        logger.info("%s: fenced by a newer incarnation: stopping", self.owner)
-        for stream in list(self._held):
-            self._stop_watch(stream, "fenced")
-            self.stats.lost += 1
-        self.stop()
-
-    def _census(self, census: Census) -> None:
-        self.stats.census = census
-        after = census.next_expiry_s
-        self._next_expiry = math.inf if after is None else time.monotonic() + after
-        if self._woken is not None:  # (the loop's next tick)
-            self._woken.set()
-
-    def _kept(self, census: Census, sent: list[Lease], kept: list[Lease] | None) -> None:
-        """(On the loop.) A keeper round's outcome: the census, and the leases the renewal
-        of `sent` did not keep, whose watches stop (unless the stream was given back or
-        claimed anew meanwhile: then its lease is another)."""
-        self._census(census)
-        if kept is None:
-            return
-        still = set(kept)
-        for lease in sent:
-            held = self._held.get(lease.stream)
-            if lease not in still and held is not None and held.lease == lease:
-                task = asyncio.create_task(self._lose(lease, held.task))
-                self._losing.add(task)
-                task.add_done_callback(self._losing.discard)
-
-    async def _lose(self, lease: Lease, watch: asyncio.Task[Any]) -> None:
-        """Stop the watch of a lease the store no longer renews, unless its watch is just
-        ending: a renewal that waited on the row locks of a group commit finds the rows of
-        the streams whose verdicts it committed gone, and those watches are not lost but
-        done (each forgets its lease once its verdict is committed)."""
-        await asyncio.wait({watch}, timeout=LOSS_GRACE_S)
-        held = self._held.get(lease.stream)
-        if held is not None and held.lease == lease:
-            self._stop_watch(lease.stream, "lease lost")
-            self.stats.lost += 1
-
-    async def _stop_keeper(self) -> None:
-        self._keeper_stop.set()
-        if self._keeper is not None:
-            await asyncio.to_thread(self._keeper.join)
-            self._keeper = None
-
     # -- claims and balance (on the loop) -----------------------------------------------------
 
     async def _tick(self) -> None:
@@ -1024,18 +434,6 @@ class Fleet(StopsOnSignals):
             logger.info("%s: claims %d streams (%s)", self.owner, len(claimed), what)
         for lease in claimed:
             self._start_watch(lease)
-
-    def _renew_failed(self, exc: BaseException) -> None:
-        self.stats.renew_failures += 1
-        logger.warning(
-            "%s: cannot renew leases (%s); stopping all %d watches",
-            self.owner,
-            type(exc).__name__,
-            len(self._held),
-        )
-        for stream in list(self._held):
-            self._stop_watch(stream, "renewal failed")
-            self.stats.lost += 1
 
     async def _shed(self, count: int) -> None:
         """Give back `count` streams (the newest claims first): stop, then release — a run
@@ -1278,12 +676,6 @@ class Fleet(StopsOnSignals):
         self._close_lease_calls()
         self._joined = False
         self._stopping = self._woken = None
-
-
-def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[..., Any], *args: Any) -> None:
-    """Have `loop` run `callback(*args)` (from another thread); nothing once it closed."""
-    with contextlib.suppress(RuntimeError):  # (the loop closed: the replica is done)
-        loop.call_soon_threadsafe(callback, *args)
 
 
 def run_fleet(store: EventStore | str, client: Any, **options: Any) -> FleetStats:

@@ -2,8 +2,9 @@
 
 Theory of operation. `flash_run_adapters(spec, seed)` is the only place a spec becomes I/O:
 it checks everything that can be checked without the network first (the worker's
-dependencies, the function a non-baked worker runs, the runtime secrets), then returns
-the run machine's adapters (`flashfsm.runs.RunpodRunAdapters`) — each attempt deploys a
+dependencies, the function a non-baked worker runs, the runtime secrets: `RunSpec` and
+these checks are `flashfsm.run_spec`'s, which this module re-exports), then returns the run
+machine's adapters (`flashfsm.run_adapters.RunpodRunAdapters`) — each attempt deploys a
 fresh endpoint with runpod-flash (`flash_deploy.deploy_endpoint`), submits the job with a
 TTL and execution timeout derived from the wall-clock budget (`policy_for_budget`), and is
 watched by `poll_job` with the Hugging Face heartbeat and failure readers.
@@ -21,35 +22,24 @@ Both streams are ordinary run and job logs, so every CLI command reads them.
 Secrets. The pool's API keys, `HF_TOKEN` and the caller's `runtime_secrets` are
 registered for masking before anything happens; runtime secrets travel only in the job
 input to the worker, never in the spec, an event, a log line or an error message.
-
-Why it is long: it is the one deploy → submit → watch path: the spec's checks, the worker's
-function and dependencies and the run adapters must stay one path, read in one place.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import logging
 import os
-import re
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from flashfsm import naming
 from flashfsm.adapters.flash_deploy import (
-    DEFAULT_IDLE_TIMEOUT_S,
-    IDLE_TIMEOUT_RANGE_S,
     DeployedEndpoint,
     DeployError,
     DeployRequest,
     KeyPool,
-    check_idle_timeout,
     deploy_endpoint,
     require_sdk,
 )
@@ -74,203 +64,25 @@ from flashfsm.fsm.capacity import CapacityPolicy
 from flashfsm.fsm.job import replay, verdict_of
 from flashfsm.fsm.run import Attempt, RunState, replay_run
 from flashfsm.naming import attempt_stream
-from flashfsm.redact import redact, register_secrets
-from flashfsm.runs import (
-    AttemptHook,
-    Deployed,
-    OnInterrupt,
-    Recorder,
-    RunpodRunAdapters,
-    RunResult,
-    asupervise_run,
-    check_providers,
-    supervise_run,
+from flashfsm.redact import register_secrets
+from flashfsm.run_adapters import Deployed, Recorder, RunpodRunAdapters, check_providers
+from flashfsm.run_loop import AttemptHook, RunResult
+from flashfsm.run_spec import (
+    ENTRYPOINT,
+    RunSpec,
+    WorkerDependencies,
+    build_payload,
+    check_secrets,
+    checked_spec,
+    resolve_entrypoint,
 )
+from flashfsm.run_spec import WorkerDependencyError as WorkerDependencyError
+from flashfsm.run_spec import resolve_worker_dependencies as resolve_worker_dependencies
+from flashfsm.runs import OnInterrupt, asupervise_run, supervise_run
 from flashfsm.shell import PollResult, opened_store
 from flashfsm.watch import Log, make_say
 
 logger = logging.getLogger("flashfsm.submit")
-
-_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"
-_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_APT_PACKAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+:=~_-]*")
-_ENTRYPOINT = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
-#: Worker env names submit_run sets itself; a spec or a runtime secret may not.
-RESERVED_ENV = frozenset({"RUN_ID", "PHASE", "SEED", "ATTEMPT"})
-
-
-class RunSpec(BaseModel):
-    """What one training run needs from RunPod and the Hub, as plain, JSON-able data.
-
-    The spec travels to the worker as `job_spec_json`, so it holds no secret: pass those
-    to `submit_run(runtime_secrets=...)`.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    run_id: str = Field(pattern=f"^{_NAME}$", max_length=100, description="the run's id")
-    phase: str = Field("train", pattern=f"^{_NAME}$", max_length=50, description="e.g. sft, rl")
-    gpu_class: str = Field(
-        min_length=1, max_length=100, description="friendly class: H100, A100-80GB, L40S, …"
-    )
-    hf_repo: str | None = Field(
-        None, description="dataset repo the worker writes heartbeats and artifacts to"
-    )
-    max_wall_seconds: float = Field(
-        6 * 3600.0, gt=0, allow_inf_nan=False, description="the job's wall-clock budget"
-    )
-    disk_gb: int | None = Field(
-        None, ge=0, description="container disk; raises the SDK's 64 GB, never lowers it"
-    )
-    weight_cache: str | None = Field(
-        None, pattern=f"^{_NAME}$", max_length=60, description="cache volume base name"
-    )
-    weight_cache_gb: int = Field(100, ge=10, le=4096, description="size of each cache volume")
-    worker_image: str | None = Field(
-        None, description="baked worker image; None: Flash runtime plus worker_pip"
-    )
-    worker_pip: tuple[str, ...] = Field((), description="pip requirements for the worker")
-    worker_system_deps: tuple[str, ...] = Field((), description="apt packages (no image)")
-    entrypoint: str | None = Field(
-        None, description="'module:function' a worker without a baked image runs"
-    )
-    env: dict[str, str] = Field(default_factory=dict, description="extra worker env, no secrets")
-    min_cuda_version: str | None = Field(None, description="e.g. '12.8'; None: SDK default")
-    idle_timeout_s: int = Field(
-        DEFAULT_IDLE_TIMEOUT_S,
-        ge=IDLE_TIMEOUT_RANGE_S[0],
-        le=IDLE_TIMEOUT_RANGE_S[1],
-        description="seconds a worker stays up, billed, after its job: whole, 1 to 3600",
-    )
-
-    @field_validator("hf_repo", "worker_image", "entrypoint")
-    @classmethod
-    def _blank_is_none(cls, value: str | None) -> str | None:
-        return (value.strip() or None) if isinstance(value, str) else value
-
-    @field_validator("idle_timeout_s", mode="before")
-    @classmethod
-    def _whole_seconds(cls, value: object) -> int:
-        return check_idle_timeout(value)
-
-    @field_validator("env")
-    @classmethod
-    def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
-        for key in env:
-            if not _ENV_KEY.fullmatch(key):
-                raise ValueError(f"{key!r} is not an environment variable name")
-            if key in RESERVED_ENV:
-                raise ValueError(f"{key} is set by submit_run; it cannot come from the spec")
-        return env
-
-    def to_json(self) -> str:
-        """The spec as the worker receives it."""
-        return self.model_dump_json()
-
-
-class WorkerDependencyError(ValueError):
-    """A worker dependency is malformed; raised before anything is provisioned."""
-
-
-@dataclass(frozen=True)
-class WorkerDependencies:
-    """What the worker runs on: a baked image, or the Flash runtime plus packages."""
-
-    image: str | None
-    pip: tuple[str, ...] = ()
-    system: tuple[str, ...] = ()
-
-    @property
-    def baked(self) -> bool:
-        """True for a baked image (the job input is the payload itself)."""
-        return self.image is not None
-
-
-def resolve_worker_dependencies(spec: RunSpec) -> WorkerDependencies:
-    """The worker's image and packages, validated (`WorkerDependencyError`); pure.
-
-    Each pip requirement must parse as a PEP 508 requirement, each apt package be a plain
-    package name, and an image have no whitespace. Duplicates are dropped, order kept.
-    """
-    from packaging.requirements import InvalidRequirement, Requirement
-
-    image = spec.worker_image
-    if image is not None and (not image or any(c.isspace() for c in image)):
-        raise WorkerDependencyError(f"worker image {image!r} is not an image reference")
-    pip: list[str] = []
-    for raw in spec.worker_pip:
-        text = raw.strip() if isinstance(raw, str) else ""
-        try:
-            Requirement(text)
-        except InvalidRequirement as exc:
-            raise WorkerDependencyError(f"worker requirement {raw!r} is malformed: {exc}") from None
-        if text not in pip:
-            pip.append(text)
-    system: list[str] = []
-    for raw in spec.worker_system_deps:
-        text = raw.strip() if isinstance(raw, str) else ""
-        if not _APT_PACKAGE.fullmatch(text):
-            raise WorkerDependencyError(f"system package {raw!r} is not a package name")
-        if text not in system:
-            system.append(text)
-    if image is not None and system:
-        raise WorkerDependencyError("system packages are installed at boot: not with an image")
-    return WorkerDependencies(image=image, pip=tuple(pip), system=tuple(system))
-
-
-def resolve_entrypoint(entrypoint: str) -> Callable[..., Any]:
-    """The function a `'module:function'` entrypoint names (imported now)."""
-    if not _ENTRYPOINT.fullmatch(entrypoint):
-        raise ValueError(f"entrypoint {entrypoint!r} is not 'module:function'")
-    module_name, _, attribute = entrypoint.partition(":")
-    function = getattr(importlib.import_module(module_name), attribute, None)
-    if not callable(function):
-        raise ValueError(f"entrypoint {entrypoint!r} is not a function")
-    return function
-
-
-def build_payload(
-    spec: RunSpec,
-    seed: int,
-    attempt: int = 0,
-    runtime_secrets: Mapping[str, str] | None = None,
-    deps: WorkerDependencies | None = None,
-) -> dict[str, Any]:
-    """What the worker's training function receives.
-
-    `env` holds the spec's env, `RUN_ID`, `PHASE`, `SEED`, `ATTEMPT` and the runtime
-    secrets (only here). `extra_pip` lists the worker requirements a baked image still
-    installs; without an image they are installed at boot instead (see `build_function_input`).
-    """
-    deps = deps or resolve_worker_dependencies(spec)
-    env = {
-        **spec.env,
-        "RUN_ID": spec.run_id,
-        "PHASE": spec.phase,
-        "SEED": str(int(seed)),
-        "ATTEMPT": str(int(attempt)),
-        **dict(runtime_secrets or {}),
-    }
-    return {
-        "hf_repo": spec.hf_repo,
-        "job_spec_json": spec.to_json(),
-        "phase": spec.phase,
-        "seed": int(seed),
-        "env": env,
-        "extra_pip": list(deps.pip) if deps.baked else [],
-    }
-
-
-def _check_secrets(runtime_secrets: Mapping[str, str] | None) -> dict[str, str]:
-    secrets = dict(runtime_secrets or {})
-    for key, value in secrets.items():
-        if not isinstance(key, str) or not _ENV_KEY.fullmatch(key):
-            raise ValueError("runtime secret names must be environment variable names")
-        if key in RESERVED_ENV:
-            raise ValueError(f"{key} is set by submit_run; it cannot be a runtime secret")
-        if not isinstance(value, str):
-            raise ValueError(f"runtime secret {key} must be a string")
-    return secrets
 
 
 def runpod_client(key: str) -> RunpodClient:
@@ -351,20 +163,6 @@ def deploy_request(
     )
 
 
-def _checked_spec(spec: RunSpec, seed: int) -> WorkerDependencies:
-    """The checks a spec passes before anything is provisioned or handed off: the seed is an
-    integer, the idle timeout is in RunPod's range (again: a spec copied with an update
-    skips its validation), the spec's env holds no known secret, the worker's dependencies
-    parse."""
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise ValueError(f"seed must be an integer, got {seed!r}")
-    check_idle_timeout(spec.idle_timeout_s, "spec.idle_timeout_s")
-    leaked = sorted(k for k, v in spec.env.items() if redact(v) != v)
-    if leaked:
-        raise ValueError(f"spec env {', '.join(leaked)} holds a secret: use runtime_secrets")
-    return resolve_worker_dependencies(spec)
-
-
 def flash_run_adapters(
     spec: RunSpec,
     seed: int,
@@ -398,9 +196,9 @@ def flash_run_adapters(
     `allow_pickle=False` keeps every watch JSON-only. `hub_options` go to the Hub readers
     (`cache_dir`, `endpoint`, `min_interval_s`; the watch paces heartbeat reads itself).
     """
-    secrets = _check_secrets(runtime_secrets)
+    secrets = check_secrets(runtime_secrets)
     register_secrets(*secrets.values(), os.environ.get("HF_TOKEN"))
-    deps = _checked_spec(spec, seed)
+    deps = checked_spec(spec, seed)
     if not deps.baked and function is None:
         if spec.entrypoint is None:
             raise ValueError("a worker without a baked image needs spec.entrypoint or function")
@@ -720,10 +518,10 @@ def _hand_off_spec(
     on_interrupt: OnInterrupt,
 ) -> RunResult:
     """`supervise_spec(..., detach=True)`: the run recorded for a fleet, with its spec."""
-    deps = _checked_spec(spec, seed)
+    deps = checked_spec(spec, seed)
     if not deps.baked and spec.entrypoint is None:
         raise ValueError("a worker without a baked image needs spec.entrypoint")
-    if spec.entrypoint is not None and not _ENTRYPOINT.fullmatch(spec.entrypoint):
+    if spec.entrypoint is not None and not ENTRYPOINT.fullmatch(spec.entrypoint):
         raise ValueError(f"entrypoint {spec.entrypoint!r} is not 'module:function'")
     check_providers(candidates, RunpodRunAdapters)  # (the providers the replica deploys to)
     recorded = spec.to_json()

@@ -1,6 +1,6 @@
 """`asupervise_run` and `supervise_run` are one run: the same events, in the same order.
 
-Both drive `_RunLoop.steps`; this checks the drivers around it. Each run is played twice on
+Both drive `RunLoop.steps`; this checks the drivers around it. Each run is played twice on
 its own simulator (manual clock from the same start, real HTTP on 127.0.0.1, the Hub
 readers): once by `supervise_run` in this thread, once by `asupervise_run` on an event
 loop (the attempt's job watched by `RunpodRunAdapters.awatch`: a `Supervisor`). The two

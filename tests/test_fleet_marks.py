@@ -73,11 +73,11 @@ def rewrite_bodies(store: Any, old: str, new: str) -> None:
 def columns(store: Any, table: str) -> set[str]:
     """The columns of one of the store's fleet tables (`open` or `replicas`)."""
     if hasattr(store, "table"):
-        from flashfsm.adapters.postgres import _columns
+        from flashfsm.adapters.postgres_leases import _columns
 
         with store._pool.connection() as conn:
             return _columns(conn, f"{store.table}_{table}")
-    from flashfsm.adapters.sqlite import _columns as sqlite_columns
+    from flashfsm.adapters.sqlite_leases import _columns as sqlite_columns
 
     name = {"open": "open_streams", "replicas": "replicas"}[table]
     return store._read(lambda conn: sqlite_columns(conn, name))

@@ -44,7 +44,16 @@ HEAVY = (
     "cloudpickle",
 )
 #: The package's own modules that bring those (or that only a command needs).
-HEAVY_OWN = ("flashfsm.adapters", "flashfsm.cli", "flashfsm.fleet", "flashfsm.ui")
+HEAVY_OWN = (
+    "flashfsm.adapters",
+    "flashfsm.cli",
+    "flashfsm.display",
+    "flashfsm.fleet",
+    "flashfsm.fleet_identity",
+    "flashfsm.fleet_intake",
+    "flashfsm.fleet_keeper",
+    "flashfsm.ui",
+)
 
 
 def loaded_after(code: str) -> set[str]:

@@ -81,7 +81,7 @@ def test_a_renamed_or_moved_place_is_caught() -> None:
     text = (
         f"{SECTION}\n\n- `flashfsm/watch.py::recorded_handle` and "
         "`flashfsm/watch.py::no_such_name`, `flashfsm/nowhere.py::x`, "
-        "`flashfsm/adapters/sqlite.py::SqliteStore` (`claim`, `no_such_method`).\n"
+        "`flashfsm/adapters/sqlite.py::SqliteStore` (`append`, `no_such_method`).\n"
         "## Next\n`flashfsm/watch.py::also_missing_but_not_in_the_section`\n"
     )
     assert missing(text, ROOT) == [

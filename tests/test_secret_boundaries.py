@@ -910,9 +910,9 @@ SIM_KEY = "sim-key-not-a-planted-secret"
 def test_runpod_api_errors_from_answers_carrying_secrets_hold_none() -> None:
     """Error answers of the loopback simulator whose bodies carry a secret across the
     client's detail cut (300 characters), as JSON `error` / `detail` or plain text."""
-    from flashfsm.adapters import runpod
+    from flashfsm.adapters import runpod_protocol
 
-    cap = runpod._DETAIL_CAP
+    cap = runpod_protocol._DETAIL_CAP
     errors: list[BaseException] = []
     with Simulator(speed=0, api_keys=(SIM_KEY,)) as sim:
         client = RunpodClient(

@@ -18,8 +18,8 @@ test runner: the suite raises `unittest.SkipTest` for what a store does not offe
 and unittest both report it as a skip), and the event factories are plain functions.
 """
 
-from flashfsm.testing.contract import (
-    StoreContract,
+from flashfsm.testing.contract import StoreContract
+from flashfsm.testing.factories import (
     concluded,
     contract_event,
     contract_events,

@@ -11,6 +11,10 @@ each under its own path prefix, so `Simulator.env()` can point all of them at it
 Each request is parsed, recorded (without its Authorization header), matched against
 the fault plan, authenticated (RunPod routes: `Authorization: Bearer <a simulator key>`),
 and handled under one lock after `World.tick()` has replayed what the sim clock made due.
+That pipeline (`Simulator._serve`) is here, with the simulator's lifecycle and its Python
+test API; the route table and each route's handler are `routes.py`'s (`Routes`, which
+`Simulator` mixes in), and reading and writing the bytes (a body, a reply, a stream, a
+reset, a fault's garbling) is `wire.py`'s.
 
 One control route lets another process share a manual sim clock (`speed=0`), so a watcher
 in a child process judges by the simulator's time and its waits move that time:
@@ -27,29 +31,21 @@ Control routes need no API key and no fault ever fires on them.
 
 One route streams: a worker's log (`GET /v2/serverless/{id}/workers/{worker}/logs`) is
 Server-Sent Events sent in HTTP chunks, written outside the lock, so a fault can make it
-huge (`flood`), slow (`trickle`) or gzip-encoded without holding anything up.
-
-Why it is long: every route the SDKs talk to (the data plane, REST v2, GraphQL, the Hub) and
-their faults, served by one server so one URL stands for RunPod.
+huge (`flood`), slow (`trickle`) or gzip-encoded without holding anything up
+(`wire.stream_reply`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import gzip
-import itertools
 import json
-import re
 import socket
-import struct
 import sys
 import threading
 import time
 import traceback
-import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from http import HTTPStatus
+from collections.abc import Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote
@@ -59,34 +55,31 @@ from flashfsm.adapters.simulator import graphql
 from flashfsm.adapters.simulator.clock import SimClock
 from flashfsm.adapters.simulator.faults import Fault, FaultPlan
 from flashfsm.adapters.simulator.hub import HubStore
+from flashfsm.adapters.simulator.routes import (
+    QUERY_ROUTES,
+    STREAM_ROUTES,
+    BadJson,
+    Routes,
+    json_body,
+)
 from flashfsm.adapters.simulator.scenarios import Scenario
 from flashfsm.adapters.simulator.usage import Usage, usage_of
-from flashfsm.adapters.simulator.workers import (
-    LOG_SOURCES,
-    LOG_TAIL_DEFAULT,
-    LOG_TAIL_MAX,
-    flood_events,
-    live_events,
-    sse_event,
+from flashfsm.adapters.simulator.wire import (
+    Reply,
+    garble,
+    gzipped,
+    json_reply,
+    read_body,
+    reset_connection,
+    stream_reply,
+    write_reply,
 )
-from flashfsm.adapters.simulator.world import (
-    Account,
-    ApiError,
-    Endpoint,
-    Job,
-    World,
-)
+from flashfsm.adapters.simulator.workers import LOG_SOURCES
+from flashfsm.adapters.simulator.world import Account, ApiError, Job, World
 
 DEFAULT_KEY = "sim-runpod-key-0"
 SECRET_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization", "x-api-key"})
 UNAUTHORIZED_MESSAGE = "Unauthorized: a valid API key is required"
-#: Every status code HTTP names (a fault may carry another: it then has no phrase).
-_STATUS_CODES = frozenset(s.value for s in HTTPStatus)
-Reply = tuple[int, dict[str, str], bytes]
-STREAM_ROUTES = frozenset({"worker_logs"})  # answered as a chunked stream (see `_stream`)
-QUERY_ROUTES = frozenset({"worker_logs"})  # handlers that read the query string
-STREAM_CHUNK = 64 * 1024
-STREAM_WRITE_TIMEOUT_S = 30.0  # a stream to a client that stopped reading gives up
 
 
 @dataclass
@@ -113,14 +106,6 @@ class RecordedRequest:
             return json.loads(self.body) if self.body else None
         except ValueError:
             return None
-
-
-@dataclass
-class _Match:
-    route: str
-    plane: str  # "data", "rest2", "rest1", "graphql", "hub", "misc"
-    handler: Callable[..., Reply]
-    params: dict[str, str] = field(default_factory=dict)
 
 
 class _Server(ThreadingHTTPServer):
@@ -174,7 +159,7 @@ class _Handler(BaseHTTPRequestHandler):
             super().finish()
 
 
-class Simulator:
+class Simulator(Routes):
     """A RunPod + Hugging Face Hub simulator on loopback HTTP.
 
     ```
@@ -501,7 +486,7 @@ class Simulator:
     def _serve(self, h: _Handler, method: str) -> None:
         raw_path, _, raw_query = h.path.partition("?")
         path = unquote(raw_path)
-        body = self._read_body(h)
+        body = read_body(h)
         match = self._route(method, raw_path)
         headers = {k.lower(): v for k, v in h.headers.items()}
         key = _bearer(headers.get("authorization"))
@@ -531,7 +516,7 @@ class Simulator:
         fault = None if match.plane == "control" else self.faults.take(names, rec)
         rec.fault = fault.kind if fault else None
         if fault and fault.kind == "reset" and not fault.handled:
-            self._reset(h)
+            reset_connection(h)
             return
         if fault and fault.kind == "status":
             reply = self._fault_reply(match, fault)
@@ -554,11 +539,11 @@ class Simulator:
                     else:
                         extra = {"query": rec.query} if match.route in QUERY_ROUTES else {}
                         reply = match.handler(
-                            account=account, body=_json(body), **match.params, **extra
+                            account=account, body=json_body(body), **match.params, **extra
                         )
             except ApiError as exc:
                 reply = self._error(match.plane, exc.status, exc.message)
-            except _BadJson:
+            except BadJson:
                 reply = self._error(match.plane, 400, "the request body is not valid JSON")
             except Exception as exc:  # a simulator bug: answer 500 and keep it for the test
                 self.errors.append(f"{method} {path}: {traceback.format_exc()}")
@@ -568,112 +553,19 @@ class Simulator:
         stream = match.route in STREAM_ROUTES and reply[0] == 200
         if fault is not None and fault.kind != "status":
             if fault.kind == "reset":
-                self._reset(h)
+                reset_connection(h)
                 return
             if not stream:
-                reply = _garble(reply, fault)
+                reply = garble(reply, fault)
             if fault.kind == "slow":
                 time.sleep(fault.delay_s)
         rec.status = reply[0]
         if stream:
-            self._stream(h, method, reply, fault)
+            stream_reply(h, method, reply, fault, self.clock, self._stopping)
         elif fault is not None and fault.kind == "gzip":
-            self._write(h, method, _gzipped(reply, method))
+            write_reply(h, method, gzipped(reply, method))
         else:
-            self._write(h, method, reply)
-
-    @staticmethod
-    def _read_body(h: _Handler) -> bytes:
-        if h.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            chunks = []
-            while True:
-                size = int(h.rfile.readline().split(b";")[0].strip() or b"0", 16)
-                if size == 0:
-                    h.rfile.readline()
-                    return b"".join(chunks)
-                chunks.append(h.rfile.read(size))
-                h.rfile.readline()
-        length = int(h.headers.get("Content-Length") or 0)
-        return h.rfile.read(length) if length > 0 else b""
-
-    @staticmethod
-    def _write(h: _Handler, method: str, reply: Reply) -> None:
-        status, headers, body = reply
-        try:
-            h.send_response(status)
-            for name, value in headers.items():
-                h.send_header(name, value)
-            if "Content-Length" not in headers:
-                h.send_header("Content-Length", str(len(body)))
-            h.end_headers()
-            if method != "HEAD" and body and status not in (204, 304):
-                h.wfile.write(body)
-            h.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError, OSError):
-            h.close_connection = True
-
-    def _stream(self, h: _Handler, method: str, reply: Reply, fault: Fault | None) -> None:
-        """Send a streaming answer in HTTP chunks: the reply's body (SSE events), then, with
-        a `flood` fault, filler events up to `size_bytes`; a `trickle` fault sends one event
-        at a time, `delay_s` real seconds apart, and goes on with live lines until the client
-        leaves or the simulator stops; `gzip=True` (or a `gzip` fault) encodes it all."""
-        status, headers, body = reply
-        kind = fault.kind if fault is not None else None
-        if fault is not None and kind in ("malformed", "non_object", "missing_keys"):
-            body = _garble_events(body, fault)
-        events: Iterable[bytes]
-        if kind == "trickle":
-            events = itertools.chain(_split_events(body), live_events(self.clock.now))
-        elif kind == "flood":
-            assert fault is not None
-            events = itertools.chain(
-                _batches(_split_events(body)),
-                flood_events(self.clock.now(), max(0, fault.size_bytes - len(body))),
-            )
-        else:
-            events = _batches(_split_events(body))
-        encode = kind == "gzip" or (fault is not None and fault.gzip)
-        compressor = zlib.compressobj(wbits=31) if encode else None  # 31: a gzip wrapper
-        h.close_connection = h.close_connection or kind == "trickle"
-        try:
-            h.connection.settimeout(STREAM_WRITE_TIMEOUT_S)
-            h.send_response(status)
-            for name, value in headers.items():
-                h.send_header(name, value)
-            if compressor is not None:
-                h.send_header("Content-Encoding", "gzip")
-            h.send_header("Transfer-Encoding", "chunked")
-            h.end_headers()
-            h.wfile.flush()
-            if method == "HEAD":
-                return
-            for n, event in enumerate(events):
-                if kind == "trickle" and n and self._stopping.wait(fault.delay_s):  # type: ignore[union-attr]
-                    h.close_connection = True
-                    return
-                data = (
-                    compressor.compress(event) + compressor.flush(zlib.Z_SYNC_FLUSH)
-                    if (compressor is not None)
-                    else event
-                )
-                if data:
-                    h.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-                    h.wfile.flush()
-            tail = compressor.flush() if compressor is not None else b""
-            if tail:
-                h.wfile.write(b"%x\r\n%s\r\n" % (len(tail), tail))
-            h.wfile.write(b"0\r\n\r\n")
-            h.wfile.flush()
-        except (OSError, ValueError):
-            h.close_connection = True
-
-    @staticmethod
-    def _reset(h: _Handler) -> None:
-        """Drop the connection with a TCP RST (linger 0), answering nothing."""
-        h.close_connection = True
-        with contextlib.suppress(OSError):
-            h.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            h.connection.close()
+            write_reply(h, method, reply)
 
     def _wait_runsync(self, reply: Reply) -> Reply:
         answer = json.loads(reply[2])
@@ -688,371 +580,7 @@ class Simulator:
                 if job is None or job.gone:
                     break
                 answer = job.status_answer()
-        return _json_reply(200, answer)
-
-    # ------------------------------------------------------------------ routing
-
-    _ROUTES: tuple[tuple[str, str, str, dict[str, str]], ...] = (
-        # (regex, plane, route name, {method: handler name})
-        (r"/v2/serverless", "rest2", "list_endpoints", {"GET": "_list_endpoints"}),
-        (
-            r"/v2/serverless/(?P<endpoint_id>[^/]+)",
-            "rest2",
-            "endpoint",
-            {"GET": "_get_endpoint", "DELETE": "_delete_endpoint", "PATCH": "_patch_endpoint"},
-        ),
-        (
-            r"/v2/serverless/(?P<endpoint_id>[^/]+)/workers",
-            "rest2",
-            "list_workers",
-            {"GET": "_list_workers"},
-        ),
-        (
-            r"/v2/serverless/(?P<endpoint_id>[^/]+)/workers/(?P<worker_id>[^/]+)/logs",
-            "rest2",
-            "worker_logs",
-            {"GET": "_worker_logs"},
-        ),
-        (r"/v2/(?P<endpoint_id>[^/]+)/run", "data", "run", {"POST": "_run"}),
-        (r"/v2/(?P<endpoint_id>[^/]+)/runsync", "data", "runsync", {"POST": "_run"}),
-        (
-            r"/v2/(?P<endpoint_id>[^/]+)/status/(?P<job_id>[^/]+)",
-            "data",
-            "status",
-            {"GET": "_status", "POST": "_status"},
-        ),
-        (
-            r"/v2/(?P<endpoint_id>[^/]+)/cancel/(?P<job_id>[^/]+)",
-            "data",
-            "cancel",
-            {"POST": "_cancel"},
-        ),
-        (
-            r"/v2/(?P<endpoint_id>[^/]+)/retry/(?P<job_id>[^/]+)",
-            "data",
-            "retry",
-            {"POST": "_retry"},
-        ),
-        (r"/v2/(?P<endpoint_id>[^/]+)/health", "data", "health", {"GET": "_health"}),
-        (
-            r"/v2/(?P<endpoint_id>[^/]+)/purge-queue",
-            "data",
-            "purge_queue",
-            {"POST": "_purge_queue"},
-        ),
-        (r"/graphql", "graphql", "graphql", {"POST": "_graphql"}),
-        (
-            r"/v1/networkvolumes",
-            "rest1",
-            "networkvolumes",
-            {"GET": "_list_volumes", "POST": "_create_volume"},
-        ),
-        (
-            r"/v1/networkvolumes/(?P<volume_id>[^/]+)",
-            "rest1",
-            "networkvolume",
-            {"GET": "_get_volume", "DELETE": "_delete_volume"},
-        ),
-        (
-            r"/(?P<prefix>datasets/|spaces/)?(?P<repo>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<file>.+)",
-            "hub",
-            "hub_resolve",
-            {"GET": "_hub_resolve", "HEAD": "_hub_resolve"},
-        ),
-        (r"/api/telemetry/.*", "misc", "hub_telemetry", {"GET": "_ok", "HEAD": "_ok"}),
-        (r"/_sim/clock", "control", "sim_clock", {"GET": "_sim_clock", "POST": "_sim_clock"}),
-        (r"/_sim/usage", "control", "sim_usage", {"GET": "_sim_usage"}),
-    )
-    _COMPILED = tuple((re.compile(p + r"/?"), *rest) for p, *rest in _ROUTES)
-
-    def _route(self, method: str, raw_path: str) -> _Match:
-        for regex, plane, name, methods in self._COMPILED:
-            m = regex.fullmatch(raw_path)
-            if not m:
-                continue
-            params = {k: unquote(v) for k, v in m.groupdict().items() if v is not None}
-            handler_name = methods.get(method)
-            if handler_name is None:
-                return _Match(name, "control" if plane == "control" else "misc", self._not_allowed)
-            if name == "endpoint":
-                name = {"GET": "get_endpoint", "DELETE": "delete_endpoint"}.get(
-                    method, "update_endpoint"
-                )
-            if name == "networkvolumes":
-                name = "create_volume" if method == "POST" else "list_volumes"
-            if name == "networkvolume":
-                name = "delete_volume" if method == "DELETE" else "get_volume"
-            return _Match(name, plane, getattr(self, handler_name), params)
-        return _Match("unknown", "misc", self._not_found)
-
-    # ------------------------------------------------------------------ answers
-
-    @staticmethod
-    def _error(plane: str, status: int, message: str) -> Reply:
-        if plane == "rest2":
-            title = HTTPStatus(status).phrase if status in _STATUS_CODES else ""
-            problem = {"type": "about:blank", "title": title, "status": status, "detail": message}
-            return _json_reply(status, problem, content_type="application/problem+json")
-        if plane == "graphql":
-            return _json_reply(status, {"errors": [{"message": message}], "data": None})
-        if plane == "hub":
-            return status, {"X-Error-Message": message}, message.encode()
-        return _json_reply(status, {"error": message, "status": status})
-
-    def _fault_reply(self, match: _Match, fault: Fault) -> Reply:
-        status = int(fault.status or 500)
-        if fault.body is not None:
-            body = fault.body
-            data = (
-                body
-                if isinstance(body, bytes)
-                else str(body).encode()
-                if isinstance(body, str)
-                else json.dumps(body).encode()
-            )
-            reply: Reply = (status, {"Content-Type": "application/json"}, data)
-        else:
-            phrase = HTTPStatus(status).phrase if status in _STATUS_CODES else ""
-            reply = self._error(match.plane, status, f"simulated fault: {status} {phrase}".strip())
-        if fault.retry_after is not None:
-            reply[1]["Retry-After"] = str(fault.retry_after)
-        return reply
-
-    def _not_found(self, **_: Any) -> Reply:
-        return _json_reply(404, {"error": "not found"})
-
-    def _not_allowed(self, **_: Any) -> Reply:
-        return _json_reply(405, {"error": "method not allowed"})
-
-    def _ok(self, **_: Any) -> Reply:
-        return 200, {}, b""
-
-    # ------------------------------------------------------------------ control
-
-    def _sim_clock(self, method: str, body: bytes) -> Reply:
-        """Read (GET) or advance (POST `{"advance": s}`) a manual sim clock."""
-        if not self.clock.manual:
-            return _json_reply(409, {"error": "the sim clock is not manual (speed > 0)"})
-        if method == "POST":
-            try:
-                seconds = _json(body).get("advance")  # type: ignore[union-attr]
-            except (_BadJson, AttributeError):
-                seconds = None
-            if (
-                not isinstance(seconds, (int, float))
-                or isinstance(seconds, bool)
-                or not 0 <= seconds < float("inf")
-            ):
-                return _json_reply(400, {"error": 'expected {"advance": <seconds >= 0>}'})
-            self.clock.advance(seconds)
-        return _json_reply(200, {"now": self.clock.now()})
-
-    def _sim_usage(self, method: str, body: bytes) -> Reply:
-        """What the platform created and billed (`usage()`), as JSON."""
-        return _json_reply(200, self.usage().model_dump(mode="json"))
-
-    # ------------------------------------------------------------------ data plane
-
-    def _run(self, account: Account, body: Any, endpoint_id: str) -> Reply:
-        job = self.world.submit(self.world.endpoint(account, endpoint_id), body)
-        return _json_reply(200, {"id": job.id, "status": job.status})
-
-    def _job(self, account: Account, endpoint_id: str, job_id: str) -> Job:
-        return self.world.job(self.world.endpoint(account, endpoint_id), job_id)
-
-    def _status(self, account: Account, body: Any, endpoint_id: str, job_id: str) -> Reply:
-        return _json_reply(200, self._job(account, endpoint_id, job_id).status_answer())
-
-    def _cancel(self, account: Account, body: Any, endpoint_id: str, job_id: str) -> Reply:
-        job = self._job(account, endpoint_id, job_id)
-        self.world.cancel(job)
-        return _json_reply(200, {"id": job.id, "status": job.status})
-
-    def _retry(self, account: Account, body: Any, endpoint_id: str, job_id: str) -> Reply:
-        job = self._job(account, endpoint_id, job_id)
-        self.world.retry(job)
-        return _json_reply(200, {"id": job.id, "status": job.status})
-
-    def _health(self, account: Account, body: Any, endpoint_id: str) -> Reply:
-        return _json_reply(200, self.world.endpoint(account, endpoint_id).health(self.clock.now()))
-
-    def _purge_queue(self, account: Account, body: Any, endpoint_id: str) -> Reply:
-        removed = self.world.purge(self.world.endpoint(account, endpoint_id))
-        return _json_reply(200, {"removed": removed, "status": "completed"})
-
-    # ------------------------------------------------------------------ REST v2 management
-
-    def _mine(self, account: Account) -> list[Endpoint]:
-        return [e for e in self.world.endpoints.values() if e.account is account]
-
-    def _list_endpoints(self, account: Account, body: Any) -> Reply:
-        return _json_reply(200, {"endpoints": [e.rest(self.world) for e in self._mine(account)]})
-
-    def _get_endpoint(self, account: Account, body: Any, endpoint_id: str) -> Reply:
-        return _json_reply(200, self.world.endpoint(account, endpoint_id).rest(self.world))
-
-    def _delete_endpoint(self, account: Account, body: Any, endpoint_id: str) -> Reply:
-        self.world.delete_endpoint(account, endpoint_id)
-        return 204, {}, b""
-
-    def _patch_endpoint(self, account: Account, body: Any, endpoint_id: str) -> Reply:
-        if not isinstance(body, Mapping):
-            raise ApiError(400, "expected a JSON object")
-        endpoint = self.world.save_endpoint(account, {**body, "id": endpoint_id})
-        return _json_reply(200, endpoint.rest(self.world))
-
-    def _list_workers(self, account: Account, body: Any, endpoint_id: str) -> Reply:
-        endpoint = self.world.endpoint(account, endpoint_id)
-        return _json_reply(200, endpoint.listing(self.clock.now()))
-
-    def _worker_logs(
-        self, account: Account, body: Any, endpoint_id: str, worker_id: str, query: dict[str, str]
-    ) -> Reply:
-        """The worker's last `tail` log lines (of `source`, or both) as Server-Sent Events."""
-        raw_tail = query.get("tail")
-        try:
-            tail = LOG_TAIL_DEFAULT if raw_tail is None else int(raw_tail)
-        except ValueError:
-            tail = -1
-        if not 0 <= tail <= LOG_TAIL_MAX:
-            raise ApiError(400, f"tail must be an integer from 0 to {LOG_TAIL_MAX}")
-        source = query.get("source")
-        if source is not None and source not in LOG_SOURCES:
-            raise ApiError(400, f"source must be one of {', '.join(LOG_SOURCES)}")
-        endpoint = self.world.endpoint(account, endpoint_id)
-        worker = self.world.worker(endpoint, worker_id)
-        lines = worker.tail(self.clock.now(), tail, source)
-        headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-        return 200, headers, b"".join(sse_event(line) for line in lines)
-
-    # ------------------------------------------------------------------ REST v1 volumes
-
-    def _list_volumes(self, account: Account, body: Any) -> Reply:
-        mine = [v.rest() for v in self.world.volumes.values() if v.account is account]
-        return _json_reply(200, mine)
-
-    def _create_volume(self, account: Account, body: Any) -> Reply:
-        return _json_reply(200, self.world.create_volume(account, body).rest())
-
-    def _volume(self, account: Account, volume_id: str):
-        volume = self.world.volumes.get(volume_id)
-        if volume is None or volume.account is not account:
-            raise ApiError(404, f"network volume {volume_id} not found")
-        return volume
-
-    def _get_volume(self, account: Account, body: Any, volume_id: str) -> Reply:
-        return _json_reply(200, self._volume(account, volume_id).rest())
-
-    def _delete_volume(self, account: Account, body: Any, volume_id: str) -> Reply:
-        volume = self._volume(account, volume_id)
-        if any(volume.id in e.volume_ids for e in self.world.endpoints.values()):
-            raise ApiError(400, f"network volume {volume_id} is attached to an endpoint")
-        del self.world.volumes[volume.id]
-        return 204, {}, b""
-
-    # ------------------------------------------------------------------ GraphQL
-
-    def _graphql(self, account: Account, operation: Any, body: bytes) -> Reply:
-        if isinstance(operation, str):
-            return _json_reply(400, {"errors": [{"message": operation}], "data": None})
-        payload = json.loads(body)
-        variables = payload.get("variables") if isinstance(payload.get("variables"), dict) else {}
-        world = self.world
-
-        def wrap(fn: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:
-            def call(args: dict[str, Any]) -> Any:
-                try:
-                    return fn(args)
-                except ApiError as exc:
-                    raise graphql.GraphQLError(exc.message) from None
-
-            return call
-
-        def save_endpoint(args: dict[str, Any]) -> Any:
-            return world.save_endpoint(account, args.get("input")).graphql(world)
-
-        def delete_endpoint(args: dict[str, Any]) -> Any:
-            world.delete_endpoint(account, str(args.get("id")))
-            return None
-
-        def save_template(args: dict[str, Any]) -> Any:
-            return world.save_template(account, args.get("input")).graphql()
-
-        def pod_template(args: dict[str, Any]) -> Any:
-            template = world.templates.get(str(args.get("id")))
-            return template.graphql() if template and template.account is account else None
-
-        def endpoint_of(args: dict[str, Any]) -> Any:
-            endpoint = world.endpoints.get(str(args.get("id")))
-            return endpoint.graphql(world) if endpoint and endpoint.account is account else None
-
-        def myself(args: dict[str, Any]) -> Any:
-            return {
-                "id": account.user_id,
-                "email": f"{account.name}@sim.invalid",
-                "pubKey": "",
-                "clientBalance": 100.0,
-                "endpoints": [e.graphql(world) for e in self._mine(account)],
-                "endpoint": endpoint_of,
-                "networkVolumes": [
-                    v.rest() for v in world.volumes.values() if v.account is account
-                ],
-            }
-
-        def gpu_types(args: dict[str, Any]) -> Any:
-            spec = args.get("input") if isinstance(args.get("input"), dict) else {}
-            ids = spec.get("ids") or ["NVIDIA A100 80GB PCIe"]
-            return [
-                {
-                    "id": gpu,
-                    "displayName": gpu,
-                    "memoryInGb": 80,
-                    "lowestPrice": lambda _a: {"stockStatus": world.gpu_stock},
-                }
-                for gpu in ids
-            ]
-
-        resolvers = {
-            "mutation": {
-                "saveEndpoint": wrap(save_endpoint),
-                "deleteEndpoint": wrap(delete_endpoint),
-                "saveTemplate": wrap(save_template),
-            },
-            "query": {
-                "myself": wrap(myself),
-                "podTemplate": wrap(pod_template),
-                "gpuTypes": wrap(gpu_types),
-            },
-        }
-        return _json_reply(200, graphql.execute(operation, variables, resolvers))
-
-    # ------------------------------------------------------------------ Hub
-
-    def _hub_resolve(
-        self, method: str, repo: str, revision: str, file: str, prefix: str = ""
-    ) -> Reply:
-        repo_type = {"datasets/": "dataset", "spaces/": "space"}.get(prefix, "model")
-        status, headers, data = self.hub.resolve(repo_type, repo, revision, file)
-        if status == 200:
-            headers["Content-Length"] = str(len(data))
-        return status, headers, data
-
-
-class _BadJson(Exception):
-    pass
-
-
-def _json(body: bytes) -> Any:
-    if not body.strip():
-        return None
-    try:
-        return json.loads(body)
-    except ValueError:
-        raise _BadJson from None
-
-
-def _json_reply(status: int, value: Any, *, content_type: str = "application/json") -> Reply:
-    return status, {"Content-Type": content_type}, json.dumps(value).encode()
+        return json_reply(200, answer)
 
 
 def _bearer(header: str | None) -> str | None:
@@ -1082,73 +610,3 @@ def _startup(value: float | None) -> float | None:
     if value is not None and not (isinstance(value, (int, float)) and value >= 0):
         raise ValueError(f"startup_s must be a number >= 0, not {value!r}")
     return None if value is None else float(value)
-
-
-def _split_events(body: bytes) -> Iterator[bytes]:
-    """The SSE events of a body, one at a time (each with its blank line; a last part
-    without one, half an event, as it is)."""
-    *whole, rest = body.split(b"\n\n")
-    for part in whole:
-        if part:
-            yield part + b"\n\n"
-    if rest:
-        yield rest
-
-
-def _batches(events: Iterable[bytes], size: int = STREAM_CHUNK) -> Iterator[bytes]:
-    """Events joined into chunks of about `size` bytes."""
-    batch: list[bytes] = []
-    held = 0
-    for event in events:
-        batch.append(event)
-        held += len(event)
-        if held >= size:
-            yield b"".join(batch)
-            batch, held = [], 0
-    if batch:
-        yield b"".join(batch)
-
-
-def _garble_events(body: bytes, fault: Fault) -> bytes:
-    """A log stream spoilt as a fault says: `malformed` ends in half an event whose data is
-    not JSON, `non_object` sends data that is a JSON list, `missing_keys` drops `keys`
-    (default: every key) from each event's data."""
-    if fault.kind == "malformed":
-        return body + b'id: x\ndata: {"source": "container", "line": "trunc'
-    if fault.kind == "non_object":
-        return body + b'data: ["unexpected", "list"]\n\n'
-    out = []
-    for event in _split_events(body):
-        head, _, data = event.rstrip(b"\n").partition(b"\ndata: ")
-        value = json.loads(data)
-        drop = set(value) if fault.keys is None else set(fault.keys)
-        kept = {k: v for k, v in value.items() if k not in drop}
-        out.append(head + b"\ndata: " + json.dumps(kept).encode() + b"\n\n")
-    return b"".join(out)
-
-
-def _gzipped(reply: Reply, method: str) -> Reply:
-    """The reply with its body gzip-encoded (its length then the encoded one's)."""
-    status, headers, body = reply
-    if not body or method == "HEAD":
-        return reply
-    kept = {k: v for k, v in headers.items() if k.lower() != "content-length"}
-    return status, {**kept, "Content-Encoding": "gzip"}, gzip.compress(body)
-
-
-def _garble(reply: Reply, fault: Fault) -> Reply:
-    status, _, body = reply
-    if fault.kind == "malformed":
-        return 200, {"Content-Type": "application/json"}, b'{"id": "truncated'
-    if fault.kind == "non_object":
-        return 200, {"Content-Type": "application/json"}, b'["unexpected", "list"]'
-    if fault.kind == "missing_keys":
-        try:
-            value = json.loads(body) if body else None
-        except ValueError:
-            return reply
-        if isinstance(value, dict):
-            drop = set(value) if fault.keys is None else set(fault.keys)
-            value = {k: v for k, v in value.items() if k not in drop}
-            return _json_reply(200 if status == 204 else status, value)
-    return reply
