@@ -1092,6 +1092,29 @@ def test_deciding_again_on_a_state_told_to_wait_skips_only_rules_that_find_nothi
             assert decide(state, later, judged=True) == decide(state, later)
 
 
+@given(scripts(), st.floats(0.0, 3600.0))
+def test_a_rule_asked_only_at_some_statuses_finds_nothing_at_any_other(
+    script: Script, later: float
+) -> None:
+    """`decide` asks a rule with `statuses` only at those last statuses: on every state a
+    real log passes through (any status string the world answers, none yet), at any time,
+    such a rule's measure finds nothing at another status, so not asking it changes no
+    answer."""
+    from flashfsm.fsm.rules import AFTER_OBSERVATION
+
+    keyed = [r for r in AFTER_OBSERVATION if r.statuses]
+    assert keyed  # (the optimisation this guards is in place)
+    _, log, _ = run_poll_job(script)
+    state = JobState()
+    for event in log:
+        evolve(state, event)
+        status = None if state.status is None else state.status.status
+        for keyed_rule in keyed:
+            if status not in keyed_rule.statuses:
+                for now in (event.at, event.at + later):
+                    assert keyed_rule.measure(state, now) is None, (keyed_rule.name, status)
+
+
 # --- the live core, step by step ------------------------------------------------------------
 
 

@@ -447,6 +447,10 @@ class Rule:
     #: clears the failed fetch, so after one its measure finds nothing and `decide` does
     #: not ask it (one call less per poll).
     on_failed_fetch: bool = False
+    #: The last statuses the rule can fire at: its measure finds nothing at any other, nor
+    #: before the first status answer (empty: any status, or none). `decide` asks it only
+    #: at those (six calls less per observation of a running job).
+    statuses: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         waits = reads(self.waits_for, f"rule {self.name} waits_for")
@@ -1099,6 +1103,7 @@ COMPLETED = Rule(
     fires="COMPLETED and the output decodes to a metrics dict",
     verdict="SUCCEEDED",
     measure=_measure_completed,
+    statuses=frozenset({"COMPLETED"}),
     render=_render_status("the job never reported COMPLETED"),
     waits_for={Read.STATUS},
 )
@@ -1134,6 +1139,7 @@ COMPLETED_WITH_ERROR = Rule(
     "read (tried again on a transient error, below), `retriable: true` → retried",
     verdict="PREEMPTED / `job_preempted`, else FAILED / `job_failed`",
     measure=_measure_completed_with_error,
+    statuses=frozenset({"COMPLETED"}),
     render=_render_status("the job never reported COMPLETED"),
     waits_for=_FORCED_READS,
 )
@@ -1188,6 +1194,7 @@ EXPIRED_IN_QUEUE = Rule(
     "(a watch with a worker reader) lists no worker starting or crash-looping",
     verdict="NO_CAPACITY / `no_capacity`",
     measure=_measure_expired_in_queue,
+    statuses=frozenset({"TIMED_OUT"}),
     render=_render_status("the job never TIMED_OUT in the queue with worker records read"),
     waits_for={Read.STATUS},
 )
@@ -1199,6 +1206,7 @@ PLATFORM_TERMINATION = Rule(
     fires="CANCELLED or TIMED_OUT; no heartbeat read",
     verdict="PREEMPTED / `job_preempted`",
     measure=_measure_platform_termination,
+    statuses=PLATFORM_TERMINATIONS,
     render=_render_status("the job was never CANCELLED or TIMED_OUT"),
     waits_for={Read.STATUS},
 )
@@ -1225,6 +1233,7 @@ WORKER_FAILED = Rule(
     "failure artifacts",
     verdict="PREEMPTED or FAILED as in 4",
     measure=_measure_worker_failed,
+    statuses=frozenset({"FAILED"}),
     render=_render_status("the job never reported FAILED"),
     waits_for=_FORCED_READS,
 )
@@ -1420,6 +1429,7 @@ QUEUE_GRACE = Rule(
     "run of them",
     verdict="NO_CAPACITY / `no_capacity`",
     measure=_measure_queue_grace,
+    statuses=frozenset({QUEUED_STATUS}),
     render=_render_queue_grace,
     timer=QUEUE_TIMER,
     # (a watch that reads the queue's worker records reads one first: whether a worker is
@@ -1686,46 +1696,60 @@ BOOKKEEPING: tuple[tuple[str, str], ...] = (
 #: The rules judged after an observation, with their place in `RULES` order.
 _ORDERED: tuple[tuple[int, Rule], ...] = tuple(enumerate(AFTER_OBSERVATION))
 #: Which of them judge a point of a poll, and their measures, by (status answered, reads
-#: pending): a rule waits while a read it declares is missing (`Rule.waiting`). A poll has
-#: few such shapes, and most points have no read pending: those two are looked up first.
+#: pending, last status): a rule waits while a read it declares is missing (`Rule.waiting`),
+#: and is not asked at a status it cannot fire at (`Rule.statuses`). A poll has few such
+#: shapes, and most points have no read pending: those are looked up first.
 _Judging = tuple[tuple[tuple[int, Rule], ...], tuple[Measuring, ...]]
-#: (whether the poll's status was answered) -> pending reads -> who judges.
-_JUDGING: tuple[dict[tuple[str, ...], _Judging], dict[tuple[str, ...], _Judging]] = ({}, {})
+#: The statuses some rule is asked only at; any other (or none yet) is one key, `_OTHER`.
+_KEYED = frozenset().union(*(rule.statuses for _, rule in _ORDERED))
+_OTHER = ""
+#: Every rule whatever the status (what `judging` lists): no status is spelt so.
+_ANY = "*"
+_JUDGING: dict[tuple[bool, tuple[str, ...], str | None], _Judging] = {}
 
 
-def _judging_at(answered: bool, pending: tuple[str, ...]) -> _Judging:
-    found = _JUDGING[answered].get(pending)
+def _judging_at(answered: bool, pending: tuple[str, ...], status: str | None) -> _Judging:
+    key = (answered, pending, status if status == _ANY or status in _KEYED else _OTHER)
+    found = _JUDGING.get(key)
     if found is None:
         probe = JobState(cycle="status" if answered else None, pending=pending)
         rules = tuple(
             item
             for item in _ORDERED
-            if not item[1].waiting(probe) and not (answered and item[1].on_failed_fetch)
+            if not item[1].waiting(probe)
+            and not (answered and item[1].on_failed_fetch)
+            and (key[2] == _ANY or not item[1].statuses or key[2] in item[1].statuses)
         )
-        found = _JUDGING[answered][pending] = (rules, tuple(r.measure for _, r in rules))
+        found = _JUDGING[key] = (rules, tuple(r.measure for _, r in rules))
     return found
 
 
-_ANSWERED, _UNANSWERED = _judging_at(True, ()), _judging_at(False, ())
+#: The measures asked at a point with no read pending, by (status answered) -> last status
+#: (the keyed ones, a running job's and none yet; any other is looked up in `_JUDGING`).
+_FIRST: tuple[dict[str | None, tuple[Measuring, ...]], dict[str | None, tuple[Measuring, ...]]] = (
+    {k: _judging_at(False, (), k)[1] for k in (*_KEYED, "IN_PROGRESS", None)},
+    {k: _judging_at(True, (), k)[1] for k in (*_KEYED, "IN_PROGRESS", None)},
+)
 
 
 def judging(s: JobState) -> tuple[tuple[int, Rule], ...]:
     """The rules judged after an observation that judge `s` now (none of the reads they wait
     for is missing), with their place in `RULES` order."""
-    answered = s.cycle == "status"
-    if not s.pending:
-        return (_ANSWERED if answered else _UNANSWERED)[0]
-    return _judging_at(answered, s.pending)[0]
+    return _judging_at(s.cycle == "status", s.pending, _ANY)[0]
 
 
 def judging_measures(s: JobState) -> tuple[Measuring, ...]:
-    """The measures of `judging(s)`'s rules, in order: what `decide` asks after each
-    observation (each returns a finding only when its rule fires)."""
+    """The measures of `judging(s)`'s rules that can fire at `s`'s last status, in order:
+    what `decide` asks after each observation (each returns a finding only when its rule
+    fires; a rule not asked at this status would have found nothing)."""
     answered = s.cycle == "status"
+    st = s.status
+    status = None if st is None else st.status
     if not s.pending:
-        return (_ANSWERED if answered else _UNANSWERED)[1]
-    found = _JUDGING[answered].get(s.pending)
-    return (found or _judging_at(answered, s.pending))[1]
+        found = _FIRST[answered].get(status)
+        if found is not None:
+            return found
+    return _judging_at(answered, s.pending, status)[1]
 
 
 def judge(
