@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # what type checkers and editors see: the names, from their m
     )
     from flashfsm.adapters.sqlite import SqliteStore
     from flashfsm.adapters.stores import copy_streams, default_store_url, open_store
+    from flashfsm.bundled import example_logs
     from flashfsm.errors import (
         JobOwnedElsewhere,
         OutputDecodeError,
@@ -96,6 +97,7 @@ EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     "flashfsm.adapters.sqlite": ("SqliteStore",),
     "flashfsm.adapters.stores": ("copy_streams", "default_store_url", "open_store"),
+    "flashfsm.bundled": ("example_logs",),
     "flashfsm.errors": (
         "JobOwnedElsewhere",
         "OutputDecodeError",
@@ -222,6 +224,7 @@ __all__ = [
     "decode_output",
     "default_store_url",
     "evolve",
+    "example_logs",
     "flash_run_adapters",
     "hand_off_job",
     "open_store",

@@ -1,5 +1,6 @@
-"""Shared test fixtures: Hypothesis profiles, a virtual clock, a scripted RunPod client, and
-the loopback-only network guard.
+"""Shared test fixtures: Hypothesis profiles, a virtual clock, a scripted RunPod client, the
+checkout's wheel and a non-editable install of it (`flashfsm_wheel`, `installed_flashfsm`),
+and the loopback-only network guard.
 
 The guard (`loopback_only`, autouse for the whole session, in this process only): tests reach
 127.0.0.1 only. Resolving a name (`socket.getaddrinfo`) or connecting a socket
@@ -23,6 +24,7 @@ import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -292,3 +294,29 @@ def leases(lease_url: str) -> Any:
         yield store
     finally:
         store.close()
+
+
+@pytest.fixture(scope="session")
+def flashfsm_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The checkout's wheel, built once per session (`tests.install_support.build_wheel`)."""
+    from tests.install_support import build_wheel
+
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture(scope="session")
+def installed_flashfsm(flashfsm_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory holding the checkout installed from its wheel, not editable: what
+    `tests.install_support.isolated_python` runs against (checked here: flashfsm imports
+    from it there, never from the checkout)."""
+    from tests.install_support import install_wheel, isolated_python
+
+    site = install_wheel(flashfsm_wheel, tmp_path_factory.mktemp("installed") / "site")
+    empty = tmp_path_factory.mktemp("cwd")
+    done = isolated_python(
+        site, ["-c", "import flashfsm; print(flashfsm.__file__)"], cwd=empty, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    imported = Path(done.stdout.strip()).resolve()
+    assert imported.is_relative_to(site.resolve()), f"flashfsm imported from {imported}"
+    return site

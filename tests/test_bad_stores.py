@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from flashfsm import example_logs
 from flashfsm.adapters.jsonl import JsonlStore, stream_file_name
 from flashfsm.adapters.sqlite import SqliteStore
 from flashfsm.adapters.stores import copy_streams, open_store
@@ -29,7 +30,7 @@ from flashfsm.events.errors import StoreError, StoreFullError
 from flashfsm.events.models import Event
 from tests.store_support import make_events
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples"
+EXAMPLES = example_logs()
 JOB = "job-walk-s0-a0"
 
 #: Every command that only reads a store (`export` writes only its destination).

@@ -1,7 +1,7 @@
 """The CLI's manners: what a new user meets when a path is mistyped or a log is odd.
 
 Every command of `flashfsm.cli.COMMANDS` that reads a source or a store (all but `demo`,
-`simulator` and `diagram`; `sweep` for the cases about its store, with a fake key and a
+`simulator`, `diagram` and `examples`; `sweep` for the cases about its store, with a fake key and a
 RunPod that is a closed port on 127.0.0.1; `ui` for the cases about its store, as it serves a
 good one until interrupted) is run on a missing store, an empty source, a
 corrupt source and a source of the wrong kind. Each must exit with a documented code (a
@@ -380,9 +380,9 @@ CASES = [
     ),
 ]
 
-#: The commands that read a source or a store (`demo`, `simulator` and `diagram` bring
-#: their own; `supervise` and `runs` are a fleet's writers: tests/test_fleet.py).
-OWN_INPUT = ("demo", "simulator", "diagram", "supervise", "runs")
+#: The commands that read a source or a store (`demo`, `simulator`, `diagram` and `examples`
+#: bring their own; `supervise` and `runs` are a fleet's writers: tests/test_fleet.py).
+OWN_INPUT = ("demo", "simulator", "diagram", "examples", "supervise", "runs")
 READERS = [name for name, _ in COMMANDS if name not in OWN_INPUT]
 
 

@@ -1,7 +1,7 @@
 """`flashfsm cost`, `explain` and the timeline picture agree with the ledger.
 
-The example runs (docs/examples, simulator runs priced by their candidates) are costed by
-the CLI (text and JSON) and drawn; the picture is laid out in headless Chromium, and the
+The example runs (`flashfsm.example_logs()`, simulator runs priced by their candidates) are
+costed by the CLI (text and JSON) and drawn; the picture is laid out in headless Chromium, and the
 cost each lane and the header show is read back from the browser and compared with the
 ledger's numbers.
 """

@@ -1,6 +1,6 @@
 """Damage is contained: one damaged event costs its stream, never the whole store.
 
-A store of 1,000 job streams (copies of small real job logs from docs/examples) in which
+A store of 1,000 job streams (copies of small real job logs from the example logs) in which
 exactly one event is damaged (a line or row whose bytes no longer match their checksum):
 the store-wide commands — `ls`, `cost` and `whatif --all` — read every other stream, report
 999, flag the damaged one (its file or store, stream and seq, one line), exit 7 (`damaged`)
@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from flashfsm import example_logs
 from flashfsm.adapters.jsonl import JsonlStore, read_jsonl_file
 from flashfsm.adapters.sqlite import SqliteStore
 from flashfsm.adapters.stores import open_store
@@ -30,7 +31,8 @@ from flashfsm.ids import new_id
 from tests.store_support import drop_table, postgres_dsn
 from tests.test_integrity import _hashes
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples"
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = example_logs()
 #: Short real job logs, each with a verdict, copied round-robin under the 1,000 names.
 TEMPLATES = ("job-codeerror-s0-a0", "job-crashloop-s0-a1", "job-walk-s0-a1")
 STREAMS = 1_000
@@ -284,7 +286,7 @@ def test_a_healthy_store_exits_0_with_an_empty_damaged_list(args: list[str]) -> 
 def test_the_damaged_code_is_documented() -> None:
     [row] = [e for e in EXIT_CODE_TABLE if e.code == EXIT_DAMAGED]
     assert (row.code, row.name) == (7, "damaged")
-    page = (EXAMPLES.parent / "cli.md").read_text()
+    page = (ROOT / "docs" / "cli.md").read_text()
     assert "| 7 | `damaged`" in page
 
 

@@ -3,10 +3,17 @@
 Each fenced block's language says what is done with it; a block of any other language (or
 none) fails here, so nothing is skipped silently:
 
-- `python`: run as written, in order, in one namespace per page (a later block may use what
-  an earlier one defined), with an empty scratch directory as the working directory (a
-  snippet runs from anywhere, not only from the repository) — nothing else is set up, so
-  every example is self-contained;
+- `python`: each block run alone, as written, as a reader who copies it would: in a Python
+  process of its own (a later block shares nothing with an earlier one: each has its own
+  imports), from an empty temporary directory (a snippet runs from anywhere, not only from
+  the repository), against the package installed from its wheel, not the editable checkout
+  (the `installed_flashfsm` fixture of tests/conftest.py, as `pip install .` makes it, with
+  this environment's packages as its dependencies; `isolated_python` of
+  tests/install_support.py runs it with `python -S -s -P`, so the checkout cannot be
+  imported), with `HOME` (and so the default store) in a scratch directory of its own, no
+  `FLASHFSM_*` variable, and a timeout (`BLOCK_TIMEOUT_S`). Nothing else is set up, so
+  every example is self-contained. A failure names the page and the block's number and
+  shows the end of its stderr;
 - `python-signature`: a function's or class's signature as `name(parameters) -> result`,
   checked against `inspect.signature` of the real object (`flashfsm.<name>`): the same
   parameters, kinds and defaults, and the same result annotation when one is shown;
@@ -27,12 +34,14 @@ import ast
 import asyncio
 import inspect
 import re
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 import flashfsm
+from tests.install_support import isolated_python
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted((ROOT / "docs").glob("*.md"))
@@ -86,15 +95,77 @@ def test_the_docs_have_runnable_examples():
 # --- python blocks run ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", [p for p in PAGES if blocks(p)], ids=lambda p: p.name)
-def test_every_python_block_runs(
-    path: Path, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+#: How long one python block may run (the slowest take a few seconds; the machine is shared).
+BLOCK_TIMEOUT_S = 180
+#: How much of a failed block's stderr the failure shows (its last lines).
+STDERR_TAIL_LINES = 40
+PYTHON_BLOCKS = [
+    (path, number, source) for path in PAGES for number, source in enumerate(blocks(path), start=1)
+]
+
+
+def run_block(site: Path, page: str, number: int, source: str, scratch: Path) -> str | None:
+    """Run one python block alone against the install in `site`, from an empty directory;
+    None when it succeeded, else what went wrong (the end of its stderr)."""
+    script = scratch / "blocks" / f"{Path(page).stem}-python-block-{number}.py"
+    script.parent.mkdir(parents=True)
+    script.write_text(source, encoding="utf-8")
+    cwd, home = scratch / "anywhere", scratch / "home"
+    cwd.mkdir()
+    home.mkdir()
+    where = f"{page}, python block {number}"
+    try:
+        done = isolated_python(
+            site,
+            [str(script)],
+            cwd=cwd,
+            timeout=BLOCK_TIMEOUT_S,
+            HOME=str(home),
+            XDG_DATA_HOME=str(home / ".local" / "share"),
+            HF_HOME=str(home / "hf"),
+        )
+    except subprocess.TimeoutExpired as exc:
+        err = exc.stderr or b""  # (what it printed so far)
+        err = err.decode(errors="replace") if isinstance(err, bytes) else err
+        return f"{where} did not finish in {BLOCK_TIMEOUT_S} s:\n{_tail(err)}"
+    if done.returncode != 0:
+        return f"{where} exited {done.returncode}:\n{_tail(done.stderr)}"
+    return None
+
+
+def _tail(text: str) -> str:
+    return "\n".join(text.rstrip().splitlines()[-STDERR_TAIL_LINES:])
+
+
+@pytest.mark.parametrize(
+    ("path", "number", "source"),
+    PYTHON_BLOCKS,
+    ids=[f"{path.name}:{number}" for path, number, _ in PYTHON_BLOCKS],
+)
+def test_every_python_block_runs_alone_against_the_installed_package(
+    path: Path, number: int, source: str, installed_flashfsm: Path, tmp_path: Path
 ):
-    monkeypatch.chdir(tmp_path_factory.mktemp("anywhere"))  # a snippet runs from any directory
-    namespace: dict[str, object] = {"__name__": f"docs_{path.stem}"}
-    for number, source in enumerate(blocks(path), start=1):
-        code = compile(source, f"{path.name} (python block {number})", "exec")
-        exec(code, namespace)  # the docs' own examples, run as written
+    failure = run_block(installed_flashfsm, path.name, number, source, tmp_path)
+    if failure:
+        pytest.fail(failure, pytrace=False)
+
+
+def test_a_block_runs_alone_from_an_empty_directory_against_the_install(
+    installed_flashfsm: Path, tmp_path: Path
+):
+    source = (
+        "import os, sys, flashfsm\n"
+        "assert os.listdir('.') == [], os.listdir('.')\n"
+        f"assert flashfsm.__file__.startswith({str(installed_flashfsm)!r}), flashfsm.__file__\n"
+        f"assert not any(p.startswith({str(ROOT)!r}) for p in sys.path if p), sys.path\n"
+        "assert 'namespace' not in globals()\n"
+        "namespace = 1\n"
+    )
+    assert run_block(installed_flashfsm, "page.md", 1, source, tmp_path / "1") is None
+    assert run_block(installed_flashfsm, "page.md", 2, source, tmp_path / "2") is None
+    failed = run_block(installed_flashfsm, "page.md", 3, "raise SystemExit('boom')", tmp_path)
+    assert failed is not None and failed.startswith("page.md, python block 3 exited 1:")
+    assert failed.endswith("boom")
 
 
 # --- signature blocks match the code --------------------------------------------------------------

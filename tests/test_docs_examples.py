@@ -1,4 +1,5 @@
-"""The example logs in docs/examples/ are what the library records today.
+"""The example logs the package ships (`flashfsm.example_logs()`; in the checkout,
+flashfsm/examples/) are what the library records today.
 
 The docs' CLI transcripts run over these logs (see tests/test_docs_transcripts.py), so that
 they are deterministic. They are a JSONL store (one file per stream, as `flashfsm export`
@@ -26,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from flashfsm import RunpodClient, read_jsonl_file, replay, supervise_run, verify
+from flashfsm import RunpodClient, example_logs, read_jsonl_file, replay, supervise_run, verify
 from flashfsm.adapters.flash_deploy import DEFAULT_IDLE_TIMEOUT_S
 from flashfsm.adapters.hub import (
     heartbeat_prefix,
@@ -41,7 +42,10 @@ from flashfsm.fsm.run import replay_run
 from flashfsm.runs import Deployed, RunpodRunAdapters
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = ROOT / "docs" / "examples"
+#: The example logs the tests read: the installed package's (`flashfsm examples` prints it).
+EXAMPLES = example_logs()
+#: Where `write_examples` regenerates them: the checkout's package data (what a wheel ships).
+SOURCE = ROOT / "flashfsm" / "examples"
 START = 1_700_000_000.0  # the simulated clock's start (2023-11-14 22:13:20 UTC)
 HF_REPO = "my-org/runs"
 #: run id -> (its GPU walk, the simulator scenario of attempt 0, 1, …)
@@ -162,7 +166,7 @@ def canonical(directory: Path) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def write_examples(directory: Path = EXAMPLES) -> bool:
+def write_examples(directory: Path = SOURCE) -> bool:
     """Regenerate the examples when what they record has changed; True when it had."""
     with tempfile.TemporaryDirectory() as scratch:
         fresh = Path(scratch) / "examples"
@@ -186,7 +190,7 @@ def test_the_examples_are_what_the_library_records_today(tmp_path):
     )
     for name in sorted(today):
         assert committed[name] == today[name], (
-            f"docs/examples/{name} is not what the library records today; regenerate it "
+            f"{EXAMPLES / name} is not what the library records today; regenerate it "
             "(python -m tests.test_docs_generated --write) and review the transcripts' diff"
         )
 

@@ -8,8 +8,8 @@ command without one must exit 0). Only `flashfsm` commands may appear.
 
 How they run. The commands of one page run in order, through typer's `CliRunner` on
 `flashfsm.cli.app`, in one scratch directory that is their working directory and holds a
-copy of docs/examples/ (the example logs, see tests/test_docs_examples.py), with this
-environment:
+copy of the example logs at ./examples (what `flashfsm examples examples` copies there: the
+logs the package ships, see tests/test_docs_examples.py), with this environment:
 
 - `FLASHFSM_STORE=sqlite:events.db` (a store in the scratch directory), `HOME` and
   `XDG_DATA_HOME` in the scratch directory (so the default store and the demo's store land
@@ -47,10 +47,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from flashfsm import example_logs
 from flashfsm.cli import COMMANDS, app
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = ROOT / "docs" / "examples"
+EXAMPLES = example_logs()
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 CONSOLE = re.compile(r"^```console\n(.*?)^```", re.S | re.M)
 EXIT = re.compile(r"\s+#\s*exit\s+(\d+)\s*$")
@@ -109,7 +110,7 @@ def docs_environment() -> Iterator[Path]:
     """The scratch directory the transcripts run in, as the cwd, with their environment."""
     saved_cwd, saved_env = os.getcwd(), dict(os.environ)
     with tempfile.TemporaryDirectory() as scratch:
-        shutil.copytree(EXAMPLES, Path(scratch, "docs", "examples"))
+        shutil.copytree(EXAMPLES, Path(scratch, "examples"))
         os.chdir(scratch)
         os.environ.update(
             FLASHFSM_STORE="sqlite:events.db",

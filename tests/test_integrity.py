@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from flashfsm import example_logs
 from flashfsm.adapters.jsonl import JsonlStore, TornLineWarning, read_jsonl_file
 from flashfsm.adapters.sqlite import SqliteStore
 from flashfsm.adapters.stores import copy_streams, open_store
@@ -43,7 +44,7 @@ from tests.store_support import drop_table, postgres_dsn
 from tests.test_events import any_event
 
 STREAM = "job-integrity"
-EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples"
+EXAMPLES = example_logs()
 SLOW = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large]
 
 

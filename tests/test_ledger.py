@@ -1,20 +1,20 @@
 """The waste ledger: every second of an attempt goes to exactly one cause, and the money adds up.
 
-The example runs (docs/examples: simulator runs, priced by their candidates) are checked to
-the second; a Hypothesis property checks the partition on random job logs written by the
-real watch over scripted RunPod answers (`tests.test_properties.scripts`).
+The example runs (`flashfsm.example_logs()`: simulator runs, priced by their candidates) are
+checked to the second; a Hypothesis property checks the partition on random job logs
+written by the real watch over scripted RunPod answers (`tests.test_properties.scripts`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from flashfsm import example_logs
 from flashfsm.adapters.jsonl import read_jsonl_file, stream_file_name
 from flashfsm.events.models import Event
 from flashfsm.postmortem.billing import MODEL
@@ -29,7 +29,7 @@ from flashfsm.postmortem.ledger import (
 )
 from tests.test_properties import Script, run_poll_job, scripts
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
+EXAMPLES = example_logs()
 
 
 def load(stream: str) -> list[Event]:

@@ -13,7 +13,7 @@
 
 The logs are those `poll_job` writes for Hypothesis's scripts (tests/test_properties.py),
 one log per rule on which it fires (tests/test_rule_declarations.py) and the recorded
-example logs of docs/examples/, each judged at every prefix.
+example logs (`flashfsm.example_logs()`), each judged at every prefix.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import flashfsm
 from flashfsm import JobHandle, MemoryStore, poll_job
 from flashfsm.adapters.stores import open_store
 from flashfsm.events.models import Concluded, Event
@@ -56,8 +57,8 @@ def firing_logs() -> dict[str, list[Event]]:
 
 @cache
 def example_logs() -> dict[str, list[Event]]:
-    """The recorded job logs of docs/examples/."""
-    store = open_store(f"jsonl://{ROOT / 'docs' / 'examples'}")
+    """The recorded example job logs (`flashfsm.example_logs()`)."""
+    store = open_store(f"jsonl://{flashfsm.example_logs()}")
     try:
         return {name: store.read(name) for name in store.streams() if name.startswith("job-")}
     finally:

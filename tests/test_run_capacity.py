@@ -322,11 +322,9 @@ def test_in_a_fleet_with_a_class_out_for_six_hours_memory_reaches_training_soone
 def test_an_example_log_re_plans_its_recorded_walk(name):
     """The docs' example run logs (old ones without a ranking, or newer ones with one)
     replay, and every attempt re-plans as recorded."""
-    from pathlib import Path
+    from flashfsm import example_logs, read_jsonl_file
 
-    from flashfsm import read_jsonl_file
-
-    path = Path(__file__).resolve().parents[1] / "docs" / "examples" / f"{name}.jsonl"
+    path = example_logs() / f"{name}.jsonl"
     events = read_jsonl_file(path)
     assert replay_run(events).result is not None
     for i, e in enumerate(events):

@@ -2,9 +2,9 @@
 
 The logs are real: one uninterrupted watch of every built-in simulator scenario (the
 watcher and the simulator of `tests/test_crash_simulator.py`, in this process, made once
-per module) and the job logs under `docs/examples/`. A doctored copy of a log is made by
-inserting, deleting, duplicating or reordering observations and renumbering the seqs, so
-the seq check alone cannot catch it: only the conversation check can.
+per module) and the example job logs (`flashfsm.example_logs()`). A doctored copy of a
+log is made by inserting, deleting, duplicating or reordering observations and renumbering
+the seqs, so the seq check alone cannot catch it: only the conversation check can.
 
 Some edits cannot be caught by any checker, because the doctored log is one a watch could
 have written. The generators leave exactly those out (`mutations` says which and why):
@@ -35,6 +35,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import flashfsm
 from flashfsm import verify
 from flashfsm.events.codec import decode, encode, unseal
 from flashfsm.events.models import (
@@ -54,7 +55,7 @@ from flashfsm.fsm.state import JobState
 from tests.store_support import read_stream
 from tests.test_crash_simulator import SCENARIOS, STREAM, fresh_job, watch_job
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples"
+EXAMPLES = flashfsm.example_logs()
 FETCHES = (StatusObserved, StatusFetchFailed)
 OBSERVATIONS = (*FETCHES, HealthObserved, HealthProbeFailed, HeartbeatObserved)
 OBSERVATIONS += (FailureDetailObserved,)

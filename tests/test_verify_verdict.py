@@ -2,9 +2,9 @@
 recording the verdict today's rules reach would store (state, ok, failure, detail, rule,
 evidence and metrics).
 
-The logs are real: the job logs under `docs/examples/`, one uninterrupted watch of every
-built-in simulator scenario (`tests/test_verify_conversation.py` makes them once per
-process), and the finished `poll_job` watches of `tests/test_verify.py`. A forged copy
+The logs are real: the example job logs (`flashfsm.example_logs()`), one uninterrupted
+watch of every built-in simulator scenario (`tests/test_verify_conversation.py` makes them
+once per process), and the finished `poll_job` watches of `tests/test_verify.py`. A forged copy
 changes one field of the recorded verdict the way a forger edits a file: in the event's
 JSON line, decoded again, so the forged event is a valid one.
 """

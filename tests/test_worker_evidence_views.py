@@ -8,7 +8,8 @@ These tests check what the views make of them, on two kinds of log:
   (HTML and script, ANSI escapes, NUL and other control characters, bidi overrides, a line
   break inside a line, a very long line): every view shows them, and none lets them act —
   the terminal sees them escaped, the picture HTML-escaped and inert;
-- the example run in docs/examples/worker/ (`make_worker_example`): a run whose attempt 0
+- the example run in worker/ of the example logs (`flashfsm.example_logs()`: in the
+  checkout, flashfsm/examples/worker/; `make_worker_example`): a run whose attempt 0
   crash-loops on an L40S (its log is the endpoint's unhealthy worker's) and whose attempt 1
   runs out of GPU memory on an A100 (its log is the job's own worker's), recorded by
   `supervise_run` over a scripted RunPod on a manual clock — the watch the library runs,
@@ -31,7 +32,7 @@ from typing import Any, ClassVar
 import pytest
 from typer.testing import CliRunner
 
-from flashfsm import read_jsonl_file, render, replay, supervise_run, verify
+from flashfsm import example_logs, read_jsonl_file, render, replay, supervise_run, verify
 from flashfsm.adapters.stores import open_store
 from flashfsm.cli import COMMANDS, app
 from flashfsm.demo import GPUS
@@ -51,7 +52,8 @@ from flashfsm.postmortem.explain import explain
 from flashfsm.runs import Deployed, RunpodRunAdapters
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLE = ROOT / "docs" / "examples" / "worker"
+EXAMPLE = example_logs() / "worker"  # what the tests read: the installed package's
+SOURCE = ROOT / "flashfsm" / "examples" / "worker"  # what `--write` regenerates
 START = 1_700_100_000.0  # the example's manual clock (2023-11-16 02:00:00 UTC)
 T0 = 1_700_000_000.0
 
@@ -231,7 +233,7 @@ def canonical_events(directory: Path) -> dict[str, list[dict[str, Any]]]:
     }
 
 
-def write_worker_example(directory: Path = EXAMPLE) -> bool:
+def write_worker_example(directory: Path = SOURCE) -> bool:
     """Regenerate the example when what it records has changed; True when it had."""
     with tempfile.TemporaryDirectory() as scratch:
         fresh = Path(scratch) / "worker"
@@ -716,5 +718,5 @@ if __name__ == "__main__":
     if sys.argv[1:] != ["--write"]:
         print(__doc__)
         sys.exit(2)
-    print("regenerated docs/examples/worker/" if write_worker_example() else "unchanged")
+    print(f"regenerated {SOURCE}/" if write_worker_example() else "unchanged")
     sys.exit(0)

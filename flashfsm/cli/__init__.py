@@ -14,11 +14,11 @@ verdict (`replay`, `explain`, `watch`) exit with its code. Credentials (the RunP
 
 The commands live by group: `logs` (replay, explain, why-not, whatif, timeline, watch), `cost`,
 `workers` (logs: a job's worker log lines), `store` (ls, export, import, sweep), `fleet`
-(supervise, runs), `ui` (the web view), `simulator` and `tools` (demo, diagram); what they
-share is in `common`, what the help needs in `usage`. This module builds the one `app` from
-them, and loads a command's group (and what it imports) only when that command runs:
-`flashfsm --help` lists every command from `COMMANDS` (its first sentence of help), and
-loads none.
+(supervise, runs), `ui` (the web view), `simulator` and `tools` (demo, diagram, examples);
+what they share is in `common`, what the help needs in `usage`. This module builds the one
+`app` from them, and loads a command's group (and what it imports) only when that command
+runs: `flashfsm --help` lists every command from `COMMANDS` (its first sentence of help),
+and loads none.
 """
 
 from __future__ import annotations
@@ -110,6 +110,14 @@ COMMANDS: tuple[tuple[str, Command], ...] = (
             "Run a small fleet through `supervise_run` against the bundled simulator into the "
             "demo's own store, then show each run's attempts and each attempt's post-mortem, "
             "draw the runs, and name the commands that explore them.",
+        ),
+    ),
+    (
+        "examples",
+        Command(
+            "tools",
+            "examples_command",
+            "Print the directory of the example logs the package ships, or copy them into DEST.",
         ),
     ),
     (

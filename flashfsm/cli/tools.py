@@ -1,5 +1,5 @@
-"""The commands that bring something of their own: demo and diagram (the simulator's is in
-`flashfsm.cli.simulator`: only it loads the simulator's server).
+"""The commands that bring something of their own: demo, diagram and examples (the
+simulator's is in `flashfsm.cli.simulator`: only it loads the simulator's server).
 """
 
 from __future__ import annotations
@@ -36,6 +36,32 @@ def diagram_command(
     if fmt not in drawings:
         raise fail(f"unknown format {fmt!r} ({', '.join(drawings)})")
     sys.stdout.write(drawings[fmt]() + "\n")
+
+
+def examples_command(
+    dest: Annotated[
+        Path | None,
+        typer.Argument(
+            help="A directory to copy the example logs into (created when missing).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Print the directory of the example logs the package ships, or copy them into DEST.
+    They are a JSONL store of simulator runs (`run-stall.jsonl`, its jobs, …; `worker/`: a
+    run whose worker ran out of GPU memory) that the commands read as a SOURCE. A file
+    already in DEST with other content is refused (exit 1, nothing copied); an identical
+    one is left as it is."""
+    from flashfsm.bundled import copy_example_logs, example_logs
+
+    if dest is None:
+        typer.echo(str(example_logs()))
+        return
+    try:
+        copied = copy_example_logs(dest)
+    except OSError as exc:
+        raise fail(str(exc)) from None
+    typer.echo(f"the {len(copied)} example logs are in {dest}")
 
 
 DemoStoreOption = Annotated[

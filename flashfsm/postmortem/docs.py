@@ -37,6 +37,7 @@ from flashfsm.events.models import (
     JOB_EVENTS,
     RUN_EVENTS,
     SWEEPER_EVENTS,
+    VERSIONS_READ_AS_IS,
     Candidate,
     CapacityEvidence,
     EventBase,
@@ -144,146 +145,20 @@ ENVELOPE: tuple[tuple[str, str], ...] = (
 
 #: How a stored event carries its checksum (not a field: the models never see it).
 CHECKSUM_NOTE = (
-    "Stored with its checksum: every event is stored with a CRC-32 of its exact encoded "
-    'bytes. A JSONL line carries it as its last member, `"_c":"<8 lowercase hex digits>"`, '
+    "A stored event also carries a CRC-32 of its exact encoded bytes, which is not an event "
+    'field: a JSONL line holds it as its last member, `"_c":"<8 lowercase hex digits>"`, '
     "computed over the line without that member; SQLite and Postgres keep it in a `checksum` "
-    "column over `body`. Every read verifies it (so do `export` and `import`), and a mismatch "
-    "is a `ChecksumError` (a `CorruptLogError`) naming the file, stream and seq. `_c` is not "
-    "an event field. Events written before checksums read unchecked; strict mode "
-    "(`replay --verify --strict`, a store's `strict=True`) refuses them. A stream replay "
-    "(`replay_job`, a reattach) trusts a line whose checksum matches and whose version is "
-    "current: it decodes it without validating it again (the fast path, "
-    "[architecture.md](architecture.md#the-replays-fast-path)); any other line, and every "
-    "line of a strict read, is validated in full."
+    "column over `body`. How reads verify it: [stores.md](stores.md#integrity)."
 )
 
-#: What a field means, where neither its model's docstring nor a `Field(description=...)`
-#: says it. A test checks every key names a field that exists.
-FIELD_NOTES: dict[tuple[str, str], str] = {
-    ("JobSubmitted", "policy"): "the policy in force: every limit the rules judge by",
-    ("JobSubmitted", "submitted_at"): "None when the watcher does not know it",
-    ("JobSubmitted", "attempt"): "the run's attempt number (0 first)",
-    ("JobSubmitted", "on_last_gpu"): "no further GPU attempt follows (longer capacity graces)",
-    ("WatchStarted", "watcher"): "who watches: `host:pid`",
-    ("WatchStarted", "reattach"): "an earlier watch of this job exists (D2: a blind gap)",
-    ("WatchStarted", "interval_s"): "seconds between status fetches",
-    ("WatchStarted", "has_heartbeat_reader"): "the watch reads the worker's heartbeat",
-    ("WatchStarted", "has_failure_detail_reader"): "the watch reads the failure artifacts",
-    ("WatchStarted", "skew_s"): "v2 only: seconds the watcher's clock was behind the log's last "
-    "event when it started (a reattach from another host); the watch then stamps every event "
-    "at its clock plus `skew_s`, never before the log's last event, so times never go back "
-    "(D7). A watch without skew writes v1 without the field; a v1 event carrying it is refused",
-    ("WorkerObserved", "worker_id"): "the worker the status named, or while queued the "
-    "endpoint's worker the read picked (None: none named or listed)",
-    ("WorkerObserved", "found"): "the platform's list of the endpoint's workers names it",
-    ("WorkerObserved", "gpu_type"): "the worker's GPU type, as the platform lists it",
-    ("WorkerObserved", "datacenter"): "the worker's data centre",
-    ("WorkerObserved", "started_at"): "when the platform started the worker (its bill starts "
-    "there, before the pickup)",
-    ("WorkerObserved", "idle_timeout_s"): "the endpoint's idle timeout, as the platform records "
-    "it (read once per watch)",
-    ("WorkerObserved", "read_error"): "why the read failed or was partial",
-    ("WorkerLogObserved", "worker_id"): "the worker whose log was read (None: none listed)",
-    ("WorkerLogObserved", "worker_status"): "its status when the job's own worker was unknown "
-    "and the read chose one (an unhealthy one first)",
-    ("WorkerLogObserved", "lines"): "the log's last lines, oldest first, each masked for "
-    "secrets and capped",
-    ("WorkerLogObserved", "truncated"): "a bound (lines, bytes, time) cut the read short",
-    ("WorkerLogObserved", "read_error"): "why there are no lines (the read failed, or no "
-    "worker was listed)",
-    ("StatusObserved", "status"): "RunPod's job status (`IN_QUEUE`, `COMPLETED`, …)",
-    ("StatusObserved", "error"): "the job's error (terminal failures only)",
-    ("StatusObserved", "stdout_tail"): "the end of the worker's stdout (terminal failures only)",
-    ("StatusObserved", "output_text"): "the output as text (terminal failures only)",
-    ("StatusObserved", "metrics"): "the decoded output, JSON-safe, at most 64 KiB of JSON",
-    ("StatusObserved", "output_error"): "why a COMPLETED output did not decode",
-    ("StatusFetchFailed", "error_class"): "the exception's class name",
-    ("StatusFetchFailed", "http_status"): "the HTTP status, None for a transport error",
-    ("StatusFetchFailed", "message"): "the error's message",
-    ("HealthObserved", "workers"): "worker counts by state",
-    ("HealthObserved", "jobs"): "job counts by state",
-    ("HealthProbeFailed", "error_class"): "the exception's class name",
-    ("HealthProbeFailed", "http_status"): "the HTTP status, None for a transport error",
-    ("HealthProbeFailed", "message"): "the error's message",
-    ("HeartbeatObserved", "found"): "a heartbeat was there (False: none, or a failed read)",
-    ("HeartbeatObserved", "stage"): "the worker's stage (`boot`, …, or a training stage)",
-    ("HeartbeatObserved", "step"): "the training step",
-    ("HeartbeatObserved", "forced"): "read after a terminal failure, to decide a retry",
-    ("HeartbeatObserved", "read_error"): "why a forced read failed (a transient error)",
-    ("FailureDetailObserved", "text"): "the worker's error and console tails",
-    ("HeartbeatObserved", "ts"): "the worker's own time (D3: before the job's submission, a "
-    "leftover; missing or more than 60 s after the read, not trusted)",
-    ("HeartbeatObserved", "retriable"): "the worker says its failure is infra-shaped (JSON "
-    "`true` only, and only on a heartbeat dated to this attempt, D3)",
-    ("Concluded", "state"): "the terminal state",
-    ("Concluded", "rule"): "the rule that fired",
-    ("Concluded", "evidence"): "seqs of the events the rule rests on",
-    ("Concluded", "ok"): "the job succeeded",
-    ("Concluded", "failure"): "the failure kind an orchestrator routes on (None: success)",
-    ("Concluded", "detail"): "what happened, in words",
-    ("Concluded", "metrics"): "a success's metrics",
-    ("RunStarted", "candidates"): "the GPU options, in the order given",
-    ("RunStarted", "max_retries"): "retries of infra-shaped failures after the first attempt",
-    ("RunStarted", "weight_cache"): "attempts start with the weight cache attached",
-    ("RunStarted", "phase"): "the training phase (`sft`, …), part of the heartbeat path",
-    ("RunStarted", "seed"): "the seed, part of the stream and endpoint names",
-    ("RunStarted", "on_last_gpu"): "with `single_attempt`: the caller's word",
-    ("RunStarted", "single_attempt"): "a run of exactly that attempt (what `submit_run` records)",
-    ("RunStarted", "budget_s"): "the job's wall-clock budget (its TTL and execution timeout)",
-    ("AttemptStarted", "attempt"): "the attempt's number (0 first)",
-    ("AttemptStarted", "candidate"): "its index in `RunStarted.candidates`",
-    ("AttemptStarted", "provider"): "the candidate's provider",
-    ("AttemptStarted", "gpu_class"): "the candidate's GPU class",
-    ("AttemptStarted", "on_last_gpu"): "no further GPU attempt would follow",
-    ("AttemptStarted", "endpoint_name"): "the fresh endpoint's name",
-    ("AttemptStarted", "bonus"): "the one cache-drop retry, outside the retry budget",
-    ("AttemptStarted", "cache_dropped"): "deployed without the weight cache",
-    ("AttemptStarted", "job_stream"): "the stream the attempt's job is watched in",
-    ("DeployAttempted", "account"): "index into the key pool (keys are never recorded)",
-    ("DeployAttempted", "try_no"): "the try on this account (quota retries)",
-    ("QuotaExhausted", "message"): "what RunPod answered",
-    ("AccountFailedOver", "from_account"): "index into the key pool",
-    ("AccountFailedOver", "to_account"): "index into the key pool",
-    ("EndpointDeployed", "account"): "index into the key pool",
-    ("EndpointDeployed", "disk_gb"): "the worker's disk",
-    ("DeployFailed", "error_class"): "the exception's class name",
-    ("DeployFailed", "message"): "the error's message",
-    ("JobQueued", "submitted_at"): "when the submit was sent",
-    ("SubmitFailed", "error_class"): "the exception's class name",
-    ("SubmitFailed", "message"): "the error's message",
-    ("JobCancelled", "ok"): "False: the cancel failed",
-    ("EndpointDeleted", "reason"): "why (a retry, the run's end, a cancel)",
-    ("QuotaExhausted", "swept"): "idle endpoints deleted to free quota",
-    ("QuotaExhausted", "wait_s"): "the wait before the next try",
-    ("EndpointDeployed", "volumes"): "the weight cache's network volumes",
-    ("JobQueued", "job_stream"): "where the job's watch records",
-    ("EndpointDeleted", "ok"): "False: the delete failed",
-    ("AttemptEnded", "rule"): "the rule of its job's verdict",
-    ("AttemptEnded", "detail"): "what happened, in words",
-    ("AttemptEnded", "metrics"): "a success's metrics",
-    ("CancelRequested", "by"): "who asked",
-    ("CancelRequested", "reason"): "why",
-    ("RunConcluded", "attempts"): "how many attempts the run made",
-    ("RunConcluded", "detail"): "what happened, in words",
-    ("RunConcluded", "metrics"): "the successful attempt's metrics",
-    ("IdleSeen", "since"): "when the idle grace started",
-    ("IdleSeen", "endpoint_name"): "the endpoint's name",
-    ("EndpointReaped", "endpoint_name"): "the endpoint's name",
-    ("IdleCleared", "reason"): "busy again, protected, or gone",
-    ("EndpointReaped", "idle_s"): "how long it was idle when deleted",
-}
-
-#: What a field of that name means in any kind that has no note of its own for it.
-COMMON_NOTES: dict[str, str] = {
-    "endpoint_id": "the RunPod endpoint's id",
-    "endpoint_name": "the endpoint's name",
-    "job_id": "the RunPod job's id",
-    "gpu_class": "the GPU class the job runs on",
-    "run_id": "the run's id",
-    "attempt": "the attempt's number (0 first)",
-    "ok": "it succeeded",
-    "failure": "the failure kind (None: success)",
-    "account": "index into the key pool (keys are never recorded)",
+#: A kind's row says what it records in the first sentence of its docstring, except where
+#: that sentence is too long for a row.
+SUMMARIES: dict[str, str] = {
+    "WorkerObserved": "A worker of the job's endpoint, as the platform lists it: the one that "
+    "took the job, or, while the job is IN_QUEUE, the endpoint's worker the read picked.",
+    "EndpointsLookedUp": "What the platform answered when asked which endpoints carry the "
+    "name of an attempt whose deploy was never recorded: the endpoints (adopted, or "
+    "deleted), or the error that kept it from answering.",
 }
 
 #: What each failure kind means to an orchestrator. A test checks every kind has one.
@@ -303,7 +178,8 @@ FAILURE_NOTES: dict[str, str] = {
     "unauthorized": "RunPod refused the API key (HTTP 401/403 on status): never retried",
 }
 
-#: Value types that events nest, documented once each after the kinds.
+#: Value types that events nest, listed after the kinds (`GracePolicy`'s knobs are
+#: docs/rules.md's table).
 NESTED: tuple[type[BaseModel], ...] = (
     GracePolicy,
     HubLocation,
@@ -328,10 +204,6 @@ STREAMS: tuple[tuple[str, str, tuple[type[EventBase], ...]], ...] = (
 )
 
 
-def _anchor(name: str) -> str:
-    return name.lower()
-
-
 def _masked(metadata: list[Any]) -> tuple[int, bool] | None:
     """(cap, keeps the tail) when the metadata is an `Outside[cap]` / `OutsideTail[cap]`."""
     for item in metadata:
@@ -340,111 +212,101 @@ def _masked(metadata: list[Any]) -> tuple[int, bool] | None:
     return None
 
 
-def _bounds(metadata: list[Any]) -> str:
-    words = []
-    for item in metadata:
-        for attr, sign in (("ge", "≥"), ("gt", ">"), ("le", "≤"), ("lt", "<")):
-            value = getattr(item, attr, None)
-            if value is not None and type(item).__name__ in ("Ge", "Gt", "Le", "Lt"):
-                words.append(f"{sign} {_number(value)}")
-    return " " + ", ".join(words) if words else ""
-
-
-def type_text(annotation: Any, metadata: list[Any] | tuple[Any, ...] = ()) -> str:
-    """How a field's type reads in the docs (`outside text ≤ 1500`, `int ≥ 0`, …)."""
-    metadata = list(metadata)
+def _inner(annotation: Any, metadata: list[Any]) -> tuple[list[Any], list[Any]]:
+    """The plain types inside a field's annotation (unions, tuples and `Annotated`
+    unwrapped), and the metadata found on the way."""
     if typing.get_origin(annotation) is typing.Annotated:
         inner, *more = typing.get_args(annotation)
-        extra: list[Any] = []
         for item in more:
-            extra.extend(getattr(item, "metadata", None) or [item])
-        return type_text(inner, [*metadata, *extra])
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if origin in (typing.Union, types.UnionType):
-        kept = [a for a in args if a is not type(None)]
-        text = " or ".join(type_text(a, metadata) for a in kept)
-        return f"{text} or None" if len(kept) < len(args) else text
-    if origin is tuple:
-        return f"list of {type_text(args[0])}"
-    if origin is dict or annotation is dict:
-        return "JSON object"
-    if isinstance(annotation, type) and issubclass(annotation, (BaseModel, Enum)):
-        return f"[`{annotation.__name__}`](#{_anchor(annotation.__name__)})"
-    if annotation is str:
-        masked = _masked(metadata)
-        caps = [getattr(m, "max_length", None) for m in metadata]
-        cap = next((c for c in caps if c is not None), None)
-        if masked is not None:
-            limit, tail = masked
-            return f"outside text, its last {limit:,}" if tail else f"outside text ≤ {limit:,}"
-        return f"text ≤ {cap:,}" if cap is not None else "text"
-    name = getattr(annotation, "__name__", str(annotation))
-    return name + _bounds(metadata)
+            metadata = [*metadata, *(getattr(item, "metadata", None) or [item])]
+        return _inner(inner, metadata)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType, tuple):
+        found: list[Any] = []
+        for arg in typing.get_args(annotation):
+            plain, metadata = _inner(arg, metadata)
+            found += plain
+        return found, metadata
+    return [annotation], metadata
 
 
-def default_text(value: Any) -> str:
-    """A field's default: what a line that leaves the field out holds (`required`: it may not)."""
+def _default(value: Any) -> str | None:
+    """A field's default as the row shows it (None: the field is required)."""
     if value is PydanticUndefined:
-        return "required"
-    if value is None or isinstance(value, bool):
-        return str(value)
-    if isinstance(value, str):
-        return f'`"{value}"`'
-    if isinstance(value, tuple):
-        return f"`{value!r}`"
+        return None
     if isinstance(value, BaseModel):
-        return "all defaults"
-    return _number(value)
+        return f"{type(value).__name__}()"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return repr(value)
 
 
-def _paragraphs(doc: str | None) -> str:
-    """A docstring as Markdown paragraphs (its lines rejoined)."""
-    if not doc:
-        return ""
-    parts = re.split(r"\n\s*\n", doc.strip())
-    return "\n\n".join(" ".join(line.strip() for line in part.splitlines()) for part in parts)
+def field_text(name: str, info: Any) -> str:
+    """One field as a row lists it: `` `name` `` (required) or `` `name=default` ``, then
+    the nested type it holds, or the cap of outside text (masked, then capped)."""
+    default = _default(info.default)
+    text = f"`{name}`" if default is None else f"`{name}={default}`"
+    types_, metadata = _inner(info.annotation, list(info.metadata))
+    many = typing.get_origin(info.annotation) is tuple
+    named = [t for t in types_ if isinstance(t, type) and issubclass(t, (BaseModel, Enum))]
+    masked = _masked(metadata)
+    if named and default != f"{named[0].__name__}()":
+        text += f" (`{named[0].__name__}`{' list' if many else ''})"
+    elif masked is not None:
+        cap, tail = masked
+        cap_text = f", its last {cap:,}" if tail else f" ≤ {cap:,}"
+        text += f" (outside{cap_text}{' each' if many else ''})"
+    return text
 
 
-def _field_rows(model: type[BaseModel], skip: frozenset[str] = frozenset()) -> list[str]:
-    rows = ["| field | type | default | meaning |", "|---|---|---|---|"]
-    kind = model.__name__
-    for name, info in model.model_fields.items():
-        if name in skip:
-            continue
-        note = info.description or FIELD_NOTES.get((kind, name)) or COMMON_NOTES.get(name, "")
-        rows.append(
-            f"| `{name}` | {type_text(info.annotation, info.metadata)} | "
-            f"{default_text(info.default)} | {note} |"
-        )
-    return rows
+def _summary(model: type) -> str:
+    """The first sentence of a model's docstring (or its `SUMMARIES` entry)."""
+    if model.__name__ in SUMMARIES:
+        return SUMMARIES[model.__name__]
+    paragraph = (model.__doc__ or "").strip().split("\n\n")[0]
+    first = " ".join(line.strip() for line in paragraph.splitlines())
+    return re.split(r"(?<=\.) (?=[A-Z`])", first)[0]
 
 
-def _kind_section(model: type[EventBase]) -> list[str]:
-    kind = model.model_fields["kind"].default
-    version = model.model_fields["v"].default
-    lines = [f"#### `{kind}` (v{version})", "", _paragraphs(model.__doc__), ""]
-    skip = frozenset(n for n, _ in ENVELOPE)
-    if set(model.model_fields) - skip:
-        lines += [*_field_rows(model, skip), ""]
-    else:
-        lines += ["No fields beyond the envelope.", ""]
-    return lines
+def _fields(model: type[BaseModel]) -> str:
+    skip = {name for name, _ in ENVELOPE}
+    return ", ".join(
+        field_text(name, info) for name, info in model.model_fields.items() if name not in skip
+    )
+
+
+def versions_text(kind: str) -> str:
+    """The versions of `kind` its model reads as they are (`VERSIONS_READ_AS_IS`, else the
+    one it writes); an older one is upcast first."""
+    current = EVENT_TYPES[kind].model_fields["v"].default
+    return ", ".join(str(v) for v in sorted(VERSIONS_READ_AS_IS.get(kind, {current})))
 
 
 def events_reference() -> str:
-    """The recorded format: the envelope, every kind of every stream, and nested values."""
+    """The recorded format: the envelope, a table of every kind of every stream, the
+    nested values and the failure kinds."""
     lines = ["### The envelope", "", "| field | meaning |", "|---|---|"]
     lines += [f"| `{name}` | {meaning} |" for name, meaning in ENVELOPE]
     lines += ["", CHECKSUM_NOTE, ""]
     for title, who, kinds in STREAMS:
         lines += [f"### {title}", "", f"Written by {who}.", ""]
+        lines += ["| kind | v | what it records | fields |", "|---|---|---|---|"]
         for model in kinds:
-            lines += _kind_section(model)
-    lines += ["### Nested values", ""]
+            kind = model.model_fields["kind"].default
+            lines.append(
+                f"| `{kind}` | {versions_text(kind)} | {_summary(model)} | {_fields(model)} |"
+            )
+        lines.append("")
+    lines += ["### Nested values", "", "| value | what it is | fields |", "|---|---|---|"]
     for model in NESTED:
-        lines += [f"#### `{model.__name__}`", "", _paragraphs(model.__doc__), ""]
-        lines += [*_field_rows(model), ""]
-    lines += [f"#### `{FailureKind.__name__}`", "", _paragraphs(FailureKind.__doc__), ""]
+        fields = (
+            "every knob, with its default: [rules.md](rules.md#defaults)"
+            if model is GracePolicy
+            else _fields(model)
+        )
+        lines.append(f"| `{model.__name__}` | {_summary(model)} | {fields} |")
+    lines += ["", f"### `{FailureKind.__name__}`", "", _summary(FailureKind), ""]
     lines += ["| failure | meaning |", "|---|---|"]
     lines += [f"| `{kind.value}` | {FAILURE_NOTES.get(kind.value, '')} |" for kind in FailureKind]
     assert set(EVENT_TYPES) == {
