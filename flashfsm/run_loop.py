@@ -65,11 +65,11 @@ from flashfsm.fsm.run import (
     decide_run,
 )
 from flashfsm.naming import attempt_stream, endpoint_name
+from flashfsm.reads import CLOCK, Clock, Sleep
 from flashfsm.redact import redact
 from flashfsm.results import Portable
 from flashfsm.run_adapters import RunAdapters
 from flashfsm.shell import PollResult
-from flashfsm.watch import CLOCK, Clock, Sleep
 from flashfsm.writer import Done, StoreRequest, StreamWriter, advance, perform, run_steps
 
 #: (The runs' logger: a run's lines name it, wherever its code lives.)

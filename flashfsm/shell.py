@@ -20,23 +20,25 @@ from flashfsm.events.store import EventStore
 from flashfsm.fsm.commands import Verdict
 from flashfsm.fsm.job import JobState
 from flashfsm.naming import check_stream, job_stream
-from flashfsm.watch import (
+from flashfsm.reads import (
     ApiCall,
     Clock,
     HealthCall,
-    JobHandle,
-    Log,
-    PollResult,
-    Reader,
     ReaderCall,
     Request,
     Sleep,
     StatusCall,
     StopAsked,
+    has_worker_reader,
+)
+from flashfsm.watch import (
+    JobHandle,
+    Log,
+    PollResult,
+    Reader,
     WatchSpec,
     attach_steps,
     call,
-    has_worker_reader,
     loop_steps,
     make_say,
     watch_steps,

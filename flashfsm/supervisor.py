@@ -42,25 +42,27 @@ from flashfsm.events.policy import GracePolicy
 from flashfsm.events.store import EventStore, append_many
 from flashfsm.fsm.job import JobState
 from flashfsm.naming import check_stream, job_stream
-from flashfsm.shell import resolve_store
-from flashfsm.watch import (
+from flashfsm.reads import (
     ApiCall,
     Clock,
     HealthCall,
-    JobHandle,
     Outcome,
-    PollResult,
     ReaderCall,
     Request,
     Sleep,
     StatusCall,
     StopAsked,
+    has_worker_reader,
+)
+from flashfsm.shell import resolve_store
+from flashfsm.watch import (
+    JobHandle,
+    PollResult,
     WatchSpec,
     attach_steps,
     call,
     default_stream,
     default_watcher,
-    has_worker_reader,
     loop_steps,
     make_say,
 )

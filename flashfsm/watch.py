@@ -46,43 +46,45 @@ from flashfsm.events.errors import ConcurrencyError
 from flashfsm.events.models import (
     Concluded,
     EventBase,
-    FailureDetailObserved,
     HealthObserved,
-    HealthProbeFailed,
     HeartbeatObserved,
     HubLocation,
     JobSubmitted,
     StatusFetchFailed,
     StatusObserved,
     WatchStarted,
-    WorkerLogObserved,
-    WorkerObserved,
 )
 from flashfsm.events.policy import GracePolicy
 from flashfsm.fsm.commands import (
     Conclude,
     FetchStatus,
     Finished,
-    ProbeHealth,
-    ReadFailureDetail,
-    ReadHeartbeat,
-    ReadWorker,
-    ReadWorkerLog,
     Verdict,
     Wait,
 )
-from flashfsm.fsm.job import JobState, concluded_fields, decide, heartbeat_is_news, skip_read
-from flashfsm.fsm.rules import Read
+from flashfsm.fsm.job import JobState, concluded_fields, decide, skip_read
 from flashfsm.naming import job_stream
+from flashfsm.reads import (
+    CLOCK,
+    HEARTBEAT_READ,
+    STEPS_BY_COMMAND,
+    STOP_ASKED,
+    Built,
+    Outcome,
+    ReadContext,
+    Request,
+    Sleep,
+    StatusCall,
+    status_observation,
+)
 from flashfsm.redact import redact
 from flashfsm.results import Portable
-from flashfsm.writer import JOB, NEWER_WATCH_WINS, Build, StoreRequest, StreamWriter
+from flashfsm.writer import JOB, NEWER_WATCH_WINS, Build, StreamWriter
 
 logger = logging.getLogger("flashfsm")
 
 Reader = Callable[..., Any]
 Log = Callable[[str], Any] | Any
-Built = tuple[type[EventBase] | None, dict[str, Any]]
 
 
 # --- handles and results --------------------------------------------------------------------
@@ -226,79 +228,6 @@ def make_say(log: Log | None) -> Callable[[str], None]:
     return say
 
 
-# --- what a watch asks its driver for -------------------------------------------------------
-# The requests and the outcome are plain slotted dataclasses, not frozen ones: a watch
-# makes several per poll, and a frozen dataclass's __init__ costs about three times as much.
-
-
-@dataclass(slots=True)
-class Clock:
-    """The time now (seconds on the watch's clock)."""
-
-
-@dataclass(slots=True)
-class Sleep:
-    """Wait `seconds`, then answer with the time now (a poll starts after every wait, so
-    the answer saves it a `Clock()`)."""
-
-    seconds: float
-
-
-@dataclass(slots=True)
-class StopAsked:
-    """Whether the watch is to stop before its next status fetch (a cancelled run)."""
-
-
-@dataclass(slots=True)
-class StatusCall:
-    """Fetch the job's status; `at` is when the watch decided to, `due` when it was due."""
-
-    at: float
-    due: float | None
-
-
-@dataclass(slots=True)
-class HealthCall:
-    """Probe the endpoint's `/health`."""
-
-    at: float
-
-
-@dataclass(slots=True)
-class ReaderCall:
-    """Call a worker-side reader (`"heartbeat"` or `"failure_detail"`) with `force`."""
-
-    at: float
-    reader: str
-    force: bool
-
-
-@dataclass(slots=True)
-class ApiCall:
-    """Call the platform client's method `name` with `args` (a read of the platform's
-    records: `endpoint_workers`, `get_endpoint`, `worker_log`)."""
-
-    at: float
-    name: str
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-
-
-@dataclass(slots=True)
-class Outcome:
-    """What a call came back with: its answer or the exception it raised, and when it was
-    made (`at` of the request, unless the driver had to wait before making it)."""
-
-    at: float
-    value: Any = None
-    error: BaseException | None = None
-
-
-Request = Clock | Sleep | StopAsked | StatusCall | HealthCall | ReaderCall | ApiCall | StoreRequest
-CLOCK, STOP_ASKED = Clock(), StopAsked()
-HEARTBEAT_READ = Read.HEARTBEAT.value
-
-
 @dataclass(frozen=True, slots=True)
 class WatchSpec:
     """What one watch needs to know, whichever driver runs it."""
@@ -354,107 +283,6 @@ class WatchSpec:
             snapshot_every=snapshot_every,
             has_worker_reader=worker,
         )
-
-
-#: The client methods a watch reads the platform's worker records and logs with.
-WORKER_METHODS = ("endpoint_workers", "get_endpoint", "worker_log")
-#: How many of the worker's last log lines a watch asks for before a failing verdict.
-WORKER_LOG_TAIL = 100
-
-
-def has_worker_reader(client: Any) -> bool:
-    """Whether `client` can read the platform's worker records and worker logs (RunPod's
-    clients can; a scripted test client without those methods cannot)."""
-    return all(callable(getattr(client, name, None)) for name in WORKER_METHODS)
-
-
-# --- turning answers into events ------------------------------------------------------------
-
-
-def status_observation(
-    payload: Any = None, error: BaseException | None = None, *, allow_pickle: bool = False
-) -> Built:
-    """The event for one status fetch: its answer, or the error it raised.
-
-    The output is decoded JSON-only unless `allow_pickle` (a trusted endpoint's job).
-
-    Any failure of the status route, a client bug included, is an observation: it counts
-    toward the poll-error budget instead of killing the watch of a healthy job.
-    """
-    if error is None:
-        try:
-            return StatusObserved, obs.status_fields(payload, allow_pickle=allow_pickle)
-        except Exception as exc:  # a malformed answer, or a decode surprise
-            error = exc
-    return StatusFetchFailed, obs.error_fields(error)
-
-
-def health_observation(payload: Any = None, error: BaseException | None = None) -> Built:
-    """The event for one health probe (a failed probe is diagnostic only)."""
-    if error is None:
-        try:
-            return HealthObserved, obs.health_fields(payload)
-        except Exception as exc:
-            error = exc
-    return HealthProbeFailed, obs.error_fields(error)
-
-
-def heartbeat_observation(
-    state: JobState,
-    raw: Any,
-    *,
-    force: bool,
-    stream: str,
-    at: float,
-    error: BaseException | None = None,
-) -> Built:
-    """The event for one heartbeat read; `None` when a regular read brought nothing new.
-
-    `error` is what the reader raised. On a forced read a transient failure
-    (`obs.read_error_text`) is recorded as a failed read, which the core tries again; any
-    other raise, and any raise on a regular read, is no data.
-    """
-    if error is not None:
-        read_error = obs.read_error_text(error) if force else None
-        if read_error is not None:
-            return HeartbeatObserved, {"found": False, "forced": True, "read_error": read_error}
-        raw = None
-    fields = obs.heartbeat_fields(raw)
-    if force:
-        return HeartbeatObserved, {**fields, "forced": True}
-    candidate = HeartbeatObserved(stream=stream, seq=0, id="-", at=at, **fields)
-    return (HeartbeatObserved if heartbeat_is_news(state, candidate) else None), fields
-
-
-def failure_detail_observation(raw: Any) -> Built:
-    """The event for the forced read of the failure artifacts (its tail is kept)."""
-    return FailureDetailObserved, {"text": raw if isinstance(raw, str) else None}
-
-
-def worker_observation(worker_id: str | None, workers: Outcome, endpoint: Outcome | None) -> Built:
-    """The event for one worker-record read: the platform's list of the endpoint's workers
-    (and, on the first read, the endpoint's record with its idle timeout), or its error."""
-    if workers.error is not None:
-        return WorkerObserved, obs.worker_error_fields(workers.error, worker_id)
-    settings = None if endpoint is None else endpoint.value
-    fields = obs.worker_fields(workers.value, settings, worker_id)
-    if endpoint is not None and endpoint.error is not None and fields.get("read_error") is None:
-        fields["read_error"] = obs.read_error_text(endpoint.error) or type(endpoint.error).__name__
-    return WorkerObserved, fields
-
-
-def worker_log_observation(
-    worker: tuple[str, str | None] | None, log: Outcome | None, listing_error: BaseException | None
-) -> Built:
-    """The event for one worker-log read: the last lines of the chosen worker's log, or why
-    there are none (no worker listed, the read failed)."""
-    worker_id, worker_status = worker if worker is not None else (None, None)
-    error = listing_error if log is None else log.error
-    if error is not None:
-        return WorkerLogObserved, obs.worker_log_error_fields(error, worker_id, worker_status)
-    if log is None:
-        return WorkerLogObserved, {"read_error": "the endpoint lists no worker"}
-    return WorkerLogObserved, obs.worker_log_fields(log.value, worker_id, worker_status)
 
 
 def conclusion(verdict: Verdict) -> Built:
@@ -621,37 +449,6 @@ def attach_steps(
     return writer
 
 
-def _read_worker(
-    state: JobState, endpoint_id: str, worker_id: str | None, own: float
-) -> Generator[Request, Any, tuple[Built, float]]:
-    """The worker record a pickup asks for (and the endpoint's, once a watch, or again
-    after a read of it failed): what to record, and when it was read on the watch's clock."""
-    got = yield ApiCall(own, "endpoint_workers", (endpoint_id,), {})
-    endpoint, last = None, state.worker
-    if last is None or (last.idle_timeout_s is None and last.read_error is not None):
-        endpoint = yield ApiCall(own, "get_endpoint", (endpoint_id,), {})
-    return worker_observation(worker_id, got, endpoint), got.at
-
-
-def _read_worker_log(
-    state: JobState, endpoint_id: str, worker_id: str | None, own: float
-) -> Generator[Request, Any, tuple[Built, float]]:
-    """The worker's last log lines before a failing verdict: of the worker the status
-    named, else (a crash loop: no status named one) of the one the platform lists."""
-    chosen, listed = _known_worker(state, worker_id), None
-    if chosen is None:
-        listed = yield ApiCall(own, "endpoint_workers", (endpoint_id,), {})
-        chosen = None if listed.error else obs.pick_worker(listed.value, None)
-    got = None
-    if chosen is not None:
-        tail = {"tail": WORKER_LOG_TAIL}
-        got = yield ApiCall(own, "worker_log", (endpoint_id, chosen[0]), tail)
-    last = got or listed
-    listing_error = None if listed is None else listed.error
-    built = worker_log_observation(chosen, got, listing_error)
-    return built, last.at if last is not None else own
-
-
 def loop_steps(
     writer: StreamWriter[JobState], spec: WatchSpec, say: Callable[[str], None]
 ) -> Generator[Request, Any, Verdict]:
@@ -677,7 +474,7 @@ def loop_steps(
             case Wait(seconds=seconds):
                 # Nothing of the last poll is held while asleep (its answer, its event):
                 # a supervisor keeps thousands of these generators waiting.
-                got = built = recorded = command = None
+                got = built = recorded = command = steps = context = None
                 own, judged = (yield Sleep(seconds)), True
                 continue
             case FetchStatus():
@@ -690,29 +487,15 @@ def loop_steps(
                 at = got.at + skew
                 if reads_workers and got.error is None:
                     worker_id = obs.status_worker_id(got.value) or worker_id
-            case ProbeHealth():
-                got = yield HealthCall(own)
-                built, at = health_observation(got.value, got.error), got.at + skew
-            case ReadHeartbeat(force=force):
-                got = yield ReaderCall(own, "heartbeat", force)
-                at = got.at + skew
-                built = heartbeat_observation(
-                    state, got.value, force=force, stream=stream, at=at, error=got.error
-                )
-            case ReadFailureDetail():
-                got = yield ReaderCall(own, "failure_detail", True)
-                raw = None if got.error is not None else got.value
-                built, at = failure_detail_observation(raw), got.at + skew
-            case ReadWorker():  # (once a pickup: its reads out of the poll loop's way)
-                built, at = yield from _read_worker(state, endpoint_id, worker_id, own)
-                at += skew
-            case ReadWorkerLog():  # (once, before a failing verdict)
-                built, at = yield from _read_worker_log(state, endpoint_id, worker_id, own)
-                at += skew
             case Conclude(verdict=verdict):
                 built, at = conclusion(verdict), now
-            case _:
-                raise TypeError(f"the core asked for something no watch does: {command!r}")
+            case _:  # a read: made by its declared steps (`flashfsm.reads`)
+                steps = STEPS_BY_COMMAND.get(command)
+                if steps is None:
+                    raise TypeError(f"the core asked for something no watch does: {command!r}")
+                context = ReadContext(command, state, endpoint_id, worker_id, own, stream, skew)
+                built, at = yield from steps(context)
+                at += skew
         if built[0] is None:
             skip_read(state)  # a regular read that found nothing new: nothing to record
             skipped = True
@@ -739,17 +522,6 @@ def loop_steps(
                     request.state.pending = (HEARTBEAT_READ, *request.state.pending)
                 yield request
         own, judged = (yield CLOCK), False
-
-
-def _known_worker(state: JobState, worker_id: str | None) -> tuple[str, str | None] | None:
-    """The job's worker, as a status or a pickup's record named it (None: unknown; a
-    record read while the job waited names the endpoint's worker, not the job's)."""
-    if worker_id is not None:
-        return worker_id, None
-    worker = state.worker
-    if worker is not None and worker.worker_id is not None and worker.seq != state.queue_record:
-        return worker.worker_id, None
-    return None
 
 
 def observation_events(

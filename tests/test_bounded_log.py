@@ -20,7 +20,7 @@ from flashfsm.errors import RunpodApiError, TransientReadError
 from flashfsm.events.codec import encode
 from flashfsm.fsm.job import JobState
 from flashfsm.ids import new_id
-from flashfsm.watch import (
+from flashfsm.reads import (
     failure_detail_observation,
     health_observation,
     heartbeat_observation,

@@ -70,7 +70,7 @@ from flashfsm.events.models import (
     StatusObserved,
 )
 from flashfsm.fsm.job import JobState
-from flashfsm.watch import health_observation, heartbeat_observation, status_observation
+from flashfsm.reads import health_observation, heartbeat_observation, status_observation
 from tests.test_events import any_event
 
 HANG_S = 30.0  # an input that takes longer than this is a hang

@@ -45,8 +45,8 @@ from flashfsm.fsm.rules import (
 )
 from flashfsm.fsm.state import SINCE
 from flashfsm.fsm.table import FAILURE_KIND, TERMINAL, TRANSITIONS, JobPhase
+from flashfsm.reads import HEARTBEAT_READ
 from flashfsm.shell import Readers, attach, run_watch
-from flashfsm.watch import HEARTBEAT_READ
 from flashfsm.writer import JOB, NEWER_WATCH_WINS, StreamWriter
 from tests.conftest import ScriptedClient, VirtualClock
 

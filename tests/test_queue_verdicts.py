@@ -26,8 +26,9 @@ from flashfsm.events.models import Concluded, Event, WorkerObserved
 from flashfsm.events.policy import GracePolicy
 from flashfsm.fsm.job import verify
 from flashfsm.fsm.rules import STARTED_STATES, UNHEALTHY_STATE
+from flashfsm.reads import has_worker_reader
 from flashfsm.shell import Readers, SyncIO, drive_watch
-from flashfsm.watch import WatchSpec, has_worker_reader, watch_steps
+from flashfsm.watch import WatchSpec, watch_steps
 from tests.conftest import VirtualClock
 
 T0 = 1_700_000_000.0

@@ -19,9 +19,9 @@ import pytest
 from flashfsm import JobHandle, MemoryStore, poll_job
 from flashfsm.events.models import Concluded, WatchStarted, WorkerLogObserved, WorkerObserved
 from flashfsm.fsm.job import verify
+from flashfsm.reads import has_worker_reader
 from flashfsm.redact import MASK
 from flashfsm.supervisor import JobSpec, Supervisor
-from flashfsm.watch import has_worker_reader
 
 T0 = 1_700_000_000.0
 SECRET = "sk-planted-Zq8uYt41RkPw"

@@ -58,7 +58,13 @@ from pydantic import ValidationError
 
 from flashfsm.events.errors import ChecksumError, EventDecodeError, UnknownEventError
 from flashfsm.events.light import NOT_LIGHT, light_decode
-from flashfsm.events.models import EVENT_ADAPTER, EVENT_TYPES, VERSIONS_READ_AS_IS, Event
+from flashfsm.events.models import (
+    DECLARED_EVENTS,
+    EVENT_ADAPTER,
+    EVENT_TYPES,
+    VERSIONS_READ_AS_IS,
+    Event,
+)
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -368,7 +374,10 @@ def upcast(raw: dict[str, Any]) -> Event:
             )
         raw = step(dict(raw))
         v = raw.get("v")
+    declared = DECLARED_EVENTS.get(kind)  # (a declared read's kind: not in the union)
     try:
+        if declared is not None:
+            return declared.model_validate(raw)  # type: ignore[return-value]
         return EVENT_ADAPTER.validate_python(raw)
     except ValidationError as exc:
         raise EventDecodeError(_summary(exc), stream=stream, seq=seq) from None
@@ -385,6 +394,7 @@ def _decode_slow(line: bytes | str, fast_error: ValidationError) -> Event:
     if (
         isinstance(kind, str)
         and kind in EVENT_TYPES
+        and kind not in DECLARED_EVENTS
         and any(raw.get("v") == v for v in VERSIONS_READ_AS_IS.get(kind, (current_version(kind),)))
     ):
         stream, seq = _where(raw)

@@ -916,7 +916,35 @@ Event = Annotated[
 EVENT_TYPES: dict[str, type[EventBase]] = {
     cls.model_fields["kind"].default: cls for cls in (*JOB_EVENTS, *RUN_EVENTS, *SWEEPER_EVENTS)
 }
-"""Every event kind and its model."""
+"""Every event kind and its model (the declared reads' kinds too: `register_event`)."""
+
+#: The event kinds declared outside this module (a read's, `flashfsm.reads.declare_read`):
+#: decoded by their own model, not by `EVENT_ADAPTER`'s union.
+DECLARED_EVENTS: dict[str, type[EventBase]] = {}
+
+
+def register_event(model: type[EventBase]) -> type[EventBase]:
+    """Make `model` a kind the log can hold: encoded as any event, decoded by its model.
+
+    Its `kind` must be a new one (`ValueError` otherwise). `unregister_event` takes it
+    back (a test's read, say). Pure: it changes only these tables.
+    """
+    field = model.model_fields.get("kind")
+    kind = None if field is None else field.default
+    if not isinstance(kind, str) or not kind:
+        raise ValueError(f"{model.__name__}: an event model declares its kind as a default")
+    if kind in EVENT_TYPES:
+        raise ValueError(f"event kind {kind!r} is already known")
+    EVENT_TYPES[kind] = DECLARED_EVENTS[kind] = model
+    return model
+
+
+def unregister_event(kind: str) -> None:
+    """Forget a kind `register_event` declared (a built-in kind is a `ValueError`)."""
+    if kind not in DECLARED_EVENTS:
+        raise ValueError(f"event kind {kind!r} was not declared by register_event")
+    del DECLARED_EVENTS[kind], EVENT_TYPES[kind]
+
 
 #: The versions of a kind its model validates as they are, without an upcaster, where that
 #: is more than its current one: `WatchStarted` is v1 without a skew, v2 with one, v3 with

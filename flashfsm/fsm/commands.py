@@ -67,6 +67,14 @@ class ReadWorkerLog:
 
 
 @dataclass(frozen=True, slots=True)
+class Observe:
+    """Make the declared read named `read` (a read declared outside the core:
+    `flashfsm.reads.declare_read`)."""
+
+    read: str
+
+
+@dataclass(frozen=True, slots=True)
 class Wait:
     """Sleep `seconds` before asking again."""
 
@@ -94,6 +102,7 @@ Command = (
     | ReadFailureDetail
     | ReadWorker
     | ReadWorkerLog
+    | Observe
     | Wait
     | Conclude
     | Finished

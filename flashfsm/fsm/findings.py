@@ -36,6 +36,7 @@ from flashfsm.events.models import (
     WorkerLogObserved,
     WorkerObserved,
 )
+from flashfsm.fsm.reads import summary_of
 from flashfsm.fsm.state import JobState
 from flashfsm.fsm.table import JobPhase
 
@@ -95,7 +96,7 @@ def summarize(event: Event) -> str:
             return worker_log_summary(event)
         case Concluded():
             return f"verdict {event.state} by {event.rule}"
-    return event.kind
+    return summary_of(event) or event.kind  # (a declared read's line, if it declared one)
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,7 +62,7 @@ from flashfsm.events.models import (
     WorkerLogObserved,
     WorkerObserved,
 )
-from flashfsm.fsm import rules
+from flashfsm.fsm import reads, rules
 from flashfsm.fsm.commands import (
     Command,
     Conclude,
@@ -77,6 +77,7 @@ from flashfsm.fsm.commands import (
     Wait,
 )
 from flashfsm.fsm.machine import fire
+from flashfsm.fsm.reads import READ_COMMANDS, ReadKind, register_read
 from flashfsm.fsm.rules import (
     QUEUED_STATUS,
     STARTED_STATES,
@@ -101,17 +102,6 @@ from flashfsm.fsm.table import (
     JobPhase,
 )
 
-#: The command each read a poll can have pending asks for (`rules.Read`; the status is
-#: fetched by `FetchStatus`, never pending).
-READ_COMMANDS: dict[str, Command] = {
-    Read.PROBE: ProbeHealth(),
-    Read.HEARTBEAT: ReadHeartbeat(force=False),
-    Read.FORCED_HEARTBEAT: ReadHeartbeat(force=True),
-    Read.FAILURE_DETAIL: ReadFailureDetail(),
-    Read.WORKER: ReadWorker(),
-}
-if set(READ_COMMANDS) != set(Read) - {Read.STATUS}:
-    raise RuntimeError(f"reads without a command: {set(Read) - {Read.STATUS} - set(READ_COMMANDS)}")
 #: The reads as `JobState.pending` holds them: plain strings (a state holds plain values).
 _PROBE_READ, _HEARTBEAT_READ = Read.PROBE.value, Read.HEARTBEAT.value
 _FORCED_READ_NAME, _FAILURE_READ = Read.FORCED_HEARTBEAT.value, Read.FAILURE_DETAIL.value
@@ -125,6 +115,7 @@ _READ_WORKER_LOG = ReadWorkerLog()
 _LOG_STATES = frozenset(
     phase.value for phase, kind in FAILURE_KIND.items() if kind in WORKER_LOG_FAILURES
 )
+_DUE_ON_STATUS = reads.DUE_ON_STATUS  # (the declared reads' list itself: it grows in place)
 _DUE_EPSILON = 1e-9  # float slack when comparing a virtual clock with a computed due time
 
 # The rules' timer declarations, compiled per signal into what the fold applies: the mask
@@ -230,7 +221,9 @@ def evolve(s: JobState, event: Event) -> JobState:
             f"got seq {seq} ({event.kind})",
             seq=seq,
         )
-    apply = _APPLY_BY_TYPE.get(type(event)) or _APPLY.get(event.kind)
+    apply = (
+        _APPLY_BY_TYPE.get(type(event)) or _APPLY.get(event.kind) or reads.FOLDS.get(type(event))
+    )
     if apply is None:
         raise CorruptLogError("replay", stream, f"{event.kind} is not a job-watch event", seq=seq)
     apply(s, event)
@@ -338,39 +331,40 @@ def _on_status(s: JobState, e: StatusObserved) -> None:
         _signal(s, _STATUS_CHANGED, at, e.seq)
     s.last_status = status
     has_hb = watch is not None and watch.has_heartbeat_reader
+    pending: tuple[str, ...] = ()
     if status in TERMINAL_STATUSES:
-        pending: tuple[str, ...] = ()
         if status == "FAILED" or (status == "COMPLETED" and e.metrics is None):
             if has_hb:
                 pending += (_FORCED_READ_NAME,)
             if watch is not None and watch.has_failure_detail_reader:
                 pending += (_FAILURE_READ,)
-        s.pending = pending
-        return
-    if status == QUEUED_STATUS:
+    elif status == QUEUED_STATUS:
         _signal(s, _QUEUED, at, e.seq)
         if s.state in _REQUEUED_FROM:
             fire(s, Trigger.REQUEUED)
         probe = probe_is_due(s.last_probe_at, at, s.policy.probe_every_s)
-        s.pending = (_PROBE_READ,) * probe + (_HEARTBEAT_READ,) * _heartbeat_due(s, has_hb, at)
+        pending = (_PROBE_READ,) * probe + (_HEARTBEAT_READ,) * _heartbeat_due(s, has_hb, at)
         if watch is not None and watch.reads_queue_records and (probe or s.queue_record is None):
             # The endpoint's workers, at the probe's pace, and on every poll of a queue
             # spell until its first record is in (a watch interrupted before it, or a
             # requeue off the probe's pace, still reads them before a queue verdict).
-            s.pending += (_WORKER_READ,)
-        return
-    # Any other status (IN_PROGRESS, RUNNING, or one we do not know) means a worker has it.
-    if s.running & _LEFT_QUEUE_MASK:  # (most statuses find nothing to clear: no call)
-        _signal(s, _LEFT_QUEUE, at, e.seq)
-    if not s.picked_up:
-        s.picked_up = True
-    if s.queue_record is not None:
-        s.queue_record = None
-    pending = (_HEARTBEAT_READ,) if _heartbeat_due(s, has_hb, at) else ()
-    if s.state in _PICKED_UP_FROM:  # (a worker already has it: nothing moves)
-        _trigger(s, Trigger.RESUMED if s.training_seen else Trigger.PICKED_UP)
-        if watch is not None and watch.has_worker_reader:
-            pending += (_WORKER_READ,)  # which worker took it, and when the platform started it
+            pending += (_WORKER_READ,)
+    else:
+        # Any other status (IN_PROGRESS, RUNNING, or one we do not know): a worker has it.
+        if s.running & _LEFT_QUEUE_MASK:  # (most statuses find nothing to clear: no call)
+            _signal(s, _LEFT_QUEUE, at, e.seq)
+        if not s.picked_up:
+            s.picked_up = True
+        if s.queue_record is not None:
+            s.queue_record = None
+        if _heartbeat_due(s, has_hb, at):
+            pending = (_HEARTBEAT_READ,)
+        if s.state in _PICKED_UP_FROM:  # (a worker already has it: nothing moves)
+            _trigger(s, Trigger.RESUMED if s.training_seen else Trigger.PICKED_UP)
+            if watch is not None and watch.has_worker_reader:
+                pending += (_WORKER_READ,)  # who took it, and when the platform started it
+    if _DUE_ON_STATUS:  # the declared reads this answer makes due, after the built-in ones
+        pending += tuple(read.name for read in _DUE_ON_STATUS if read.due(s, e))  # type: ignore[misc]
     s.pending = pending
 
 
@@ -511,6 +505,20 @@ def _on_worker_log(s: JobState, e: WorkerLogObserved) -> None:
     s.worker_log = e
 
 
+def declared_fold(name: str, then: Callable[[JobState, Any], None] | None = None) -> reads.Fold:
+    """The fold of a read declared outside the core (`flashfsm.reads.declare_read`): the
+    read is done, its answer kept as the read's last one (`JobState.observed`), then
+    `then(state, event)` when given (what else the declaration keeps)."""
+
+    def fold(s: JobState, e: Any) -> None:
+        _done_read(s, name)
+        s.observed = {**s.observed, name: e}
+        if then is not None:
+            then(s, e)
+
+    return fold
+
+
 def _on_concluded(s: JobState, e: Concluded) -> None:
     try:
         dest = JobPhase(e.state)
@@ -523,6 +531,75 @@ def _on_concluded(s: JobState, e: Concluded) -> None:
     fire(s, VERDICT_TRIGGERS[dest])
     s.verdict = e
     s.pending = ()
+
+
+# --- the reads, each declared once (`flashfsm.fsm.reads`) ---------------------------------
+
+
+_STATUS_FETCH, _PROBE_HEALTH = FetchStatus(), ProbeHealth()
+_REGULAR_READ, _FORCED_READ = ReadHeartbeat(force=False), ReadHeartbeat(force=True)
+#: The built-in reads (their `asked` is the docs' word for what `_on_status`,
+#: `_on_fetch_failed` and `_concluding` do). A heartbeat answers the regular read or the
+#: forced one by its `forced` flag (`_asked_for`): the forced read declares no event.
+BUILT_IN_READS = tuple(
+    register_read(read)
+    for read in (
+        ReadKind(
+            Read.PROBE.value,
+            _PROBE_HEALTH,
+            "a health probe",
+            (HealthObserved, HealthProbeFailed),
+            _on_health,
+            "while the job is IN_QUEUE, at the policy's probe pace",
+        ),
+        ReadKind(
+            Read.HEARTBEAT.value,
+            _REGULAR_READ,
+            "a regular heartbeat read",
+            (HeartbeatObserved,),
+            _on_heartbeat,
+            "at the policy's heartbeat pace (a watch with a heartbeat reader); recorded "
+            "only when it brings news",
+        ),
+        ReadKind(
+            Read.FORCED_HEARTBEAT.value,
+            _FORCED_READ,
+            "a forced heartbeat read",
+            (),
+            _on_heartbeat,
+            "after a FAILED (or a COMPLETED without metrics) status, or a 404 after a blind "
+            "gap; tried again after a transient error",
+        ),
+        ReadKind(
+            Read.FAILURE_DETAIL.value,
+            ReadFailureDetail(),
+            "a failure-detail read",
+            (FailureDetailObserved,),
+            _on_failure_detail,
+            "with the forced heartbeat read (a watch with a failure-detail reader)",
+        ),
+        ReadKind(
+            Read.WORKER.value,
+            ReadWorker(),
+            "a worker-record read",
+            (WorkerObserved,),
+            _on_worker,
+            "when a worker picks the job up, and in a queue spell at the probe's pace (a "
+            "client that reads worker records)",
+        ),
+        ReadKind(
+            "worker_log",
+            _READ_WORKER_LOG,
+            "a worker-log read",
+            (WorkerLogObserved,),
+            _on_worker_log,
+            "once, before a failing verdict the worker's own log can explain",
+            pending=False,
+        ),
+    )
+)
+if set(READ_COMMANDS) != set(Read) - {Read.STATUS}:
+    raise RuntimeError(f"reads without a command: {set(Read) - {Read.STATUS} - set(READ_COMMANDS)}")
 
 
 _APPLY: dict[str, Callable[[JobState, Any], None]] = {
@@ -748,34 +825,13 @@ def decide_before(s: JobState, nxt: Event | None, now: float) -> Command:
         return command
 
 
-#: What each observation answers: the command the rules must have issued for it.
-_STATUS_FETCH, _PROBE_HEALTH = FetchStatus(), ProbeHealth()
-_REGULAR_READ, _FORCED_READ = ReadHeartbeat(force=False), ReadHeartbeat(force=True)
-_ANSWERS: dict[type, Command] = {
-    StatusObserved: _STATUS_FETCH,
-    StatusFetchFailed: _STATUS_FETCH,
-    HealthObserved: _PROBE_HEALTH,
-    HealthProbeFailed: _PROBE_HEALTH,
-    FailureDetailObserved: ReadFailureDetail(),
-    WorkerObserved: ReadWorker(),
-    WorkerLogObserved: _READ_WORKER_LOG,
-}
-_COMMAND_NAMES: dict[Command, str] = {
-    _STATUS_FETCH: "a status fetch",
-    _PROBE_HEALTH: "a health probe",
-    _REGULAR_READ: "a regular heartbeat read",
-    _FORCED_READ: "a forced heartbeat read",
-    ReadFailureDetail(): "a failure-detail read",
-    ReadWorker(): "a worker-record read",
-    _READ_WORKER_LOG: "a worker-log read",
-}
-
-
 def _asked_for(event: Event) -> Command | None:
     """The command `event` answers (None: not an observation)."""
     if isinstance(event, HeartbeatObserved):
         return _FORCED_READ if event.forced else _REGULAR_READ
-    return _ANSWERS.get(type(event))
+    if isinstance(event, StatusObserved | StatusFetchFailed):
+        return _STATUS_FETCH
+    return reads.ANSWERS.get(type(event))
 
 
 def _command_text(command: Command) -> str:
@@ -784,7 +840,9 @@ def _command_text(command: Command) -> str:
             return f"wait {seconds:.3g}s"
         case Conclude(verdict=verdict) | Finished(verdict=verdict):
             return _describe(verdict)
-    return _COMMAND_NAMES.get(command, type(command).__name__)
+    if isinstance(command, FetchStatus):
+        return "a status fetch"
+    return reads.LABELS.get(command, type(command).__name__)
 
 
 def _check_next(s: JobState, event: Event) -> Disagreement | None:
@@ -820,7 +878,7 @@ def _check_next(s: JobState, event: Event) -> Disagreement | None:
                 event.kind,
             )
         return None
-    what = _COMMAND_NAMES[asked]
+    what = _command_text(asked)
     if isinstance(command, Wait):
         reason = f"{what} {command.seconds:.3g}s before it was due"
     else:

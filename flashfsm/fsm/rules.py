@@ -369,7 +369,7 @@ class Read(StrEnum):
     """What a poll reads: its status answer, then the reads it makes due.
 
     Every member but `STATUS` is a name `JobState.pending` holds while that read is due
-    (the fold writes them, `flashfsm.fsm.job.READ_COMMANDS` maps each to its command).
+    (the fold writes them; each is declared once in `flashfsm.fsm.reads`).
     `STATUS` is the poll's status answer itself: a rule that waits for it judges only a
     poll whose fetch was answered, never one whose fetch failed.
     """

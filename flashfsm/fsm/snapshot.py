@@ -47,7 +47,7 @@ S = TypeVar("S")
 
 #: The version of the job fold's code. Bump on any change to `evolve`, `JobState`'s fields
 #: or the rules' timers: snapshots of another version are ignored and rebuilt.
-FOLD_VERSION = 6
+FOLD_VERSION = 7
 
 #: Events between two snapshots of a watched job stream, on the stores that keep them by
 #: default (SQLite, Postgres): a reattach then folds at most this many events past one.

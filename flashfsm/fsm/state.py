@@ -84,6 +84,9 @@ class JobState:
     picked_up: bool = False  # a status has said a worker has the job (ever)
     queue_record: int | None = None  # the seq of this queue spell's last worker record
     worker_log: WorkerLogObserved | None = None  # the worker's log, read before a failure
+    # the last answer of each read declared outside the core (`flashfsm.fsm.reads`), by
+    # name (replaced, never changed in place: a copy may share it)
+    observed: dict[str, Any] = field(default_factory=dict)
     # the end
     verdict: Concluded | None = None
     gaps: float = 0.0  # total blind time charged to no timer (D2)
