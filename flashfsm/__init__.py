@@ -60,6 +60,7 @@ if TYPE_CHECKING:  # what type checkers and editors see: the names, from their m
     from flashfsm.fsm.job import JobState, VerifyReport, decide, evolve, replay, verify
     from flashfsm.fsm.table import JobPhase
     from flashfsm.naming import stable_run_id
+    from flashfsm.reads import declare_read
     from flashfsm.runs import (
         RunpodRunAdapters,
         RunResult,
@@ -98,6 +99,7 @@ EXPORTS: dict[str, tuple[str, ...]] = {
     "flashfsm.adapters.sqlite": ("SqliteStore",),
     "flashfsm.adapters.stores": ("copy_streams", "default_store_url", "open_store"),
     "flashfsm.bundled": ("example_logs",),
+    "flashfsm.reads": ("declare_read",),
     "flashfsm.errors": (
         "JobOwnedElsewhere",
         "OutputDecodeError",
@@ -221,6 +223,7 @@ __all__ = [
     "build_function_input",
     "copy_streams",
     "decide",
+    "declare_read",
     "decode_output",
     "default_store_url",
     "evolve",
