@@ -237,7 +237,11 @@ class operation(Generic[R]):
     def __get__(self, client: _Client[Any, Any] | None, owner: type | None = None) -> Any:
         if client is None:
             return self
-        return client._bind(self)
+        # Bound once per client: kept in the instance's dict, which shadows this descriptor
+        # from then on (a watch fetches a status thousands of times a minute; binding and
+        # naming a call each time is measurable there).
+        bound = client.__dict__[self.steps.__name__] = client._bind(self)
+        return bound
 
 
 def _named(bound: F, call: operation[Any]) -> F:
