@@ -38,6 +38,7 @@ from flashfsm.ui.pages import Frame, row_html, stream_url
 from flashfsm.ui.store_pages import fleet_page
 from tests.test_cli_escaping import Answers as EscapingAnswers
 from tests.test_cli_escaping import watch_scripted_job
+from tests.test_explain_view import section_text, unspoken
 
 runner = CliRunner()
 TOKEN = "t0ken-" + "x" * 26
@@ -166,10 +167,12 @@ def test_a_run_page_shows_its_picture_attempts_explain_and_why_not(demo_store, c
     assert page.status_code == 200
     for part in ("Attempts", "Explain", "Why not", "/picture/run-demo-abc123-stall-s3"):
         assert part in page.text
-    assert "attempt 0 (job-demo-abc123-stall-s3-a0): STALLED (stalled)" in page.text
-    explained = runner.invoke(cli, ["explain", "run-demo-abc123-stall-s3", "--store", demo_store])
-    first = explained.output.splitlines()[1]
-    assert first.split(" by rule ")[0] in page.text
+    explained = section_text(page.text)
+    assert "attempt 0 (job-demo-abc123-stall-s3-a0): STALLED (stalled)" in explained
+    printed = runner.invoke(cli, ["explain", "run-demo-abc123-stall-s3", "--store", demo_store])
+    first = printed.output.splitlines()[1]
+    assert first in explained
+    assert unspoken(printed.output, page.text, "run-demo-abc123-stall-s3") == []
     picture = client.get("/picture/run-demo-abc123-stall-s3")
     assert picture.headers["content-type"].startswith("image/svg+xml")
     assert picture.text.lstrip().startswith("<svg")

@@ -299,8 +299,9 @@ def test_a_run_opened_from_the_list_shows_its_attempts_events_and_a_picture_that
     assert page.locator("#events tr").count() == len(events)
     attempts = page.locator("h2:text-is('Attempts') + div table tbody tr")
     assert attempts.count() == 2
-    explained = page.locator("h2:text-is('Explain, as the log stands') + pre").inner_text()
-    assert explained.startswith(f"run {name}:")
+    explained = page.locator("#explain:has(h2:text-is('Explain, as the log stands')) p")
+    assert explained.first.inner_text().startswith(f"run {name}:")
+    assert page.locator("#explain p.verdict span.ok").inner_text() == "SUCCEEDED"
     size = picture_loads(page)
     assert size["natural"] > 0, "the timeline picture did not load"
     assert tab.errors == [] and tab.dialogs == []

@@ -11,8 +11,8 @@ Each reads any stream the library writes, by its kind (`flashfsm.views.stream_ki
   and what is still running. It has no verdict (exit 0), and job rules do not apply to it
   (`why-not` and `whatif` exit 1 saying so).
 
-How a log is printed, and its JSON, are `flashfsm.display`'s; `explain`'s text is
-`flashfsm.display.explain`'s, which the web view shows too.
+How a log is printed, and its JSON, are `flashfsm.display`'s; `explain` renders the one
+view `flashfsm.display.explain` gathers (the web view renders it too), as text or as JSON.
 
 Why it is long: six commands that read logs, sharing their sources and their stream kinds.
 """
@@ -51,7 +51,7 @@ from flashfsm.cli.common import (
     store_opener,
     store_url,
 )
-from flashfsm.display.explain import print_explain, walk_reasons
+from flashfsm.display.explain import ExplainView, explain_view, print_explain_view
 from flashfsm.display.logs import (
     attempt_json,
     measure_json,
@@ -73,7 +73,7 @@ from flashfsm.display.logs import (
 )
 from flashfsm.display.sources import Source, is_file_source, source_ledger
 from flashfsm.display.text import console, say
-from flashfsm.display.workers import run_job_workers, worker_json, worker_log_json
+from flashfsm.display.workers import worker_json, worker_log_json
 from flashfsm.events.codec import require_checksums
 from flashfsm.events.models import Event, RunConcluded
 from flashfsm.events.policy import GracePolicy
@@ -283,60 +283,50 @@ def explain_command(
     """Why the verdict fired: the rule, its why, its evidence and the numbers behind it
     (a run: its last job's; a sweeper: what it reaped and what it is timing)."""
     src = open_source(source, store)
-    if as_json:
-        raise typer.Exit(_explain_json(src, store))
     with UsageErrors():
-        told = print_explain(src, store_opener(store))
-    if stream_kind(src.events) == "sweeper":
+        view = explain_view(src, store_opener(store))
+        if as_json:
+            data = explain_json(view)  # (a run's ledger that could not be priced: exit 1)
+        else:
+            print_explain_view(view)  # (… said after the rest)
+    if as_json:
+        emit_json(data)
+    if view.kind == "sweeper":
         raise typer.Exit(0)
+    told = view.told
     raise typer.Exit(run_exit(told) if isinstance(told, RunConcluded) else exit_for(told))
 
 
-def _explain_json(src: Source, store: str | None) -> int:
-    """`explain --json`: what `explain` prints (`flashfsm.display.explain`), as data; the
-    command's exit."""
-    kind = stream_kind(src.events)
-    if kind == "sweeper":
-        return _explain_sweeper_json(src)
-    walk: tuple[RankReason, ...] = ()
-    if kind == "run":
-        with UsageErrors():
-            run = replay_run(src.events)
-        walk = walk_reasons(run)
-        if last_job_stream(run) is None:
-            emit_json(
-                {
-                    "stream": src.name,
-                    "kind": "run",
-                    "cost": failure_cost_json(run_cost(src, store)),
-                    "state": run_label(run),
-                    "job_stream": None,
-                    "attempts": [attempt_json(a, run) for a in run.attempts],
-                    "result": result_json(run.result),
-                    "walk": [rank_json(r) for r in walk],
-                }
-            )
-            return run_exit(run.result)
-    stream, events = job_source(src, quiet=True)
-    with UsageErrors():
-        e = ex.explain(events)
-        # a run's failed attempts before the one explained: each one's worker and its log
-        failed = (
-            [j for j in run_job_workers(src, failed_only=True) if j.stream != stream]
-            if kind == "run"
-            else []
-        )
-    walk_json = (
-        {
-            "walk": [rank_json(r) for r in walk],
-            "cost": failure_cost_json(run_cost(src, store)),
-            "failed_attempts": [j.json() for j in failed],
+def explain_json(view: ExplainView) -> dict[str, Any]:
+    """`explain --json`: the explanation `explain` prints (`flashfsm.display.explain`), as
+    data; raises what pricing a run's ledger raised."""
+    if view.sweeper is not None:
+        return _explain_sweeper_json(view.name, view.sweeper)
+    walk = [rank_json(r) for r in view.walk]
+    cost = view.cost()
+    if view.run is not None and view.stream is None:
+        run = view.run
+        return {
+            "stream": view.name,
+            "kind": "run",
+            "cost": None if cost is None else failure_cost_json(cost),
+            "state": run_label(run),
+            "job_stream": None,
+            "attempts": [attempt_json(a, run) for a in run.attempts],
+            "result": result_json(run.result),
+            "walk": walk,
         }
-        if kind == "run"
+    assert view.stream is not None and view.explanation is not None
+    run_json = (
+        {
+            "walk": walk,
+            "cost": None if cost is None else failure_cost_json(cost),
+            "failed_attempts": [j.json() for j in view.failed],
+        }
+        if view.kind == "run"
         else {}
     )
-    emit_json({**walk_json, **_explanation_json(stream, e)})
-    return exit_for(e.verdict)
+    return {**run_json, **_explanation_json(view.stream, view.explanation)}
 
 
 def _explanation_json(stream: str, e: ex.Explanation) -> dict[str, Any]:
@@ -380,12 +370,6 @@ def lane_cost_json(a: AttemptLedger) -> dict[str, Any]:
     }
 
 
-def run_cost(src: Source, store: str | None) -> Ledger:
-    """A run's ledger, priced as `flashfsm cost` prices it (`source_ledger`)."""
-    with UsageErrors():
-        return source_ledger(src, None, store_opener(store))
-
-
 def failure_cost_json(led: Ledger) -> dict[str, Any]:
     """What a run cost, and what its failed attempts threw away."""
     return {
@@ -420,25 +404,20 @@ def rank_json(r: RankReason) -> dict[str, Any]:
     }
 
 
-def _explain_sweeper_json(src: Source) -> int:
+def _explain_sweeper_json(stream: str, view: SweeperView) -> dict[str, Any]:
     """What a sweeper did, as data: the endpoints it reaped, the timers it cleared and those
     running."""
-    with UsageErrors():
-        view = sweeper_view(src.events)
-    emit_json(
-        {
-            "stream": src.name,
-            "kind": "sweeper",
-            "state": sweeper_state(view),
-            "summary": view.summary,
-            "at": view.last_at,
-            "offset_s": view.last_at - view.start,
-            "reaped": [period_json(p, view) for p in view.reaped],
-            "cleared": [period_json(p, view) for p in view.cleared],
-            "timers": [period_json(p, view) for p in view.timers],
-        }
-    )
-    return 0
+    return {
+        "stream": stream,
+        "kind": "sweeper",
+        "state": sweeper_state(view),
+        "summary": view.summary,
+        "at": view.last_at,
+        "offset_s": view.last_at - view.start,
+        "reaped": [period_json(p, view) for p in view.reaped],
+        "cleared": [period_json(p, view) for p in view.cleared],
+        "timers": [period_json(p, view) for p in view.timers],
+    }
 
 
 def why_not_command(

@@ -1,14 +1,16 @@
 """The web view's pages as HTML: the runs and jobs list, a stream, a message, a cancel form.
 
 Theory of operation. Every page is rendered on the server from what the index holds
-(`flashfsm.ui.index`) and the same folds and texts the CLI prints (`explain`, `why-not`, the
+(`flashfsm.ui.index`) and the same views, folds and texts the CLI prints (`why-not`, the
 timeline picture, the ledger: `flashfsm.display`, the display layer both front ends stand
-on), so a page and a command never tell two stories. Jinja2
-renders with autoescaping on, and every outside text (a stream name, an error message, a
-worker's log line) also goes through `shown` first, so a control character is written as its
-escape and HTML or script in it is inert text. Pages carry no inline script or style: the
-one script and the one stylesheet are static files, and the app's Content-Security-Policy
-allows nothing else to run.
+on), so a page and a command never tell two stories; `explain` is the one structured view
+the command prints (`flashfsm.display.explain.ExplainView`), rendered here in markup by its
+template (`explain_html`). Jinja2 renders with autoescaping on, and every outside text (a
+stream name, an error message, a worker's log line) also goes through `shown` first (in
+`explain`, `said`: its URLs' passwords masked too, as the CLI prints them), so a control
+character is written as its escape and HTML or script in it is inert text. Pages carry no
+inline script or style: the one script and the one stylesheet are static files, and the
+app's Content-Security-Policy allows nothing else to run.
 
 The store-wide pages (the costs, the fleet) are in `flashfsm.ui.store_pages`, the followed
 worker log in `flashfsm.ui.follow`; both render with this module's `render_template`.
@@ -30,12 +32,13 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from flashfsm import render
 from flashfsm.adapters.stores import open_store
-from flashfsm.adapters.urls import display_url
-from flashfsm.display.explain import explain_text
+from flashfsm.adapters.urls import display_url, scrub_urls
+from flashfsm.display.explain import ExplainView, explain_view
 from flashfsm.display.ledger import ledger_text, utc_text
 from flashfsm.display.listing import state_text
 from flashfsm.display.sources import Source, is_file_source, source_ledger
 from flashfsm.display.text import duration_seconds, shown
+from flashfsm.errors import message
 from flashfsm.events.errors import FlashFsmError
 from flashfsm.events.models import Event, HeartbeatObserved
 from flashfsm.fsm.findings import summarize
@@ -114,13 +117,21 @@ def _shown(value: Any) -> str:
     return "" if value is None else shown(str(value))
 
 
+def _said(value: Any) -> str:
+    """Outside text as the CLI says it (`flashfsm.display.text.styled`): escaped, the
+    password of any URL in it masked."""
+    return "" if value is None else shown(scrub_urls(str(value)))
+
+
 _ENV = Environment(
     loader=PackageLoader("flashfsm.ui", "templates"),
     autoescape=select_autoescape(default=True),
     trim_blocks=True,
     lstrip_blocks=True,
 )
-_ENV.filters.update(t=_shown, time=_time, dur=_duration, money=_money, rate=_rate, url=stream_url)
+_ENV.filters.update(
+    t=_shown, said=_said, time=_time, dur=_duration, money=_money, rate=_rate, url=stream_url
+)
 
 
 def render_template(template: str, **values: Any) -> str:
@@ -590,10 +601,24 @@ def live_html(
             if view.verdict is None or view.verdict.rule != rule
         )
     if is_file_source(entry.name):  # `explain NAME` would read a file, not this stream
-        values["explain"] = f"{entry.name}: named like a .jsonl file; run flashfsm explain on it"
+        note = f"{entry.name}: named like a .jsonl file; run flashfsm explain on it"
+        values["explain"] = _markup(explain_html(None, entry.name, note))
     elif events:  # (an empty stream has nothing to explain: `explain` says so, exit 1)
-        values["explain"] = explain_text(_source(index, entry.name, events), _opener(index))
+        try:
+            view = explain_view(_source(index, entry.name, events), _opener(index))
+        except (FlashFsmError, ValueError, OSError) as exc:
+            note = f"explain cannot read it: {message(exc)}"
+            values["explain"] = _markup(explain_html(None, entry.name, note))
+        else:
+            values["explain"] = _markup(explain_html(view, entry.name))
     return render_template("live", **values)
+
+
+def explain_html(view: ExplainView | None, page_stream: str, note: str = "") -> str:
+    """`explain` of a stream as the log stands, as a section of its page: the one view the
+    CLI prints (`flashfsm.display.explain`) in markup, its evidence linked to the events'
+    rows (on `page_stream`'s page, or its job stream's); or `note`, why there is none."""
+    return render_template("explain", x=view, page_stream=page_stream, explain_note=note)
 
 
 def _attempts(entry: Entry, events: list[Event], led: Ledger | None) -> list[dict[str, Any]]:
