@@ -42,6 +42,13 @@ def page(name: str) -> str:
     return (DOCS / name).read_text(encoding="utf-8")
 
 
+def test_the_cli_pages_exit_code_table_is_the_one_the_help_prints():
+    from flashfsm.cli.usage import EXIT_CODE_TABLE
+
+    rows = re.findall(r"^\| (\d+) \| `(\w+)`: (.*?) \|$", page("cli.md"), re.M)
+    assert rows == [(str(e.code), e.name, e.meaning) for e in EXIT_CODE_TABLE]
+
+
 def write_generated() -> list[Path]:
     """Redraw every generated part of every page of `docs.PAGES`; the pages that changed."""
     changed = []
