@@ -752,7 +752,8 @@ def test_a_cancelled_run_shows_its_cancel_pending_then_its_end_without_a_reload(
 
     _append_later(url, run, RunConcluded, 5, ok=False, failure="cancelled", attempts=1)
     page.locator("#live-part dl.facts dt", has_text="verdict").wait_for()
-    assert "cancelled" in page.locator("#live-part dl.facts").inner_text()
+    # (the stream's facts: the bill and the explanation below them hold facts of their own)
+    assert "cancelled" in page.locator("#live-part > dl.facts").inner_text()
     assert not state.inner_text().startswith("cancel pending")
     assert page.locator("#live-part p.actions").count() == 0  # a finished run offers no cancel
     answer = page.request.get(ui_cancel.url(stream_path(run, "cancel")))

@@ -1,6 +1,14 @@
-"""The waste ledger as the front ends show it: a run's or job's bill in lines (`print_ledger`,
-`ledger_text`), a total broken down by cause, GPU or rule (`print_total`), what a run's
-failures threw away (`print_failure_cost`), and each as the JSON `cost --json` prints.
+"""The waste ledger as the front ends show it: a run's or job's bill as one structured view
+(`LedgerView`, gathered by `ledger_view`), a total broken down by cause, GPU or rule
+(`print_total`), what a run's failures threw away (`print_failure_cost`), and each as the
+JSON `cost --json` prints.
+
+A bill is gathered once and rendered by each front end: `flashfsm cost STREAM` prints it
+(`print_ledger_view`; `print_ledger` gathers and prints), and a stream's page renders the
+same view in markup through its template (`flashfsm.ui.pages.ledger_html`), so a page and
+the command never tell two stories. Its phrases (a cause's, a price's, what was not
+recorded) are said on the view, so both renderings word them alike. `cost --json` writes
+the ledger itself (`ledger_json`: every piece, worker and cause, more than a bill shows).
 
 Money nobody gave a price for is said as unpriced, never $0 (`money_text`). The ledger
 itself is `flashfsm.postmortem.ledger`; how a source is priced, `flashfsm.display.sources`.
@@ -8,12 +16,14 @@ itself is `flashfsm.postmortem.ledger`; how a source is priced, `flashfsm.displa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from rich.table import Table
 
-from flashfsm.display.text import captured, console, say
+from flashfsm.display.text import console, say
+from flashfsm.postmortem.billing import IdleTimeout
 from flashfsm.postmortem.ledger import (
     CAUSES,
     UNPRICED,
@@ -29,21 +39,163 @@ from flashfsm.render import duration_text
 CAUSE_TEXT: dict[Cause, str] = {c: c.value.replace("_", " ") for c in CAUSES}
 
 
+# --- the view -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CauseShown:
+    """One cause of an attempt's bill as a line says it: its name ("cold start"), its seconds
+    and, for a billed cause of a priced attempt, its money (None: none is said)."""
+
+    name: str
+    seconds: float
+    money: float | None = None
+
+    @property
+    def text(self) -> str:
+        """The cause as a phrase: `cold start 40 s $0.01`."""
+        text = f"{self.name} {duration_text(self.seconds)}"
+        return text if self.money is None else f"{text} {money_text(self.money)}"
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptShown:
+    """One attempt of a bill as `print_ledger` shows it (`ledger_view`).
+
+    Its line: its `name` ("attempt 0", or "job"), its GPU (`gpu`: "unknown GPU" without
+    one), its hourly price (None: unpriced) and how it ended (`label`, `state`, `ok`: None
+    while open). Then what it billed (`billed_s`, `money`) by cause (`billed`), its time
+    nobody paid for by cause (`unbilled`), an open bill (`open_since`: since its verdict, or
+    its last event without one, counted up to `end`), a bill the sweeper's reap ended
+    (`reaped`, at `end`), and what the bill rests on that was not recorded: an idle timeout
+    read from the platform, defaulted or assumed (`idle_timeout`), a worker billed from its
+    pickup (`started_at_pickup`)."""
+
+    name: str
+    stream: str | None  # its job stream
+    gpu: str
+    price_per_hour: float | None
+    label: str
+    state: str  # the verdict's state, "open" without one
+    ok: bool | None
+    rule: str | None
+    billed_s: float
+    money: float | None
+    billed: tuple[CauseShown, ...]
+    unbilled: tuple[CauseShown, ...]
+    end: float
+    open_since: float | None = None
+    open_after: str = ""  # what an open bill runs since: "the verdict" or "its last event"
+    reaped: bool = False
+    idle_timeout: IdleTimeout | None = None  # only one that was not recorded
+    started_at_pickup: bool = False
+
+    @property
+    def at(self) -> str:
+        """Its price as its line says it: `at $0.99/h`, or `(unpriced)`."""
+        p = self.price_per_hour
+        return f"({UNPRICED})" if p is None else f"at ${p:g}/h"
+
+    @property
+    def rate(self) -> str:
+        """Its open bill's rate: `$0.99/h`, or `an unpriced rate`."""
+        return rate_text(self.price_per_hour)
+
+    @property
+    def not_recorded(self) -> tuple[str, ...]:
+        """What its bill rests on that flashfsm did not record, one phrase each."""
+        parts = []
+        if self.idle_timeout is not None:
+            t = self.idle_timeout
+            parts.append(f"idle timeout ({t.seconds:g} s, {IDLE_TIMEOUT_TEXT[t.source]})")
+        if self.started_at_pickup:
+            parts.append("worker start (billed from the pickup)")
+        return tuple(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerView:
+    """One run's or job's bill as `print_ledger(led, attempts=True)` shows it, gathered
+    once (`ledger_view`): its head (`name`, `state`: "open" without one, the attempts,
+    billed time and money, the waste: None without a price, and whether a bill is still
+    open), then each attempt (`AttemptShown`). The command prints it
+    (`print_ledger_view`), a stream's page renders it through its template
+    (`flashfsm.ui.pages.ledger_html`)."""
+
+    stream: str | None
+    kind: str  # "job" or "run"
+    state: str
+    billed_s: float
+    money: float | None
+    waste_money: float | None
+    still_billing: bool
+    attempts: tuple[AttemptShown, ...]
+
+    @property
+    def name(self) -> str:
+        """The stream as the head says it."""
+        return f"{self.stream}"
+
+
+def causes_shown(a: AttemptLedger, *, billed: bool) -> tuple[CauseShown, ...]:
+    """An attempt's billed (or unbilled) causes, in the ledger's order; a billed cause of a
+    priced attempt with its money."""
+    shown = []
+    for cause in CAUSES:
+        seconds = a.billed_seconds(cause) if billed else a.unbilled_seconds(cause)
+        if seconds <= 0:
+            continue
+        money = a.money(cause) if billed and a.price_per_hour is not None else None
+        shown.append(CauseShown(CAUSE_TEXT[cause], seconds, money))
+    return tuple(shown)
+
+
+def attempt_shown(a: AttemptLedger, kind: str) -> AttemptShown:
+    """One attempt of a `kind` ledger as its bill shows it."""
+    o = a.outcome
+    t = a.idle_timeout
+    return AttemptShown(
+        name="job" if a.attempt is None or kind == "job" else f"attempt {a.attempt}",
+        stream=a.stream,
+        gpu=a.gpu_class or "unknown GPU",
+        price_per_hour=a.price_per_hour,
+        label=a.label,
+        state="open" if o is None else o.state,
+        ok=None if o is None else o.ok,
+        rule=None if o is None else o.rule,
+        billed_s=a.billed_s,
+        money=a.money(),
+        billed=causes_shown(a, billed=True),
+        unbilled=causes_shown(a, billed=False),
+        end=a.end,
+        open_since=a.open_since,
+        open_after="its last event" if o is None else "the verdict",
+        reaped=not a.billing_open and a.stopped_by == "reap",
+        idle_timeout=t if t is not None and not t.recorded else None,
+        started_at_pickup=a.started_at_pickup,
+    )
+
+
+def ledger_view(led: Ledger) -> LedgerView:
+    """Gather what a stream's bill shows (`LedgerView`)."""
+    return LedgerView(
+        stream=led.stream,
+        kind=led.kind,
+        state=led.state or "open",
+        billed_s=led.billed_s,
+        money=led.money(),
+        waste_money=led.waste_money,
+        still_billing=bool(led.open_attempts),
+        attempts=tuple(attempt_shown(a, led.kind) for a in led.attempts),
+    )
+
+
 # --- text ---------------------------------------------------------------------------------
 
 
 def cause_parts(a: AttemptLedger, *, billed: bool) -> list[str]:
     """An attempt's billed (or unbilled) causes as `cold start 40 s $0.01` phrases."""
-    parts = []
-    for cause in CAUSES:
-        seconds = a.billed_seconds(cause) if billed else a.unbilled_seconds(cause)
-        if seconds <= 0:
-            continue
-        text = f"{CAUSE_TEXT[cause]} {duration_text(seconds)}"
-        if billed and a.price_per_hour is not None:
-            text += f" {money_text(a.money(cause))}"
-        parts.append(text)
-    return parts
+    return [c.text for c in causes_shown(a, billed=billed)]
 
 
 def utc_text(at: float) -> str:
@@ -64,74 +216,51 @@ IDLE_TIMEOUT_TEXT = {
 }
 
 
-def assumption_parts(a: AttemptLedger) -> list[str]:
-    """What an attempt's bill rests on that flashfsm did not record: an idle timeout read
-    from the platform, defaulted or assumed; a worker billed from its pickup for want of a
-    record of its start."""
-    parts = []
-    if a.idle_timeout is not None and not a.idle_timeout.recorded:
-        t = a.idle_timeout
-        parts.append(f"idle timeout ({t.seconds:g} s, {IDLE_TIMEOUT_TEXT[t.source]})")
-    if a.started_at_pickup:
-        parts.append("worker start (billed from the pickup)")
-    return parts
-
-
-def open_text(a: AttemptLedger) -> str:
+def open_text(a: AttemptShown) -> str:
     """An open bill in a line: since when, at what rate, counted up to when."""
     assert a.open_since is not None
-    since = "its last event" if a.outcome is None else "the verdict"
     return (
-        f"open bill: billing since {since} at {utc_text(a.open_since)} (nothing recorded "
-        f"stopped the worker) at {rate_text(a.price_per_hour)}, counted up to "
-        f"{utc_text(a.end)}"
+        f"open bill: billing since {a.open_after} at {utc_text(a.open_since)} (nothing "
+        f"recorded stopped the worker) at {a.rate}, counted up to {utc_text(a.end)}"
     )
 
 
-def ledger_line(led: Ledger) -> str:
+def ledger_line(view: LedgerView) -> str:
     """A run or job in one line: its state, attempts, billed time, money and waste."""
-    state = led.state or "open"
-    money = money_text(led.money())
-    waste = "" if led.waste_money is None else f", waste {money_text(led.waste_money)}"
-    still = ", still billing" if led.open_attempts else ""
+    waste = "" if view.waste_money is None else f", waste {money_text(view.waste_money)}"
+    still = ", still billing" if view.still_billing else ""
     return (
-        f"{led.stream}: {state}, {len(led.attempts)} attempt(s), billed "
-        f"{duration_text(led.billed_s)} {money}{waste}{still}"
+        f"{view.name}: {view.state}, {len(view.attempts)} attempt(s), billed "
+        f"{duration_text(view.billed_s)} {money_text(view.money)}{waste}{still}"
     )
 
 
 def print_ledger(led: Ledger, *, attempts: bool) -> None:
-    """A ledger's line and, with `attempts`, each attempt's causes."""
-    say(ledger_line(led))
+    """A ledger's line and, with `attempts`, each attempt's causes (`print_ledger_view`)."""
+    print_ledger_view(ledger_view(led), attempts=attempts)
+
+
+def print_ledger_view(view: LedgerView, *, attempts: bool = True) -> None:
+    """Print `view` as `flashfsm cost` prints a bill: its line and, with `attempts`, each
+    attempt's."""
+    say(ledger_line(view))
     if not attempts:
         return
-    for a in led.attempts:
-        where = a.gpu_class or "unknown GPU"
-        at = f" ({UNPRICED})" if a.price_per_hour is None else f" at ${a.price_per_hour:g}/h"
-        name = "job" if a.attempt is None or led.kind == "job" else f"attempt {a.attempt}"
-        say(f"  {name} on {where}{at}: {a.label}")
-        billed = cause_parts(a, billed=True)
+    for a in view.attempts:
+        say(f"  {a.name} on {a.gpu} {a.at}: {a.label}")
+        billed = ", ".join(c.text for c in a.billed)
         say(
-            f"    billed {duration_text(a.billed_s)} {money_text(a.money())}"
-            + (f": {', '.join(billed)}" if billed else "")
+            f"    billed {duration_text(a.billed_s)} {money_text(a.money)}"
+            + (f": {billed}" if billed else "")
         )
-        unbilled = cause_parts(a, billed=False)
-        if unbilled:
-            say(f"    unbilled: {', '.join(unbilled)}")
-        if a.billing_open:
+        if a.unbilled:
+            say(f"    unbilled: {', '.join(c.text for c in a.unbilled)}")
+        if a.open_since is not None:
             say(f"    {open_text(a)}")
-        elif a.stopped_by == "reap":
+        elif a.reaped:
             say(f"    the sweeper's reap of its endpoint ended the bill at {utc_text(a.end)}")
-        assumed = assumption_parts(a)
-        if assumed:
-            say(f"    not recorded: {', '.join(assumed)}")
-
-
-def ledger_text(led: Ledger) -> str:
-    """`print_ledger` of `led` with its attempts, as text (lines as long as they are)."""
-    with captured() as text:
-        print_ledger(led, attempts=True)
-    return text.get()
+        if a.not_recorded:
+            say(f"    not recorded: {', '.join(a.not_recorded)}")
 
 
 def print_total(ledgers: list[Ledger], groups: list[Group], by: str) -> None:

@@ -34,7 +34,7 @@ from flashfsm import render
 from flashfsm.adapters.stores import open_store
 from flashfsm.adapters.urls import display_url, scrub_urls
 from flashfsm.display.explain import ExplainView, explain_view
-from flashfsm.display.ledger import ledger_text, utc_text
+from flashfsm.display.ledger import LedgerView, ledger_view, utc_text
 from flashfsm.display.listing import state_text
 from flashfsm.display.sources import Source, is_file_source, source_ledger
 from flashfsm.display.text import duration_seconds, shown
@@ -508,6 +508,12 @@ def _cost_line(led: Ledger) -> str:
     return f"{priced} · still billing since {utc_text(opened)} at {_rate(led.open_rate_per_hour)}"
 
 
+def ledger_html(view: LedgerView) -> str:
+    """A stream's bill as a section of its page: the one view `flashfsm cost STREAM` prints
+    (`flashfsm.display.ledger.LedgerView`) in markup, its job streams linked."""
+    return render_template("cost", led=view)
+
+
 def stream_ledger(index: StoreIndex, entry: Entry, events: list[Event]) -> Ledger | None:
     """The ledger a stream's page shows, priced as `flashfsm cost STREAM`, its `explain` and its
     `timeline` price it (`flashfsm.display.sources.source_ledger`: open bills up to the newest
@@ -566,7 +572,7 @@ def live_html(
         "cost": None,
         "timers": (),
         "strip": (),
-        "cost_text": "",
+        "ledger": "",
         "explain": "",
         "why_not": (),
         "cancel": _markup(cancel) if cancel else "",
@@ -577,7 +583,7 @@ def live_html(
     if led is not None and led.attempts:
         values["cost"] = _cost_line(led)
         values["strip"] = _strip(led)
-        values["cost_text"] = ledger_text(led)
+        values["ledger"] = _markup(ledger_html(ledger_view(led)))
     job_events: list[Event] = []
     if kind == "job":
         job_events = events
