@@ -19,6 +19,7 @@ from typing import Any
 
 from flashfsm.adapters import observations as obs
 from flashfsm.events.models import (
+    DECLARED_EVENTS,
     EventBase,
     FailureDetailObserved,
     HealthObserved,
@@ -330,14 +331,14 @@ class DeclaredRead:
     steps: ReadSteps
 
     def remove(self) -> None:
-        """Take the read back: its event kind, its core half and its steps."""
-        STEPS.pop(self.kind.name, None)
-        STEPS_BY_COMMAND.pop(self.kind.command, None)
-        if self.kind.name in core.READS:
-            unregister_read(self.kind.name)
-        kind = self.event.model_fields["kind"].default
-        if kind in DECLARED_KINDS:
-            DECLARED_KINDS.discard(kind)
+        """Take the read back: its event kind, its core half and its steps (only what this
+        declaration registered: a name or kind another one holds is left to it)."""
+        name, kind = self.kind.name, self.event.model_fields["kind"].default
+        if STEPS.get(name) is self.steps:
+            del STEPS[name], STEPS_BY_COMMAND[self.kind.command]
+        if core.READS.get(name) is self.kind:
+            unregister_read(name)
+        if DECLARED_EVENTS.get(kind) is self.event:
             unregister_event(kind)
 
     def __enter__(self) -> DeclaredRead:
@@ -345,10 +346,6 @@ class DeclaredRead:
 
     def __exit__(self, *exc: object) -> None:
         self.remove()
-
-
-#: The event kinds `declare_read` registered.
-DECLARED_KINDS: set[str] = set()
 
 
 def declare_read(
@@ -401,7 +398,6 @@ def declare_read(
 
     register_event(event)
     declared = DeclaredRead(kind, event, steps)
-    DECLARED_KINDS.add(event.model_fields["kind"].default)
     try:
         register_read(kind)
     except ValueError:

@@ -62,6 +62,20 @@ def gpu_read() -> Iterator[DeclaredRead]:
         yield read
 
 
+def _bare_read(asked: str = "-", event: type[EventBase] | None = None) -> DeclaredRead:
+    """The GPU read declared with no parsing or summary of its own (what the docs table and
+    the codec need)."""
+    return declare_read(
+        "gpu_temperature",
+        event or GpuTemperatureObserved,
+        method="gpu_temperature",
+        parse=dict,
+        due=_running,
+        summary=str,
+        asked=asked,
+    )
+
+
 class GpuClient(ScriptedClient):
     """A scripted client that also reports the GPU's temperature (the 2nd read fails)."""
 
@@ -177,15 +191,7 @@ def test_the_views_show_a_declared_reads_line(gpu_read: DeclaredRead, tmp_path):
 def test_the_docs_table_of_reads_lists_a_declared_read_and_forgets_it_when_removed():
     before = reads_table()
     assert "`gpu_temperature`" not in before
-    with declare_read(
-        "gpu_temperature",
-        GpuTemperatureObserved,
-        method="gpu_temperature",
-        parse=dict,
-        due=_running,
-        summary=str,
-        asked="on every poll while the job runs",
-    ):
+    with _bare_read("on every poll while the job runs"):
         row = next(line for line in reads_table().splitlines() if "`gpu_temperature`" in line)
         assert "on every poll while the job runs" in row and "`GpuTemperatureObserved`" in row
     assert reads_table() == before
@@ -194,15 +200,7 @@ def test_the_docs_table_of_reads_lists_a_declared_read_and_forgets_it_when_remov
 def test_a_removed_read_leaves_its_kind_unknown_again():
     event = GpuTemperatureObserved(stream="s", seq=0, id="e", at=1.0, celsius=50.0)
     line = encode(event)
-    with declare_read(
-        "gpu_temperature",
-        GpuTemperatureObserved,
-        method="gpu_temperature",
-        parse=dict,
-        due=_running,
-        summary=str,
-        asked="-",
-    ):
+    with _bare_read():
         assert decode(line) == event
     with pytest.raises(UnknownEventError):
         decode(line)
@@ -228,3 +226,17 @@ def test_a_read_declared_twice_or_without_a_read_error_field_is_refused(gpu_read
     with pytest.raises(ValueError, match="read_error"):
         declare_read("bare", Bare, method="x", parse=dict, due=_running, summary=str, asked="-")
     assert "bare" not in reads_table()
+
+    class Other(EventBase):
+        kind: Literal["OtherGpuTemperature"] = "OtherGpuTemperature"
+        v: int = 1
+        read_error: str | None = None
+
+    with pytest.raises(ValueError, match="already declared"):
+        _bare_read(event=Other)  # the same name: refused, and the first read left whole
+    assert "`gpu_temperature`" in reads_table()
+    assert decode(encode(GpuTemperatureObserved(stream="s", seq=0, id="e", at=1.0))).kind == (
+        "GpuTemperatureObserved"
+    )
+    with pytest.raises(UnknownEventError):
+        decode(encode(Other(stream="s", seq=0, id="e", at=1.0)))

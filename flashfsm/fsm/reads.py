@@ -69,6 +69,8 @@ LABELS: dict[Command, str] = {}
 FOLDS: dict[type, Fold] = {}
 #: The declared reads a status answer may make due (`ReadKind.due`), in declaration order.
 DUE_ON_STATUS: list[ReadKind] = []
+#: A declared read's one line for each of its events (`ReadKind.summary`).
+SUMMARIES: dict[type, Callable[[Any], str]] = {}
 
 
 def register_read(read: ReadKind) -> ReadKind:
@@ -88,6 +90,8 @@ def register_read(read: ReadKind) -> ReadKind:
     for model in read.answers:
         ANSWERS[model] = read.command
         FOLDS[model] = read.fold
+        if read.summary is not None:
+            SUMMARIES[model] = read.summary
     if read.due is not None:
         DUE_ON_STATUS.append(read)
     return read
@@ -101,13 +105,12 @@ def unregister_read(name: str) -> None:
     for model in read.answers:
         ANSWERS.pop(model, None)
         FOLDS.pop(model, None)
+        SUMMARIES.pop(model, None)
     if read in DUE_ON_STATUS:
         DUE_ON_STATUS.remove(read)
 
 
 def summary_of(event: Any) -> str | None:
     """A declared read's one line for `event` (None: no declared read records it)."""
-    for read in READS.values():
-        if read.summary is not None and type(event) in read.answers:
-            return read.summary(event)
-    return None
+    summary = SUMMARIES.get(type(event))
+    return None if summary is None else summary(event)
