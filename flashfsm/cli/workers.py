@@ -28,6 +28,7 @@ from flashfsm.display.text import say
 from flashfsm.display.workers import (
     JobWorker,
     job_worker,
+    log_line_text,
     print_worker,
     run_job_workers,
     say_log_line,
@@ -150,4 +151,4 @@ def _print_fetched(fetched: dict[str, Any]) -> None:
         f"({fetched['stream']}; read now, not recorded): {len(fetched['lines'])} line(s){cut}"
     )
     for line in fetched["lines"]:
-        say_log_line(line)
+        say_log_line(log_line_text(line))

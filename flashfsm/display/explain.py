@@ -24,26 +24,26 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from flashfsm.display.ledger import cause_parts, print_failure_cost
+from flashfsm.display.ledger import failure_cost_lines, print_failure_cost
 from flashfsm.display.logs import attempt_line, period_text, print_run
 from flashfsm.display.sources import Source, job_log, source_ledger
 from flashfsm.display.text import say
-from flashfsm.display.workers import JobWorker, print_worker, run_job_workers
+from flashfsm.display.workers import (
+    JobWorker,
+    WorkerShown,
+    print_worker,
+    run_job_workers,
+    worker_shown,
+)
 from flashfsm.errors import message
 from flashfsm.events.models import Concluded, RunConcluded
 from flashfsm.fsm.capacity import RankReason, ranking_reasons
 from flashfsm.fsm.findings import (
-    EXPLAIN_LINE_CHARS,
-    EXPLAIN_LOG_LINES,
-    WorkerLog,
-    WorkerSeen,
-    cut_line,
     first_line,
 )
 from flashfsm.fsm.run import RunState, replay_run
 from flashfsm.postmortem import explain as ex
-from flashfsm.postmortem.ledger import AttemptLedger, Ledger
-from flashfsm.render import clock_text
+from flashfsm.postmortem.ledger import Ledger
 from flashfsm.views import SweeperView, last_job_stream, run_label, stream_kind, sweeper_view
 
 # --- the view -----------------------------------------------------------------------------
@@ -60,18 +60,6 @@ class VerdictLine:
     at: str
     rule: str  # "?" when none is recorded
     step: str
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerShown:
-    """A worker and its log as an explanation shows them: who took the job (a phrase), the
-    log's heading, how many earlier lines are left out, and the last lines (each cut and its
-    line breaks escaped, so one recorded line is one shown line)."""
-
-    worker: str | None
-    heading: str | None
-    hidden: int
-    lines: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -183,12 +171,10 @@ class ExplainView:
         return first_line(result.detail, 160) if result is not None and result.detail else ""
 
     @property
-    def failure_cost(self) -> tuple[tuple[AttemptLedger, str], ...]:
-        """Each failed attempt of the run's ledger with what it billed, by cause."""
-        led = self.ledger
-        if led is None:
-            return ()
-        return tuple((a, ", ".join(cause_parts(a, billed=True))) for a in led.failed)
+    def failure_cost(self) -> tuple[str, tuple[str, ...]] | None:
+        """What the run cost and each failed attempt's cost, as lines (`failure_cost_lines`;
+        None: not priced, or not a run)."""
+        return None if self.ledger is None else failure_cost_lines(self.ledger)
 
     @property
     def ledger_problem(self) -> str:
@@ -252,26 +238,6 @@ def walk_reasons(run: RunState) -> tuple[RankReason, ...]:
 def at_text(offset: float) -> str:
     """A time since the log's first event as an explanation says it: `t+90 s`."""
     return f"t+{ex.secs(offset)} s"
-
-
-def worker_shown(
-    worker: WorkerSeen | None,
-    log: WorkerLog | None,
-    limit: int | None = EXPLAIN_LOG_LINES,
-    chars: int | None = EXPLAIN_LINE_CHARS,
-) -> WorkerShown:
-    """A worker and its log as `print_worker` prints them (`limit` lines, each cut at
-    `chars`)."""
-    said = None if worker is None else worker.text(clock_text(worker.started_at))
-    if log is None:
-        return WorkerShown(said, None, 0, ())
-    lines = tuple(
-        (line if chars is None else cut_line(line, chars))
-        .replace("\r\n", "\\r\\n")
-        .replace("\n", "\\n")
-        for line in log.tail(limit)
-    )
-    return WorkerShown(said, log.heading(limit), log.hidden(limit), lines)
 
 
 # --- text ---------------------------------------------------------------------------------

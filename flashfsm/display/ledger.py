@@ -300,16 +300,27 @@ def print_total(ledgers: list[Ledger], groups: list[Group], by: str) -> None:
     console.print(table)
 
 
-def print_failure_cost(led: Ledger) -> None:
-    """What a run cost, and what each failed attempt cost and why."""
-    say(
-        f"run {led.stream}: billed {duration_text(led.billed_s)} {money_text(led.money())}; "
+def failure_cost_lines(led: Ledger) -> tuple[str, tuple[str, ...]]:
+    """What a run cost (`billed …; its failures threw away …`), and what each failed attempt
+    cost and why, one line each: as every view says them."""
+    head = (
+        f"billed {duration_text(led.billed_s)} {money_text(led.money())}; "
         f"its failures threw away {duration_text(led.waste_s)} {money_text(led.waste_money)}"
     )
+    lines = []
     for a in led.failed:
         parts = cause_parts(a, billed=True)
         spent = f": {', '.join(parts)}" if parts else ": nothing billed"
-        say(f"  attempt {a.attempt} {a.label} cost {money_text(a.money())}{spent}")
+        lines.append(f"attempt {a.attempt} {a.label} cost {money_text(a.money())}{spent}")
+    return head, tuple(lines)
+
+
+def print_failure_cost(led: Ledger) -> None:
+    """What a run cost, and what each failed attempt cost and why (`failure_cost_lines`)."""
+    head, lines = failure_cost_lines(led)
+    say(f"run {led.stream}: {head}")
+    for line in lines:
+        say(f"  {line}")
 
 
 def _sum(values: list[float | None]) -> float | None:

@@ -39,10 +39,16 @@ from flashfsm.views import attempt_outcome
 GUTTER = "  │ "
 
 
+def log_line_text(line: str) -> str:
+    """One recorded line of a worker's log as one shown line: its line breaks escaped."""
+    return line.replace("\r\n", "\\r\\n").replace("\n", "\\n")
+
+
 def say_log_line(line: str, prefix: str = "  " + GUTTER) -> None:
-    """One line of a worker's log after `prefix`, escaped (a line break in it too), wrapped
-    at the console's width with its continuation lines hung under the gutter."""
-    text = styled(prefix, line.replace("\r\n", "\\r\\n").replace("\n", "\\n"))
+    """One line of a worker's log after `prefix` (its line breaks already escaped:
+    `worker_shown`), escaped, wrapped at the console's width with its continuation lines
+    hung under the gutter."""
+    text = styled(prefix, line)
     width, hang = console.width, cell_len(prefix)
     if cell_len(text.plain) <= width or hang > width // 2:
         console.print(text, soft_wrap=cell_len(text.plain) > width)
@@ -53,6 +59,35 @@ def say_log_line(line: str, prefix: str = "  " + GUTTER) -> None:
         console.print(Text.assemble(head if n == 0 else " " * hang, part))
 
 
+@dataclass(frozen=True, slots=True)
+class WorkerShown:
+    """A worker and its log as an explanation shows them: who took the job (a phrase), the
+    log's heading, how many earlier lines are left out, and the last lines (each cut and its
+    line breaks escaped, so one recorded line is one shown line)."""
+
+    worker: str | None
+    heading: str | None
+    hidden: int
+    lines: tuple[str, ...]
+
+
+def worker_shown(
+    worker: WorkerSeen | None,
+    log: WorkerLog | None,
+    limit: int | None = EXPLAIN_LOG_LINES,
+    chars: int | None = EXPLAIN_LINE_CHARS,
+) -> WorkerShown:
+    """A worker and its log as the views show them (`limit` lines, each cut at `chars`;
+    None: all, whole)."""
+    said = None if worker is None else worker.text(clock_text(worker.started_at))
+    if log is None:
+        return WorkerShown(said, None, 0, ())
+    lines = tuple(
+        log_line_text(line if chars is None else cut_line(line, chars)) for line in log.tail(limit)
+    )
+    return WorkerShown(said, log.heading(limit), log.hidden(limit), lines)
+
+
 def print_worker(
     worker: WorkerSeen | None,
     log: WorkerLog | None,
@@ -61,18 +96,17 @@ def print_worker(
     limit: int | None = EXPLAIN_LOG_LINES,
     chars: int | None = EXPLAIN_LINE_CHARS,
 ) -> None:
-    """The worker that took the job and its last log lines (`limit` of them, each cut at
-    `chars`; None: all, whole)."""
-    if worker is not None:
-        say(f"{prefix}worker: {worker.text(clock_text(worker.started_at))}")
-    if log is None:
+    """The worker that took the job and its last log lines (`worker_shown`), printed."""
+    shown = worker_shown(worker, log, limit, chars)
+    if shown.worker is not None:
+        say(f"{prefix}worker: {shown.worker}")
+    if shown.heading is None:
         return
-    say(f"{prefix}worker log: {log.heading(limit)}")
-    hidden = log.hidden(limit)
-    if hidden:
-        say(f"{prefix}{GUTTER}({hidden} earlier line(s) not shown)")
-    for line in log.tail(limit):
-        say_log_line(line if chars is None else cut_line(line, chars), prefix + GUTTER)
+    say(f"{prefix}worker log: {shown.heading}")
+    if shown.hidden:
+        say(f"{prefix}{GUTTER}({shown.hidden} earlier line(s) not shown)")
+    for line in shown.lines:
+        say_log_line(line, prefix + GUTTER)
 
 
 def worker_json(w: WorkerSeen | None) -> dict[str, Any] | None:
