@@ -320,3 +320,15 @@ def installed_flashfsm(flashfsm_wheel: Path, tmp_path_factory: pytest.TempPathFa
     imported = Path(done.stdout.strip()).resolve()
     assert imported.is_relative_to(site.resolve()), f"flashfsm imported from {imported}"
     return site
+
+
+@pytest.fixture
+def piped(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The console as a pipe sees it: no `$COLUMNS`, no width set (lines unwrapped)."""
+    from flashfsm.display import text
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    width = text.console.set_width
+    text.console.width = None
+    yield
+    text.console.width = width

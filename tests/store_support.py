@@ -187,6 +187,15 @@ def run_in_child(target: Callable[..., Any], *args: Any, timeout_s: float = 60.0
     return child.exitcode
 
 
+def write_stream(url: str, stream: str, events: list[Event]) -> None:
+    """Append `events` as the whole of `stream` in the store at `url`."""
+    store = open_store(url)
+    try:
+        store.append(stream, events, 0)
+    finally:
+        store.close()
+
+
 def read_stream(url: str, stream: str) -> list[Event]:
     """The events of `stream` in the store at `url`."""
     store = open_store(url)

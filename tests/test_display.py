@@ -43,16 +43,6 @@ def store_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     return url
 
 
-@pytest.fixture
-def piped(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The console as a pipe sees it: no `$COLUMNS`, no width set (lines unwrapped)."""
-    monkeypatch.delenv("COLUMNS", raising=False)
-    width = text.console.set_width
-    text.console.width = None
-    yield
-    text.console.width = width
-
-
 @pytest.fixture(scope="module")
 def index(store_url: str) -> Iterator[StoreIndex]:
     ix = StoreIndex(store_url, wall=lambda: WALL)

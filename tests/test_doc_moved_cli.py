@@ -60,9 +60,16 @@ def has_row(lines: list[str], row: str) -> bool:
     return any(line.startswith(row) for line in lines)
 
 
+def says(said: str, *facts: str) -> None:
+    """Every fact is in what the command said."""
+    missing = [fact for fact in facts if fact not in said]
+    assert not missing, missing
+
+
 def test_replay_of_a_run_shows_its_attempts_then_its_last_job() -> None:
     said, _ = run("replay", "EX/run-walk.jsonl", code=0)
-    for fact in (
+    says(
+        said,
         "run run-walk.jsonl: SUCCEEDED, 2 attempt(s)",
         "attempt 0 on RTX4090: no_capacity (queue_grace) job stream: job-walk-s0-a0",
         "no capacity for this GPU class; retry on the next-best GPU",
@@ -71,33 +78,32 @@ def test_replay_of_a_run_shows_its_attempts_then_its_last_job() -> None:
         "job-walk-s0-a1: 18 events",
         "(8 routine observations not shown; --full shows all)",
         "SUCCEEDED (success) by rule completed evidence: seqs [16] detail: job COMPLETED",
-    ):
-        assert fact in said, fact
+    )
 
 
 def test_replay_verify_of_a_failed_job_exits_with_its_code_and_agrees() -> None:
     said, _ = run("replay", "EX/job-codeerror-s0-a0.jsonl", "--verify", code=10)
-    for fact in (
+    says(
+        said,
         "job-codeerror-s0-a0.jsonl: 19 events",
         "worker w-6b7102f1 log: 15 line(s)",
         "FAILED (job_failed) by rule worker_failed evidence: seqs [14, 15, 16]",
         "reward model returned NaN",
         "verify: ok: 19 events agree with today's rules (verdict FAILED by worker_failed)",
-    ):
-        assert fact in said, fact
+    )
 
 
 def test_replay_lists_the_worker_evidence() -> None:
     said, _ = run("replay", "EX/worker/job-oom-s0-a1.jsonl", code=10)
-    for fact in (
+    says(
+        said,
         "job-oom-s0-a1.jsonl: 26 events",
         "watch started by docs-example every 10s",
         "worker wkr-a100-7f3k took the job: NVIDIA A100 80GB PCIe in EU-RO-1, up 16 s",
         "worker wkr-a100-7f3k log: 30 line(s); last: torch.OutOfMemoryError",
         "(17 routine observations not shown; --full shows all)",
         "FAILED (job_failed) by rule worker_failed evidence: seqs [23]",
-    ):
-        assert fact in said, fact
+    )
 
 
 def test_why_not_says_when_the_job_left_the_queue() -> None:
@@ -112,7 +118,8 @@ def test_why_not_says_when_the_job_left_the_queue() -> None:
 def test_explain_of_a_run_explains_its_failed_attempts_walk_and_cost() -> None:
     printed = output("explain", "EX/run-crashloop.jsonl", code=0)
     said, _ = collapse(printed)
-    for fact in (
+    says(
+        said,
         "run run-crashloop.jsonl: its last attempt's job stream is job-crashloop-s0-a1",
         "job-crashloop-s0-a1: SUCCEEDED (success) at t+90 s by rule completed (step 4)",
         "why: COMPLETED with an output that decodes to metrics is a success.",
@@ -128,8 +135,7 @@ def test_explain_of_a_run_explains_its_failed_attempts_walk_and_cost() -> None:
         "not starved in the last 1 h (1 job(s), mean wait 0 s); by price",
         "billed 6 min 30 s $0.11; its failures threw away 5 min $0.08",
         "attempt 0 STALLED (unhealthy_worker) cost $0.08: stall 5 min $0.08",
-    ):
-        assert fact in said, fact
+    )
     # its last 20 lines, each on a `│` line: the crash loop's latest, not its earlier ones
     quoted = [line for line in printed.splitlines() if line.lstrip().startswith("│")]
     assert len(quoted) == 1 + 20  # the "(64 earlier line(s) not shown)" line, then 20
@@ -139,7 +145,8 @@ def test_explain_of_a_run_explains_its_failed_attempts_walk_and_cost() -> None:
 
 def test_explain_of_a_failed_run_with_worker_logs() -> None:
     said, _ = run("explain", "EX/worker/run-oom.jsonl", code=10)
-    for fact in (
+    says(
+        said,
         "run run-oom.jsonl: its last attempt's job stream is job-oom-s0-a1",
         "job-oom-s0-a1: FAILED (job_failed) at t+180 s by rule worker_failed (step 6)",
         "because: no heartbeat reader to flag it retriable",
@@ -156,8 +163,7 @@ def test_explain_of_a_failed_run_with_worker_logs() -> None:
         "billed 7 min 56 s $0.17; its failures threw away 7 min 56 s $0.17",
         "attempt 0 STALLED (unhealthy_worker) cost $0.08: stall 5 min $0.08",
         "attempt 1 FAILED (worker_failed) cost $0.09: failed 2 min 56 s $0.09",
-    ):
-        assert fact in said, fact
+    )
     assert "2023-11-16 02:08:00 step 100" in said and "02:07:54 step 90" not in said
 
 
@@ -187,15 +193,15 @@ def test_whatif_says_when_the_observations_end_before_the_new_policy_decides() -
 )
 def test_cost_of_a_run_by_attempt_and_broken_down(by: str, rows: list[str]) -> None:
     said, lines = run("cost", "EX/run-walk.jsonl", "--by", by, code=0)
-    for fact in (
+    says(
+        said,
         "run-walk.jsonl: SUCCEEDED, 2 attempt(s), billed 1 min 30 s $0.02, waste $0",
         "attempt 0 on RTX4090 at $0.69/h: NO_CAPACITY (queue_grace) billed 0 s $0 "
         "unbilled: queue 5 min 10 s",
         "attempt 1 on L40S at $0.99/h: SUCCEEDED billed 1 min 30 s $0.02: cold start 1 min "
         "$0.02, training 30 s $0.0083",
         "total: 1 stream(s), 2 attempt(s), billed 1 min 30 s $0.02, waste $0",
-    ):
-        assert fact in said, fact
+    )
     assert has_row(lines, f"{by} attempts time billed money waste")
     for row in rows:
         assert has_row(lines, row), row
@@ -203,7 +209,8 @@ def test_cost_of_a_run_by_attempt_and_broken_down(by: str, rows: list[str]) -> N
 
 def test_logs_of_a_run_shows_each_attempts_worker_log() -> None:
     said, _ = run("logs", "EX/worker/run-oom.jsonl", "--lines", "4", code=0)
-    for fact in (
+    says(
+        said,
         "attempt 0 (job-oom-s0-a0): STALLED (stalled) by unhealthy_worker",
         "worker: wkr-l40s-q2m9 on NVIDIA L40S in US-TX-3, started 2023-11-16 02:00:48 UTC "
         "(3 s after submission, t+3 s); listed unhealthy while the job was IN_QUEUE, t+200 s "
@@ -212,8 +219,7 @@ def test_logs_of_a_run_shows_each_attempts_worker_log() -> None:
         "2023-11-16 02:01:12 worker exited with code 1; restarting (attempt 6)",
         "attempt 1 (job-oom-s0-a1): FAILED (job_failed) by worker_failed",
         "read at t+180 s (seq 24): the last 4 of 30 lines recorded (26 earlier line(s) not shown)",
-    ):
-        assert fact in said, fact
+    )
 
 
 def test_logs_of_a_run_without_worker_logs_says_so() -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from flashfsm import example_logs, open_store
+from flashfsm import example_logs
 from flashfsm.adapters.jsonl import read_jsonl_file
 from flashfsm.cli.common import open_source
 from flashfsm.cli.logs import explain_json
@@ -26,6 +26,7 @@ from flashfsm.events.models import Concluded, StatusObserved, WorkerLogObserved
 from flashfsm.postmortem import explain as ex
 from flashfsm.ui.index import StoreIndex
 from flashfsm.ui.pages import explain_html, live_html
+from tests.store_support import write_stream
 
 EXAMPLES = sorted(example_logs().rglob("*.jsonl"))
 #: The labels a text line of `explain` starts with (the page says them as its own markup).
@@ -155,11 +156,7 @@ def hostile_store(tmp_path: Path) -> tuple[str, str]:
             e = e.model_copy(update={"detail": f"[FAILED] {HOSTILE}"})
         evil.append(e)
     url = f"sqlite:///{tmp_path}/events.db"
-    store = open_store(url)
-    try:
-        store.append(events[0].stream, evil, 0)
-    finally:
-        store.close()
+    write_stream(url, events[0].stream, evil)
     return url, events[0].stream
 
 

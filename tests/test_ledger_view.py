@@ -12,17 +12,15 @@ from __future__ import annotations
 import html
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from flashfsm import example_logs, open_store
+from flashfsm import example_logs
 from flashfsm.adapters.jsonl import read_jsonl_file
 from flashfsm.cli import app
 from flashfsm.cli.common import open_source
-from flashfsm.display import text as display_text
 from flashfsm.display.ledger import LedgerView, ledger_view, print_ledger_view
 from flashfsm.display.sources import source_ledger
 from flashfsm.display.text import captured
@@ -38,6 +36,7 @@ from flashfsm.postmortem.ledger import (
 from flashfsm.render import duration_text
 from flashfsm.ui.index import StoreIndex
 from flashfsm.ui.pages import ledger_html, live_html
+from tests.store_support import write_stream
 
 runner = CliRunner()
 EXAMPLES = sorted(example_logs().rglob("*.jsonl"))
@@ -54,16 +53,6 @@ HTML_ATTEMPT = re.compile(
     r'(at \$\S+/h|\(unpriced\)): <span class="(?:ok|bad|open)">(.*?)</span></p>'
 )
 HTML_BILLED = re.compile(r"<dt>billed</dt><dd>(.+?) (\$[\d.,]+|unpriced)(?::|</dd>)")
-
-
-@pytest.fixture
-def piped(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The console as a pipe sees it: no `$COLUMNS`, no width set (lines unwrapped)."""
-    monkeypatch.delenv("COLUMNS", raising=False)
-    width = display_text.console.set_width
-    display_text.console.width = None
-    yield
-    display_text.console.width = width
 
 
 def section_text(page: str) -> str:
@@ -177,11 +166,7 @@ def test_a_hostile_streams_page_escapes_its_bill(tmp_path: Path, piped):
             e = e.model_copy(update={"gpu_class": f"{HOSTILE}\x1b[31m"})
         evil.append(e)
     url = f"sqlite:///{tmp_path}/events.db"
-    store = open_store(url)
-    try:
-        store.append(stream, evil, 0)
-    finally:
-        store.close()
+    write_stream(url, stream, evil)
     index = StoreIndex(url, wall=lambda: WALL)
     try:
         index.refresh()
