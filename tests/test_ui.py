@@ -221,6 +221,24 @@ def test_outside_text_renders_inert(mixed_store, client_for):
     assert "script-src 'self'" in client.get("/").headers["content-security-policy"]
 
 
+class PasswordAnswers(Answers):
+    """RunPod, scripted: the job fails with a URL holding a password in its error text."""
+
+    error = "pull from https://bob:hunter2pw@registry.example/x failed"
+
+
+def test_a_urls_password_in_outside_text_never_reaches_a_page(tmp_path: Path, client_for):
+    url = f"sqlite:///{tmp_path}/events.db"
+    watch_scripted_job(url, "job-url", PasswordAnswers())
+    client = client_for(url)
+    stream = client.get(stream_url("job-url")).text
+    # (the verdict, its evidence, the detail and the timeline row all quote the error)
+    assert stream.count("https://bob:***@registry.example/x") >= 4
+    for path in ("/", stream_url("job-url"), "/rows.json", "/costs"):
+        response = client.get(path)
+        assert response.status_code == 200 and "hunter2pw" not in response.text
+
+
 def test_a_page_answers_only_a_loopback_host_name(demo_store, client_for):
     client = client_for(demo_store)
     assert client.get("/", headers={"host": "evil.example"}).status_code == 400

@@ -6,9 +6,10 @@ timeline picture, the ledger: `flashfsm.display`, the display layer both front e
 on), so a page and a command never tell two stories; `explain` is the one structured view
 the command prints (`flashfsm.display.explain.ExplainView`), rendered here in markup by its
 template (`explain_html`). Jinja2 renders with autoescaping on, and every outside text (a
-stream name, an error message, a worker's log line) also goes through `shown` first (in
-`explain`, `said`: its URLs' passwords masked too, as the CLI prints them), so a control
-character is written as its escape and HTML or script in it is inert text. Pages carry no
+stream name, an error message, a worker's log line) also goes through one filter first (`t`:
+`shown`, and the password of any URL in it masked, as the CLI prints it), so a control
+character is written as its escape, a password never reaches a page and HTML or script in it
+is inert text. Pages carry no
 inline script or style: the one script and the one stylesheet are static files, and the
 app's Content-Security-Policy allows nothing else to run.
 
@@ -114,12 +115,10 @@ def _rate(value: float | None) -> str:
 
 
 def _shown(value: Any) -> str:
-    return "" if value is None else shown(str(value))
-
-
-def _said(value: Any) -> str:
-    """Outside text as the CLI says it (`flashfsm.display.text.styled`): escaped, the
-    password of any URL in it masked."""
+    """Text on a page as the CLI says it (`flashfsm.display.text.styled`): every
+    unprintable character escaped and the password of any URL in it masked. The one filter
+    (`t`) for all text a page shows, outside text or not: a value never has to be sorted
+    into trusted and untrusted first."""
     return "" if value is None else shown(scrub_urls(str(value)))
 
 
@@ -129,9 +128,7 @@ _ENV = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-_ENV.filters.update(
-    t=_shown, said=_said, time=_time, dur=_duration, money=_money, rate=_rate, url=stream_url
-)
+_ENV.filters.update(t=_shown, time=_time, dur=_duration, money=_money, rate=_rate, url=stream_url)
 
 
 def render_template(template: str, **values: Any) -> str:
