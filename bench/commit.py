@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import T0, Row, Section, bench_main, fmt
+from common import T0, Row, Section, bench_main, fmt, timed
 
 from flashfsm.adapters.sqlite import SqliteStore
 from flashfsm.events.models import StatusObserved
@@ -161,10 +161,7 @@ def measure(seconds: float, writers: int) -> Section:
 
 
 def run(quick: bool) -> list[Section]:
-    start = time.perf_counter()
-    section = measure(4.0 if quick else 15.0, 500 if quick else 2000)
-    section.seconds = time.perf_counter() - start
-    return [section]
+    return timed(lambda: measure(4.0 if quick else 15.0, 500 if quick else 2000))
 
 
 def main() -> None:

@@ -241,6 +241,14 @@ def bench_dir() -> Path:
     return Path(__file__).resolve().parent
 
 
+def timed(measure: Callable[[], Section]) -> list[Section]:
+    """`run`'s answer for a module of one section: `measure`'s, with the seconds it took."""
+    start = time.perf_counter()
+    section = measure()
+    section.seconds = time.perf_counter() - start
+    return [section]
+
+
 def bench_main(doc: str, run: Callable[[bool], list[Section]]) -> None:
     """A benchmark module's command line: `--quick` for the small sizes, then its sections."""
     import argparse

@@ -11,9 +11,7 @@ Goal (issue 7): ≤ 10 µs per observation.
 
 from __future__ import annotations
 
-import time
-
-from common import Row, Section, bench_main, fmt, median, times, training_log
+from common import Row, Section, bench_main, fmt, median, timed, times, training_log
 
 from flashfsm.fsm.job import JobState, decide, evolve
 from flashfsm.fsm.machine import MACHINE
@@ -69,10 +67,7 @@ def measure(n: int, rounds: int) -> Section:
 
 
 def run(quick: bool) -> list[Section]:
-    start = time.perf_counter()
-    section = measure(20_000 if quick else 100_000, 5)
-    section.seconds = time.perf_counter() - start
-    return [section]
+    return timed(lambda: measure(20_000 if quick else 100_000, 5))
 
 
 def main() -> None:

@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import Row, Section, bench_main, fmt, median
+from common import Row, Section, bench_main, fmt, median, timed
 
 ROUNDS = 7
 IMPORT_GOAL = 1.3
@@ -164,10 +164,7 @@ def measure() -> Section:
 
 def run(quick: bool) -> list[Section]:
     """The section (quick or not: the goals are medians of 7 rounds either way)."""
-    start = time.perf_counter()
-    section = measure()
-    section.seconds = time.perf_counter() - start
-    return [section]
+    return timed(measure)
 
 
 def main() -> None:

@@ -23,7 +23,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import Row, Section, bench_main, fill, fmt, median, seven_day_events, training_log
+from common import (
+    Row,
+    Section,
+    bench_main,
+    fill,
+    fmt,
+    median,
+    seven_day_events,
+    timed,
+    training_log,
+)
 
 from flashfsm.adapters.stores import open_store, path_url
 from flashfsm.events.codec import require_checksums
@@ -166,10 +176,7 @@ def _timed(fn: object) -> float:
 
 
 def run(quick: bool) -> list[Section]:
-    start = time.perf_counter()
-    section = measure(3 if quick else 7)
-    section.seconds = time.perf_counter() - start
-    return [section]
+    return timed(lambda: measure(3 if quick else 7))
 
 
 def main() -> None:

@@ -267,6 +267,46 @@ def clock() -> VirtualClock:
     return VirtualClock()
 
 
+@pytest.fixture
+def http(sim: Any) -> Any:
+    """An HTTP client on the test module's simulator (its `sim` fixture), its first account's
+    key the bearer token."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {sim.accounts[0].key}"}
+    with httpx.Client(base_url=sim.url, headers=headers, timeout=10) as client:
+        yield client
+
+
+@pytest.fixture
+def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No proxy in the environment (a proxy keeps httpx's own transport)."""
+    for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def client_for() -> Any:
+    """Make a test client of a UI view of a store (`client`: the address its requests come
+    from); each is closed after the test."""
+    from starlette.testclient import TestClient
+
+    from flashfsm.ui.app import UiConfig, create_app
+
+    clients: list[Any] = []
+
+    def make(url: str, client: tuple[str, int] = ("127.0.0.1", 50000), **options: Any) -> Any:
+        app = create_app(UiConfig(url, poll_s=0.05, **options))
+        made = TestClient(app, base_url="http://127.0.0.1", client=client)
+        made.__enter__()
+        clients.append(made)
+        return made
+
+    yield make
+    for made in clients:
+        made.__exit__(None, None, None)
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def lease_url(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
     """The URL of a fresh store that keeps leases (a fleet's): SQLite, then PostgreSQL

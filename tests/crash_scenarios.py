@@ -13,6 +13,7 @@ from typing import Any
 
 from flashfsm import JobHandle, RunpodApiError, poll_job
 from flashfsm.adapters.stores import open_store
+from tests.conftest import VirtualClock
 from tests.store_support import KillAfter
 
 T0 = 1_000_000.0
@@ -88,19 +89,8 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
-class _VirtualClock:
-    def __init__(self, start: float):
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
 class _Client:
-    def __init__(self, scenario: Scenario, clock: _VirtualClock):
+    def __init__(self, scenario: Scenario, clock: VirtualClock):
         self.scenario, self.clock = scenario, clock
 
     def job_status(self, endpoint_id: str, job_id: str) -> dict[str, Any]:
@@ -115,7 +105,7 @@ def run_watch(name: str, url: str, stream: str, kill_after: int | None = None) -
     scenario = SCENARIOS[name]
     store = open_store(url)
     events = store.read(stream)
-    clock = _VirtualClock(events[-1].at if events else T0)
+    clock = VirtualClock(events[-1].at if events else T0)
     reader = None
     if scenario.heartbeat is not None:
         heartbeat = scenario.heartbeat

@@ -21,7 +21,8 @@ from flashfsm.adapters.stores import default_store_url
 from flashfsm.events.store import EventStore
 from flashfsm.runs import Deployed, OnInterrupt
 from flashfsm.sigint import EXIT_INTERRUPTED
-from tests.crash_scenarios import HANDLE, SCENARIOS, T0, _Client, _VirtualClock
+from tests.conftest import VirtualClock
+from tests.crash_scenarios import HANDLE, SCENARIOS, T0, _Client
 
 SCENARIO = SCENARIOS["success"]
 RUN, RUN_STREAM, JOB_STREAM = "r", "run-r", "job-r-a0"
@@ -32,7 +33,7 @@ class SignalAfterPolls:
     """The scenario's client; the status fetch after `polls` of them first sends `signum`
     to this process (None: never)."""
 
-    def __init__(self, clock: _VirtualClock, polls: int | None, signum: int = signal.SIGKILL):
+    def __init__(self, clock: VirtualClock, polls: int | None, signum: int = signal.SIGKILL):
         self.client, self.polls, self.signum, self.made = _Client(SCENARIO, clock), polls, signum, 0
 
     def job_status(self, endpoint_id: str, job_id: str) -> dict[str, Any]:
@@ -45,14 +46,14 @@ class SignalAfterPolls:
         return self.client.endpoint_health(endpoint_id)
 
 
-def resumed_clock(url: str) -> _VirtualClock:
+def resumed_clock(url: str) -> VirtualClock:
     """A virtual clock at the last event the store holds (T0 for an empty one)."""
     store = open_store(url)
     try:
         last = max((e.at for s in store.streams() for e in store.read(s)), default=T0)
     finally:
         store.close()
-    return _VirtualClock(last)
+    return VirtualClock(last)
 
 
 class OneAttempt:
@@ -60,7 +61,7 @@ class OneAttempt:
     attempt's job is watched by `poll_job` with one `SignalAfterPolls` client (a cancelled
     job's last watch included: the signal comes once)."""
 
-    def __init__(self, clock: _VirtualClock, calls: Path, polls: int | None, signum: int):
+    def __init__(self, clock: VirtualClock, calls: Path, polls: int | None, signum: int):
         self.clock, self.calls = clock, calls
         self.client = SignalAfterPolls(clock, polls, signum)  # one signal, whatever watches
 

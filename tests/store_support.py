@@ -13,6 +13,7 @@ import multiprocessing
 import os
 import shutil
 import signal
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -194,6 +195,21 @@ def write_stream(url: str, stream: str, events: list[Event]) -> None:
         store.append(stream, events, 0)
     finally:
         store.close()
+
+
+@contextlib.contextmanager
+def jsonl_copied_to(directory: Path) -> Iterator[tuple[EventStore, Path]]:
+    """A JSONL store in a scratch directory, and that directory; once the block ends
+    without an error, the store's logs copied into `directory` (which must not exist)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        store = open_store(f"jsonl://{scratch}/store")
+        try:
+            yield store, Path(scratch)
+        finally:
+            store.close()
+        directory.mkdir(parents=True)
+        for path in sorted(Path(scratch, "store").glob("*.jsonl")):
+            shutil.copyfile(path, directory / path.name)
 
 
 def read_stream(url: str, stream: str) -> list[Event]:

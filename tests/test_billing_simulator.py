@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from flashfsm import JobHandle, RunpodClient, poll_job, supervise_run
+from flashfsm import JobHandle, RunpodClient, poll_job
 from flashfsm.adapters.flash_deploy import DEFAULT_IDLE_TIMEOUT_S
 from flashfsm.adapters.hub import hub_readers
 from flashfsm.adapters.simulator import SimClock, Simulator
@@ -33,6 +33,7 @@ from flashfsm.demo import GPUS, PHASE
 from flashfsm.events.models import HubLocation, JobQueued
 from flashfsm.runs import Deployed, RunpodRunAdapters, request_cancel
 from flashfsm.sweeper import IdleSweeper
+from tests.test_docs_examples import supervise_example
 
 START = 1_700_000_000.0
 HF_REPO = "my-org/runs"
@@ -92,17 +93,7 @@ def _run(sim: Simulator, client: RunpodClient, store: Any, run_id: str, scratch:
         clock=sim.clock.now,
         sleep=sleep,
     )
-    supervise_run(
-        run_id,
-        [GPUS[g] for g in gpus],
-        adapters,
-        max_retries=2,
-        phase=PHASE,
-        seed=0,
-        store=store,
-        clock=sim.clock.now,
-        sleep=sleep,
-    )
+    supervise_example(run_id, [GPUS[g] for g in gpus], adapters, store, sim, sleep)
 
 
 def _bare_job(sim: Simulator, client: RunpodClient, store: Any, name: str, scenario: str) -> str:

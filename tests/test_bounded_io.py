@@ -16,7 +16,7 @@ import threading
 import time
 import tracemalloc
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import httpx
 import pytest
@@ -158,13 +158,6 @@ def _async_status(url: str, **options: object) -> None:
 CLIENTS = {"sync": _sync_status, "async": _async_status}
 
 
-@pytest.fixture
-def no_proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    yield
-
-
 @pytest.mark.parametrize("flavor", sorted(CLIENTS))
 @pytest.mark.parametrize("make", [header_trickle, body_trickle], ids=["headers", "body"])
 def test_a_trickling_server_cannot_stretch_a_call_past_its_deadline(no_proxy, flavor, make):
@@ -202,23 +195,30 @@ def test_retries_stop_at_the_deadline_instead_of_sleeping_past_it(no_proxy, flav
         assert caught.value.status_code == 503 and server.requests == 1
 
 
+def refused_with_peak(flavor: str, url: str) -> tuple[RunpodApiError, int]:
+    """The error a client of `flavor` ("async-httpx": the async client on httpx's own
+    transport), allowed 3 tries, raises on a call to `url`; and the peak memory traced."""
+    options: dict[str, object] = {"retry": RetryPolicy(attempts=3)}
+    if flavor == "async-httpx":
+        options["transport"] = httpx.AsyncHTTPTransport()
+    tracemalloc.start()
+    try:
+        with pytest.raises(RunpodApiError) as caught:
+            CLIENTS[flavor.split("-")[0]](url, **options)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return caught.value, peak
+
+
 @pytest.mark.parametrize(
     "flavor", ["sync", "async", "async-httpx"], ids=["sync", "async-h11", "async-httpx"]
 )
 def test_a_gzip_bomb_is_refused_once_decoded_bytes_pass_the_cap(no_proxy, flavor, bomb):
     reply = answer(_head(len(bomb), "Content-Encoding: gzip\r\n") + bomb)
-    options: dict[str, object] = {"retry": RetryPolicy(attempts=3)}
-    if flavor == "async-httpx":
-        options["transport"] = httpx.AsyncHTTPTransport()
     with LorisServer(reply) as server:
-        tracemalloc.start()
-        try:
-            with pytest.raises(RunpodApiError) as caught:
-                CLIENTS[flavor.split("-")[0]](server.url, **options)
-            _, peak = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
-        assert "once decoded" in str(caught.value) and caught.value.status_code is None
+        error, peak = refused_with_peak(flavor, server.url)
+        assert "once decoded" in str(error) and error.status_code is None
         assert server.requests == 1  # not retried: the same body would come back
     assert peak < 100 * 1024 * 1024, peak  # the cap is 32 MiB; the body inflates to 256 MiB
 
@@ -239,19 +239,10 @@ def gigabyte_body() -> Callable[[socket.socket, threading.Event], None]:
 
 @pytest.mark.parametrize("flavor", [*sorted(CLIENTS), "async-httpx"])
 def test_a_1_gib_body_is_refused_at_the_cap_with_memory_bounded(no_proxy, flavor):
-    options: dict[str, object] = {"retry": RetryPolicy(attempts=3)}
-    if flavor == "async-httpx":
-        options["transport"] = httpx.AsyncHTTPTransport()
     with LorisServer(gigabyte_body()) as server:
-        tracemalloc.start()
         started = time.monotonic()
-        try:
-            with pytest.raises(RunpodApiError) as caught:
-                CLIENTS[flavor.split("-")[0]](server.url, **options)
-            _, peak = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
-        assert caught.value.status_code is None
+        error, peak = refused_with_peak(flavor, server.url)
+        assert error.status_code is None
         assert server.requests == 1  # not retried
     assert peak < 100 * 1024 * 1024, peak  # the cap is 32 MiB of a 1 GiB body
     assert time.monotonic() - started < 30  # it stopped reading at the cap

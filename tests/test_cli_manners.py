@@ -66,6 +66,7 @@ from flashfsm.runs import Deployed
 from tests.sim_support import sync_client
 
 runner = CliRunner()
+#: Every exit code the help documents (`EXIT_CODE_TABLE`).
 DOCUMENTED = {e.code for e in EXIT_CODE_TABLE}
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 

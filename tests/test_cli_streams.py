@@ -25,7 +25,6 @@ import pytest
 from typer.testing import CliRunner
 
 from flashfsm import (
-    AsyncRunpodClient,
     Candidate,
     EventStore,
     IdleSweeper,
@@ -38,7 +37,7 @@ from flashfsm import (
 from flashfsm.adapters.jsonl import stream_file_name
 from flashfsm.adapters.simulator import Simulator
 from flashfsm.adapters.stores import copy_streams, open_store
-from flashfsm.cli import EXIT_CODE_TABLE, EXIT_CODES, EXIT_NO_VERDICT, EXIT_USAGE, app
+from flashfsm.cli import EXIT_CODES, EXIT_NO_VERDICT, EXIT_USAGE, app
 from flashfsm.cli import common as cli_common
 from flashfsm.errors import WatchStopped
 from flashfsm.events.models import (
@@ -52,13 +51,12 @@ from flashfsm.runs import Deployed
 from flashfsm.supervisor import JobSpec, Supervisor
 from flashfsm.views import StreamKind, stream_kind
 from tests.sim_support import sync_client
+from tests.test_cli_manners import DOCUMENTED
 from tests.test_deploy import sim_factory
 from tests.test_submit import scripted
 from tests.test_submit import spec as submit_spec
 
 runner = CliRunner()
-#: Every exit code the help documents (`EXIT_CODE_TABLE`).
-DOCUMENTED_EXITS = {e.code for e in EXIT_CODE_TABLE}
 GPUS = (
     Candidate(gpu_class="RTX4090", price_per_hour=0.69, vram_gb=24),
     Candidate(gpu_class="L40S", price_per_hour=0.99, vram_gb=48),
@@ -127,17 +125,12 @@ def write_supervised_job(store: EventStore) -> str:
     with Simulator(speed=0) as sim:
         endpoint = sim.add_endpoint("flash-supervised", check_quota=False)
         job = sim.submit(endpoint, {"scenario": "crash_loop"})
-        env = sim.env()
 
         async def virtual_sleep(seconds: float) -> None:
             sim.clock.advance(seconds)
 
         async def main() -> None:
-            client = AsyncRunpodClient(
-                sim.accounts[0].key,
-                endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
-                api_base_url=env["RUNPOD_API_BASE_URL"],
-            )
+            client = sim.async_client()
             try:
                 supervisor = Supervisor(
                     store, client, clock=sim.clock.now, sleep=virtual_sleep, jitter=0
@@ -528,7 +521,7 @@ def test_every_command_reads_every_stream_the_library_writes(
     # a worker's traceback recorded in a log is shown as data, never at the start of a line
     assert not re.search(r"^Traceback \(most recent call last\)", result.output, re.M)
     assert "UNREADABLE" not in result.output
-    assert result.exit_code in DOCUMENTED_EXITS, result.output
+    assert result.exit_code in DOCUMENTED, result.output
     check(writer, stream, result, as_json)
     if command == "timeline" and result.exit_code == 0:
         ET.parse(tmp_path / "picture.svg")  # a well-formed picture

@@ -22,7 +22,7 @@ from flashfsm.cli import app
 from flashfsm.postmortem.ledger import ledger
 from tests.test_ledger import EXAMPLES, load
 from tests.test_render import CHROMIUM
-from tests.test_render_chromium import SVG_BOX_JS, chromium_measure
+from tests.test_render_chromium import REPORT_JS, SVG_BOX_JS, chromium_measure
 
 RUNS = ("run-stall", "run-walk", "run-crashloop", "run-codeerror")
 
@@ -111,13 +111,8 @@ READ_COST = (
     total: [...svg.querySelectorAll("text.total-cost")].map((t) => t.textContent).join(" "),
     cells: [...document.querySelectorAll("td.cost")].map((td) => td.innerText.trim()),
   };
-  const pre = document.createElement("pre");
-  pre.id = "measured";
-  pre.textContent = JSON.stringify(out);
-  document.body.appendChild(pre);
-})();
-</script>
 """
+    + REPORT_JS
 )
 
 

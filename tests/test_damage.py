@@ -77,15 +77,19 @@ class Damaged:
     root: Path | None  # the files a reader must leave as they were (None: a server's table)
 
 
-def build_sqlite(root: Path) -> Damaged:
-    db = root / "events.db"
-    store = SqliteStore(db, durable=False)
+def fill_and_close(store: Any) -> None:
+    """Append `copies()` in group commits of 250 streams, then close the store."""
     try:
         batches = [(stream, events, 0) for stream, events in copies()]
         for first in range(0, len(batches), 250):
             assert not any(store.append_many(batches[first : first + 250]))
     finally:
         store.close()
+
+
+def build_sqlite(root: Path) -> Damaged:
+    db = root / "events.db"
+    fill_and_close(SqliteStore(db, durable=False))
     conn = sqlite3.connect(db)
     with conn:
         (body,) = conn.execute(
@@ -118,13 +122,7 @@ def build_postgres(dsn: str, table: str) -> Damaged:
     import psycopg
 
     url = f"{dsn}{'&' if '?' in dsn else '?'}table={table}"
-    store = open_store(url)
-    try:
-        batches = [(stream, events, 0) for stream, events in copies()]
-        for first in range(0, len(batches), 250):
-            assert not any(store.append_many(batches[first : first + 250]))
-    finally:
-        store.close()
+    fill_and_close(open_store(url))
     with psycopg.connect(dsn, autocommit=True) as conn:
         (body,) = conn.execute(
             f"SELECT body FROM {table} WHERE stream = %s AND seq = %s", (DAMAGED, DAMAGED_SEQ)

@@ -18,7 +18,8 @@ from flashfsm.events.models import Concluded, EndpointDeployed, JobQueued, RunCo
 from flashfsm.fsm.job import replay
 from flashfsm.fsm.run import replay_run
 from flashfsm.shell import opened_store
-from tests.crash_scenarios import HANDLE, SCENARIOS, T0, _VirtualClock
+from tests.conftest import VirtualClock
+from tests.crash_scenarios import HANDLE, SCENARIOS, T0
 from tests.reattach_support import (
     JOB_STREAM,
     RUN,
@@ -35,7 +36,7 @@ from tests.store_support import Verdict, check_reattached, read_stream, run_in_c
 
 def reference() -> tuple[Verdict, int]:
     """The success job's verdict and log length, watched once without a crash."""
-    clock, store = _VirtualClock(T0), MemoryStore()
+    clock, store = VirtualClock(T0), MemoryStore()
     poll_job(
         HANDLE,
         client=SignalAfterPolls(clock, None),
@@ -118,12 +119,12 @@ def tracked(monkeypatch: pytest.MonkeyPatch) -> list[TrackedStore]:
 
 
 def watch(**store: Any) -> None:
-    clock = _VirtualClock(T0)
+    clock = VirtualClock(T0)
     poll_job(HANDLE, client=SignalAfterPolls(clock, None), clock=clock, sleep=clock.sleep, **store)
 
 
 def supervise(tmp_path: Path, **store: Any) -> None:
-    clock = _VirtualClock(T0)
+    clock = VirtualClock(T0)
     adapters = OneAttempt(clock, tmp_path / "calls", None, signal.SIGKILL)
     result = supervise_run(
         RUN, [Candidate(gpu_class="A")], adapters, clock=clock, sleep=clock.sleep, **store
@@ -155,7 +156,7 @@ def test_a_store_opened_for_a_call_is_closed_when_the_call_is_interrupted(tracke
 
 def test_memory_asks_for_a_fresh_store_and_the_default_keeps_the_verdict():
     def fetches(**store: Any) -> int:
-        clock = _VirtualClock(T0)
+        clock = VirtualClock(T0)
         client = SignalAfterPolls(clock, None)
         poll_job(HANDLE, client=client, clock=clock, sleep=clock.sleep, **store)
         return client.made

@@ -13,7 +13,7 @@ from flashfsm.fsm.table import ACTIVE, RUNNING, TERMINAL, TRANSITIONS, WAITING, 
 from flashfsm.postmortem import diagram
 from flashfsm.postmortem.diagram import GROUPS, Box
 from tests.test_render import CHROMIUM
-from tests.test_render_chromium import SVG_BOX_JS, chromium_measure, svg_page
+from tests.test_render_chromium import REPORT_JS, SVG_BOX_JS, chromium_measure, svg_page
 
 #: Every (trigger, source, destination) the table allows.
 TABLE = {(t, s.value, d.value) for t, sources, d in TRANSITIONS for s in sources}
@@ -134,13 +134,8 @@ MEASURE_DIAGRAM = (
       label: box(g.querySelector("text.edge-label")), path: box(g.querySelector("path"))})),
     texts: [...svg.querySelectorAll("text")].map((t) => box(t)),
   };
-  const pre = document.createElement("pre");
-  pre.id = "measured";
-  pre.textContent = JSON.stringify(out);
-  document.body.appendChild(pre);
-})();
-</script>
 """
+    + REPORT_JS
 )
 
 

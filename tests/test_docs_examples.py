@@ -22,6 +22,7 @@ import json
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +36,11 @@ from flashfsm.adapters.hub import (
     make_hf_heartbeat_reader,
 )
 from flashfsm.adapters.simulator import DEFAULT_KEY, SimClock, Simulator
-from flashfsm.adapters.stores import open_store
 from flashfsm.demo import GPUS, PHASE  # the demo's GPU classes and phase
 from flashfsm.events.models import Concluded
 from flashfsm.fsm.run import replay_run
 from flashfsm.runs import Deployed, RunpodRunAdapters
+from tests.store_support import jsonl_copied_to
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The example logs the tests read: the installed package's (`flashfsm examples` prints it).
@@ -109,33 +110,39 @@ def _adapters(sim: Simulator, client: RunpodClient, run_id: str, hub_cache: str)
     return [GPUS[g] for g in gpus], adapters
 
 
+def supervise_example(
+    run_id: str,
+    candidates: list[Any],
+    adapters: Any,
+    store: Any,
+    sim: Simulator,
+    sleep: Callable[[float], None] | None = None,
+) -> None:
+    """`supervise_run` as the examples run theirs: the demo's phase, seed 0, two retries, on
+    the simulator's clock (and its sleep, unless `sleep` wraps it)."""
+    supervise_run(
+        run_id,
+        candidates,
+        adapters,
+        max_retries=2,
+        phase=PHASE,
+        seed=0,
+        store=store,
+        clock=sim.clock.now,
+        sleep=sim.clock.sleep if sleep is None else sleep,
+    )
+
+
 def make_examples(directory: Path) -> None:
     """Run every example run into a JSONL store in `directory` (which must not exist)."""
-    with tempfile.TemporaryDirectory() as scratch:
-        store = open_store(f"jsonl://{scratch}/store")
-        try:
-            with (
-                Simulator(clock=SimClock(speed=0, start=START)) as sim,
-                sim.client() as client,
-            ):
-                for run_id in RUNS:
-                    candidates, adapters = _adapters(sim, client, run_id, f"{scratch}/hf")
-                    supervise_run(
-                        run_id,
-                        candidates,
-                        adapters,
-                        max_retries=2,
-                        phase=PHASE,
-                        seed=0,
-                        store=store,
-                        clock=sim.clock.now,
-                        sleep=sim.clock.sleep,
-                    )
-        finally:
-            store.close()
-        directory.mkdir(parents=True)
-        for path in sorted(Path(scratch, "store").glob("*.jsonl")):
-            shutil.copyfile(path, directory / path.name)
+    with (
+        jsonl_copied_to(directory) as (store, scratch),
+        Simulator(clock=SimClock(speed=0, start=START)) as sim,
+        sim.client() as client,
+    ):
+        for run_id in RUNS:
+            candidates, adapters = _adapters(sim, client, run_id, f"{scratch}/hf")
+            supervise_example(run_id, candidates, adapters, store, sim)
 
 
 def canonical(directory: Path) -> dict[str, list[dict[str, Any]]]:

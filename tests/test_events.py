@@ -117,8 +117,11 @@ def status_observed(draw: st.DrawFn) -> StatusObserved:
 
 
 @st.composite
-def status_fetch_failed(draw: st.DrawFn) -> StatusFetchFailed:
-    return StatusFetchFailed(
+def call_failed(
+    draw: st.DrawFn, kind: type[StatusFetchFailed | HealthProbeFailed]
+) -> StatusFetchFailed | HealthProbeFailed:
+    """A failed status fetch or health probe (`kind`): the same fields."""
+    return kind(
         **envelope(draw),
         error_class=draw(names),
         http_status=draw(st.none() | st.integers(100, 599)),
@@ -132,16 +135,6 @@ def health_observed(draw: st.DrawFn) -> HealthObserved:
         **envelope(draw),
         workers=draw(st.builds(WorkerCounts, **{k: counts for k in WorkerCounts.model_fields})),
         jobs=draw(st.builds(JobCounts, **{k: counts for k in JobCounts.model_fields})),
-    )
-
-
-@st.composite
-def health_probe_failed(draw: st.DrawFn) -> HealthProbeFailed:
-    return HealthProbeFailed(
-        **envelope(draw),
-        error_class=draw(names),
-        http_status=draw(st.none() | st.integers(100, 599)),
-        message=draw(names),
     )
 
 
@@ -248,9 +241,9 @@ HAND_WRITTEN: dict[str, st.SearchStrategy[Any]] = {
     "JobSubmitted": job_submitted(),
     "WatchStarted": watch_started(),
     "StatusObserved": status_observed(),
-    "StatusFetchFailed": status_fetch_failed(),
+    "StatusFetchFailed": call_failed(StatusFetchFailed),
     "HealthObserved": health_observed(),
-    "HealthProbeFailed": health_probe_failed(),
+    "HealthProbeFailed": call_failed(HealthProbeFailed),
     "HeartbeatObserved": heartbeat_observed(),
     "FailureDetailObserved": failure_detail_observed(),
     "Concluded": concluded(),

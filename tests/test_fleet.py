@@ -20,6 +20,7 @@ from flashfsm.events.models import Candidate, JobSubmitted, WatchStarted
 from flashfsm.events.store import HANDOFF, FencedStore, Lease, LeaseStore
 from flashfsm.fleet import Fleet, hand_off_job
 from flashfsm.runs import supervise_run
+from flashfsm.testing.contract_leases import _claimed_at_once
 from tests.sim_support import async_client
 from tests.store_support import (
     PG_ENV,
@@ -242,22 +243,7 @@ def test_a_renewal_that_waited_on_a_lock_extends_the_lease_from_when_it_was_sent
 def test_concurrent_claims_never_hand_one_stream_to_two_replicas(leases):
     for n in range(60):
         hand_off(leases, f"job-{n:02d}")
-    won: dict[str, list[str]] = {}
-    barrier = threading.Barrier(3)
-
-    def claim(owner: str) -> None:
-        barrier.wait()
-        got: list[str] = []
-        for _ in range(10):
-            got += [lease.stream for lease in leases.claim(owner, 30, 4)]
-        won[owner] = got
-
-    threads = [threading.Thread(target=claim, args=(f"r{n}",)) for n in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    every = [s for got in won.values() for s in got]
+    every = _claimed_at_once(leases, limit=4)
     assert len(every) == len(set(every)) == 60
 
 

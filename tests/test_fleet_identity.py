@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from flashfsm import AsyncRunpodClient
 from flashfsm.adapters.simulator import Simulator
 from flashfsm.adapters.stores import open_store
 from flashfsm.cli import app
@@ -406,20 +405,13 @@ def test_a_run_attempts_watch_started_names_the_replica(tmp_path: Path, monkeypa
     store, _url, cleanups = sqlite_store(tmp_path)
     try:
         with Simulator(speed=600) as sim:
-            env = sim.env()
 
             def adapters(started: RunStarted, sleep: Callable[[float], None]) -> Any:
                 def deploy(run: RunState, attempt: Attempt, record: Any) -> Deployed:
                     name = attempt.started.endpoint_name
                     return Deployed(sim.add_endpoint(name, scenario="success"), name)
 
-                from flashfsm import RunpodClient
-
-                client = RunpodClient(
-                    env["RUNPOD_API_KEY"],
-                    endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
-                    api_base_url=env["RUNPOD_API_BASE_URL"],
-                )
+                client = sim.client()
                 return RunpodRunAdapters(
                     client, deploy, lambda run, attempt: {}, interval_s=0.2, sleep=sleep
                 )
@@ -427,11 +419,7 @@ def test_a_run_attempts_watch_started_names_the_replica(tmp_path: Path, monkeypa
             supervise_run("named", [Candidate(gpu_class="L4")], None, store=store, detach=True)  # type: ignore[arg-type]
 
             async def main() -> None:
-                async with AsyncRunpodClient(
-                    env["RUNPOD_API_KEY"],
-                    endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
-                    api_base_url=env["RUNPOD_API_BASE_URL"],
-                ) as client:
+                async with sim.async_client() as client:
                     fleet = Fleet(
                         store, client, owner="replica-x", tick_s=0.2, run_adapters=adapters
                     )

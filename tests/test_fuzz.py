@@ -452,32 +452,30 @@ def assert_recordable(cls: type, fields: dict[str, Any]) -> None:
     assert decode(encode(event)) == event
 
 
-def check_status_fields(case: tuple[Any, bool]) -> None:
-    payload, allow_pickle = case
+def recordable_or_refused(cls: type, read: Callable[[], dict[str, Any]]) -> None:
+    """`read` (an answer's fields) refuses the answer as malformed, or gives fields that
+    build a recordable `cls` event; either way without hanging."""
     with hang_guard():
         try:
-            fields = obs.status_fields(payload, allow_pickle=allow_pickle)
+            fields = read()
         except obs.MalformedAnswer:
             return
-    assert_recordable(StatusObserved, fields)
+    assert_recordable(cls, fields)
+
+
+def check_status_fields(case: tuple[Any, bool]) -> None:
+    payload, allow_pickle = case
+    recordable_or_refused(
+        StatusObserved, lambda: obs.status_fields(payload, allow_pickle=allow_pickle)
+    )
 
 
 def check_health_fields(payload: Any) -> None:
-    with hang_guard():
-        try:
-            fields = obs.health_fields(payload)
-        except obs.MalformedAnswer:
-            return
-    assert_recordable(HealthObserved, fields)
+    recordable_or_refused(HealthObserved, lambda: obs.health_fields(payload))
 
 
 def check_heartbeat_fields(payload: Any) -> None:
-    with hang_guard():
-        try:
-            fields = obs.heartbeat_fields(payload)
-        except obs.MalformedAnswer:
-            return
-    assert_recordable(HeartbeatObserved, fields)
+    recordable_or_refused(HeartbeatObserved, lambda: obs.heartbeat_fields(payload))
 
 
 def check_observations(payload: Any) -> None:
@@ -862,34 +860,34 @@ def test_regression_flashfsm_replay_of_a_log_too_deep_to_parse(flags: list[str])
     check_cli_replay((_log_with_a_deep_line("middle")[2], flags))
 
 
+def _corrupt_when_read(directory: Path, stream: str, content: bytes) -> Any:
+    """`content` is a corrupt log read as a file and as `stream` of a JSONL store in
+    `directory`; the store."""
+    from flashfsm.adapters.jsonl import JsonlStore
+
+    with pytest.raises(CorruptLogError):
+        _read_file(content)
+    store = JsonlStore(directory, fsync=False)
+    store.path_for(stream).write_bytes(content)
+    with pytest.raises(CorruptLogError):
+        store.read(stream)
+    return store
+
+
 @_bug(DEEP_LINE, RecursionError)
 def test_regression_a_complete_last_line_too_deep_to_parse_is_corruption_not_cut(
     tmp_path: Path,
 ) -> None:
     """A newline-terminated line was acknowledged: a reader never takes it for torn."""
-    from flashfsm.adapters.jsonl import JsonlStore
-
     stream, _, content = _log_with_a_deep_line("last")
-    with pytest.raises(CorruptLogError):
-        _read_file(content)
-    store = JsonlStore(tmp_path, fsync=False)
-    store.path_for(stream).write_bytes(content)
-    with pytest.raises(CorruptLogError):
-        store.read(stream)
+    store = _corrupt_when_read(tmp_path, stream, content)
     assert store.path_for(stream).read_bytes() == content  # nothing cut
 
 
 @_bug(DEEP_LINE, RecursionError)
 def test_regression_a_line_too_deep_to_parse_amid_a_log_is_corruption(tmp_path: Path) -> None:
-    from flashfsm.adapters.jsonl import JsonlStore
-
     stream, events, content = _log_with_a_deep_line("middle")
-    with pytest.raises(CorruptLogError):
-        _read_file(content)
-    store = JsonlStore(tmp_path, fsync=False)
-    store.path_for(stream).write_bytes(content)
-    with pytest.raises(CorruptLogError):
-        store.read(stream)
+    store = _corrupt_when_read(tmp_path, stream, content)
     with pytest.raises(CorruptLogError):  # the envelope scan of an append
         store.append(stream, [events[1].model_copy(update={"seq": 2, "id": "id-new"})], 2)
 

@@ -281,11 +281,8 @@ def test_closed_transport_refuses_requests() -> None:
     run(main())
 
 
-def test_async_runpod_client_uses_the_lean_transport_by_default(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy"):
-        monkeypatch.delenv(name, raising=False)
+@pytest.mark.usefixtures("no_proxy")
+def test_async_runpod_client_uses_the_lean_transport_by_default() -> None:
     with Simulator(speed=0) as sim:
         endpoint_id = sim.add_endpoint("flash-lean", scenario="success")
 
@@ -382,12 +379,14 @@ def test_https_with_an_untrusted_certificate_fails_to_connect(
     run(main())
 
 
-def test_a_gzip_encoded_answer_is_decoded_as_httpx_would() -> None:
-    body = gzip.compress(b'{"status": "IN_QUEUE"}')
-    answer = _reply(body, extra=b"Content-Encoding: gzip\r\n")
+#: A JSON body gzip-encoded, and an answer that carries it (`Content-Encoding: gzip`).
+GZIPPED = gzip.compress(b'{"status": "IN_QUEUE"}')
+GZIPPED_ANSWER = _reply(GZIPPED, extra=b"Content-Encoding: gzip\r\n")
 
+
+def test_a_gzip_encoded_answer_is_decoded_as_httpx_would() -> None:
     async def main() -> None:
-        async with serving(keep_alive(lambda req: answer)) as server:
+        async with serving(keep_alive(lambda req: GZIPPED_ANSWER)) as server:
             transport = AsyncH11Transport()
             async with httpx.AsyncClient(transport=transport) as client:
                 assert (await client.get(server.url)).json() == {"status": "IN_QUEUE"}
@@ -399,12 +398,10 @@ def test_a_gzip_encoded_answer_is_decoded_as_httpx_would() -> None:
     run(main())
 
 
+@pytest.mark.usefixtures("no_proxy")
 def test_the_async_client_sends_straight_through_the_lean_transport(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy"):
-        monkeypatch.delenv(name, raising=False)
-
     async def main() -> None:
         seen: list[bytes] = []
 
@@ -459,16 +456,13 @@ def test_the_async_client_times_out_on_a_silent_server() -> None:
 
 
 def test_a_raw_transport_streams_the_body_and_reuses_only_a_connection_read_to_its_end() -> None:
-    body = gzip.compress(b'{"status": "IN_QUEUE"}')
-    answer = _reply(body, extra=b"Content-Encoding: gzip\r\n")
-
     async def main() -> None:
-        async with serving(keep_alive(lambda req: answer)) as server:
+        async with serving(keep_alive(lambda req: GZIPPED_ANSWER)) as server:
             transport = AsyncH11Transport(max_response_bytes=None)
             try:
                 response = await transport.handle_async_request(httpx.Request("GET", server.url))
                 assert response.headers["content-encoding"] == "gzip"  # raw: the caller decodes
-                assert b"".join([raw async for raw in response.aiter_raw()]) == body
+                assert b"".join([raw async for raw in response.aiter_raw()]) == GZIPPED
                 await response.aclose()
                 again = await transport.handle_async_request(httpx.Request("GET", server.url))
                 await again.aclose()  # its body left unread: the connection is dropped
@@ -482,12 +476,10 @@ def test_a_raw_transport_streams_the_body_and_reuses_only_a_connection_read_to_i
     run(main())
 
 
+@pytest.mark.usefixtures("no_proxy")
 def test_the_sync_client_sends_straight_through_its_own_transport(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy"):
-        monkeypatch.delenv(name, raising=False)
-
     async def main() -> None:
         answer = _reply(b'{"id": "j1", "status": "IN_PROGRESS"}')
         async with serving(keep_alive(lambda req: answer)) as server:

@@ -15,6 +15,7 @@ import inspect
 import json
 import math
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -173,6 +174,17 @@ def test_a_deploy_sets_the_idle_timeout_and_records_what_it_set(make_sim, second
     assert_records(event, seconds)
 
 
+def on_sim(sim: Any, store: MemoryStore, tmp_path: Path) -> dict[str, Any]:
+    """The keywords of a `submit_run` or `supervise_spec` on the simulator's clock: the
+    store, the clock, and a hub cache under `tmp_path`."""
+    return {
+        "store": store,
+        "clock": sim.clock.now,
+        "sleep": sim.clock.sleep,
+        "hub_options": {"cache_dir": tmp_path / "hf"},
+    }
+
+
 def test_submit_run_deploys_with_the_default_and_records_it(make_sim, tmp_path):
     sim = make_sim()
     store = MemoryStore()
@@ -180,10 +192,7 @@ def test_submit_run_deploys_with_the_default_and_records_it(make_sim, tmp_path):
     result = submit_run(
         spec(),
         0,
-        store=store,
-        clock=sim.clock.now,
-        sleep=sim.clock.sleep,
-        hub_options={"cache_dir": tmp_path / "hf"},
+        **on_sim(sim, store, tmp_path),
         deployer=checking_deployer(sim, {0: "success"}, seen),
     )
     assert result.ok, result.detail
@@ -202,10 +211,7 @@ def test_submit_run_with_the_default_deployer_records_the_default(make_sim, tmp_
     result = submit_run(
         spec(),
         0,
-        store=store,
-        clock=sim.clock.now,
-        sleep=sim.clock.sleep,
-        hub_options={"cache_dir": tmp_path / "hf"},
+        **on_sim(sim, store, tmp_path),
     )
     assert result.ok, result.detail
     (event,) = deployed_events(store, "run-run-42-s0-a0")
@@ -222,11 +228,8 @@ def test_a_walk_with_a_non_default_knob_sets_it_on_every_endpoint(make_sim, tmp_
         spec(idle_timeout_s=42, weight_cache=None),
         0,
         [Candidate(gpu_class="RTX4090"), Candidate(gpu_class="L40S")],
-        store=store,
-        clock=sim.clock.now,
-        sleep=sim.clock.sleep,
+        **on_sim(sim, store, tmp_path),
         deployer=checking_deployer(sim, {0: "no_capacity", 1: "success"}, seen),
-        hub_options={"cache_dir": tmp_path / "hf"},
     )
     assert result.ok and result.attempts == 2, result.detail
     events = deployed_events(store, result.stream)
@@ -270,12 +273,7 @@ def test_a_bad_value_reaches_no_simulator_and_no_store(make_sim, tmp_path, value
     sim = make_sim()
     store = MemoryStore()
     bad = spec().model_copy(update={"idle_timeout_s": value})
-    common: dict[str, Any] = {
-        "store": store,
-        "clock": sim.clock.now,
-        "sleep": sim.clock.sleep,
-        "hub_options": {"cache_dir": tmp_path / "hf"},
-    }
+    common = on_sim(sim, store, tmp_path)
     with pytest.raises(ValueError, match=r"spec\.idle_timeout_s must be a whole number") as caught:
         submit_run(bad, 0, **common)
     assert "\n" not in str(caught.value)
@@ -306,10 +304,7 @@ def test_a_deployer_that_does_not_say_records_a_v1_event(make_sim, tmp_path):
     result = submit_run(
         spec(),
         0,
-        store=store,
-        clock=sim.clock.now,
-        sleep=sim.clock.sleep,
-        hub_options={"cache_dir": tmp_path / "hf"},
+        **on_sim(sim, store, tmp_path),
         deployer=deploy,
         accounts=KeyPool([sim.accounts[0].key]),
     )

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -44,14 +43,13 @@ from flashfsm.events.models import (
 from flashfsm.integrations import dbos as flash
 from flashfsm.naming import attempt_stream, endpoint_name, run_stream
 from tests.dbos_app_support import NAME, SPEC
+from tests.integrations.support import FENCE, ROOT
 from tests.store_support import PG_ENV
 from tests.test_simulator_cli import FLASHFSM, Served
 
-ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "tests" / "dbos_app_support.py"
 DATABASE = "flashfsm_dbos_test"
 KEY = "sk-dbos-test-1"
-FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```", re.S | re.M)
 TRAINING_ENDS_S = 1920  # the `training` scenario: COMPLETED this long after the job is queued
 
 

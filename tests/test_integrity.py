@@ -126,18 +126,22 @@ def _sample_event() -> Event:
 # --- JSONL: every flip and change of the file ---------------------------------------------
 
 
+def _written(directory: Path, log: list[Event]) -> tuple[JsonlStore, Path, bytes]:
+    """A JSONL store in `directory` holding `log`: the store, the log's file, its bytes."""
+    store = JsonlStore(directory)
+    store.append(STREAM, log, 0)
+    path = store.path_for(STREAM)
+    return store, path, path.read_bytes()
+
+
 @settings(max_examples=10, suppress_health_check=SLOW, deadline=None)
 @given(log=logs)
 def test_every_single_bit_flip_in_a_jsonl_file_is_a_corrupt_log_error_and_never_cut(
     tmp_path_factory: pytest.TempPathFactory, log: list[Event]
 ) -> None:
-    directory = tmp_path_factory.mktemp("flip")
-    store = JsonlStore(directory)
-    store.append(STREAM, log, 0)
-    path = store.path_for(STREAM)
-    good = path.read_bytes()
+    store, path, good = _written(tmp_path_factory.mktemp("flip"), log)
     assert store.read(STREAM) == log
-    reader = JsonlStore(directory, read_only=True)
+    reader = JsonlStore(store.directory, read_only=True)
     for pos, damaged in _flips(good):
         path.write_bytes(damaged)
         _assert_detected(lambda: reader.read(STREAM), f"bit flip at byte {pos}")
@@ -149,11 +153,7 @@ def test_every_single_bit_flip_in_a_jsonl_file_is_a_corrupt_log_error_and_never_
 def test_every_single_byte_change_in_a_jsonl_file_is_a_corrupt_log_error(
     tmp_path_factory: pytest.TempPathFactory, log: list[Event]
 ) -> None:
-    directory = tmp_path_factory.mktemp("change")
-    store = JsonlStore(directory)
-    store.append(STREAM, log, 0)
-    path = store.path_for(STREAM)
-    good = path.read_bytes()
+    _, path, good = _written(tmp_path_factory.mktemp("change"), log)
     for pos, damaged in _changes(good):
         path.write_bytes(damaged)
         _assert_detected(lambda: read_jsonl_file(path), f"byte {pos} -> {damaged[pos]}")
@@ -164,11 +164,7 @@ def test_every_single_byte_change_in_a_jsonl_file_is_a_corrupt_log_error(
 def test_any_single_byte_change_in_a_many_line_jsonl_file_is_a_corrupt_log_error(
     tmp_path_factory: pytest.TempPathFactory, log: list[Event], data: st.DataObject
 ) -> None:
-    directory = tmp_path_factory.mktemp("anychange")
-    store = JsonlStore(directory)
-    store.append(STREAM, log, 0)
-    path = store.path_for(STREAM)
-    good = path.read_bytes()
+    store, path, good = _written(tmp_path_factory.mktemp("anychange"), log)
     for _ in range(20):
         pos = data.draw(st.integers(0, len(good) - 1))
         value = data.draw(st.integers(0, 255).filter(lambda v, p=pos: v != good[p]))

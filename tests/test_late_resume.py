@@ -32,7 +32,6 @@ from typer.testing import CliRunner
 
 from flashfsm.adapters.simulator import SimClock, Simulator
 from flashfsm.adapters.simulator.scenarios import METRICS
-from flashfsm.adapters.stores import open_store
 from flashfsm.adapters.urls import path_url
 from flashfsm.cli import app
 from flashfsm.events.models import (
@@ -59,7 +58,7 @@ from tests.late_resume_support import (
     drive_and_die,
     paid,
 )
-from tests.store_support import run_in_child
+from tests.store_support import read_stream, run_in_child
 
 
 @dataclass
@@ -71,14 +70,6 @@ class Late:
     store_url: str
     run: list[Event]
     jobs: list[list[Event]]  # each attempt's job stream, in attempt order
-
-
-def _read(url: str, stream: str) -> list[Event]:
-    store = open_store(url)
-    try:
-        return store.read(stream)
-    finally:
-        store.close()
 
 
 def late_resume(case: Case, tmp_path: Path) -> Late:
@@ -94,16 +85,16 @@ def late_resume(case: Case, tmp_path: Path) -> Late:
         [job] = sim.world.jobs.values()
         assert sim.clock.now() < job.created_at + TRAINING_ENDS_S, "killed after the training"
         assert job.status == "IN_PROGRESS"  # killed mid-training
-        assert not [e for e in _read(store_url, STREAM) if isinstance(e, RunConcluded)]
+        assert not [e for e in read_stream(store_url, STREAM) if isinstance(e, RunConcluded)]
 
         sim.clock.advance(job.created_at + RESUME_AFTER_S - sim.clock.now())
         result = drive(case, platform, store_url, sim.clock)
         assert sim.errors == [], sim.errors[0]
         spent = paid(sim)
 
-    run = _read(store_url, STREAM)
+    run = read_stream(store_url, STREAM)
     streams = [e.job_stream for e in run if isinstance(e, AttemptStarted)]
-    return Late(result, spent, store_url, run, [_read(store_url, s) for s in streams])
+    return Late(result, spent, store_url, run, [read_stream(store_url, s) for s in streams])
 
 
 def _verdict(events: list[Event]) -> Concluded:

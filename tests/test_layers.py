@@ -46,7 +46,8 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
-def _target(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+def import_target(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    """The absolute module an ImportFrom names (relative imports resolved against `module`)."""
     if not node.level:
         return node.module or ""
     base = module.split(".") if is_package else module.split(".")[:-1]
@@ -68,7 +69,7 @@ def imports_of(module: str, source: str, is_package: bool) -> set[str]:
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names if alias.name in MODULES)
         elif isinstance(node, ast.ImportFrom):
-            target = _target(node, module, is_package)
+            target = import_target(node, module, is_package)
             for alias in node.names:
                 name = f"{target}.{alias.name}"
                 if name in MODULES:

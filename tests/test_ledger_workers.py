@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from flashfsm import JobHandle, RunpodClient, poll_job, supervise_run
+from flashfsm import JobHandle, RunpodClient, poll_job
 from flashfsm.adapters.flash_deploy import DEFAULT_IDLE_TIMEOUT_S
 from flashfsm.adapters.hub import hub_readers
 from flashfsm.adapters.simulator import SimClock, Simulator
@@ -55,6 +55,7 @@ from flashfsm.postmortem.ledger import (
 from flashfsm.runs import Deployed, RunpodRunAdapters
 from tests import billing_logs as B
 from tests.test_billing_platform import SCENARIOS, check_attempt, write_store
+from tests.test_docs_examples import supervise_example
 
 T = B.T
 
@@ -465,17 +466,7 @@ def _crash_then_success(sim: Simulator, client: RunpodClient, store: Any, scratc
         clock=sim.clock.now,
         sleep=sim.clock.sleep,
     )
-    supervise_run(
-        "crash",
-        [GPUS["L40S"]],
-        adapters,
-        max_retries=2,
-        phase=PHASE,
-        seed=0,
-        store=store,
-        clock=sim.clock.now,
-        sleep=sim.clock.sleep,
-    )
+    supervise_example("crash", [GPUS["L40S"]], adapters, store, sim)
 
 
 @pytest.fixture(scope="module")

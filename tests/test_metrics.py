@@ -27,7 +27,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
-from flashfsm import AsyncRunpodClient, JobHandle, open_store
+from flashfsm import JobHandle, open_store
 from flashfsm.adapters.simulator import Simulator
 from flashfsm.cli import app
 from flashfsm.demo import run_demo
@@ -259,18 +259,26 @@ def test_no_label_holds_outside_text(errors_url):
 # --- leases and replicas, from the open-streams index -------------------------------------------
 
 
+def hand_off_and_lease(store: Any) -> tuple[Any, Any, Any]:
+    """Jobs a to d handed off to `store`, replicas r1 and r2 joined, and their leases:
+    job-a held for a minute, job-b for 0.2 s, job-c marked failed to start, job-d never
+    claimed. The leases of a, b and c."""
+    for n, name in enumerate(("a", "b", "c", "d")):
+        handle = JobHandle("ep", "flash-ep", name, submitted_at=T0 + n)
+        hand_off_job(handle, store, clock=lambda n=n: T0 + n)
+    assert store.join("r1", 60.0) is not None and store.join("r2", 60.0) is not None
+    [held] = store.claim("r1", 60.0, 1)
+    [short] = store.claim("r2", 0.2, 1)
+    [failing] = store.claim("r1", 60.0, 1)
+    assert store.mark_failed("r1", failing, "ValueError: a damaged log")
+    return held, short, failing
+
+
 def test_leases_and_replicas_equal_what_ls_owner_and_the_index_say(tmp_path):
     url = f"sqlite:///{tmp_path}/fleet.db"
     store = open_store(url)
     try:
-        for n, name in enumerate(("a", "b", "c", "d")):
-            handle = JobHandle("ep", "flash-ep", name, submitted_at=T0 + n)
-            hand_off_job(handle, store, clock=lambda n=n: T0 + n)
-        assert store.join("r1", 60.0) is not None and store.join("r2", 60.0) is not None
-        [held] = store.claim("r1", 60.0, 1)  # job-a: held for a minute
-        [short] = store.claim("r2", 0.2, 1)  # job-b: held for 0.2 s, then expired
-        [failing] = store.claim("r1", 60.0, 1)  # job-c: marked failed to start
-        assert store.mark_failed("r1", failing, "ValueError: a damaged log")
+        held, short, failing = hand_off_and_lease(store)
         time.sleep(0.4)  # job-b's lease lapses; job-d was never claimed
         assert (held.stream, short.stream, failing.stream) == ("job-a", "job-b", "job-c")
         replicas = store.replicas()
@@ -426,7 +434,6 @@ def test_a_replica_s_scrape_counts_its_polls_lag_claims_and_verdicts(tmp_path):
     lives = ("success", "crash_loop", "no_capacity")
     lag = LagHistogram()
     with Simulator(speed=0) as sim:
-        env = sim.env()
         store = open_store(url)
         for life in lives:
             endpoint = sim.add_endpoint(f"flash-{life}", scenario=life)
@@ -434,11 +441,7 @@ def test_a_replica_s_scrape_counts_its_polls_lag_claims_and_verdicts(tmp_path):
             hand_off_job(handle, store, stream=f"job-{life}", clock=sim.clock.now)
 
         async def main() -> Fleet:
-            async with AsyncRunpodClient(
-                env["RUNPOD_API_KEY"],
-                endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
-                api_base_url=env["RUNPOD_API_BASE_URL"],
-            ) as client:
+            async with sim.async_client() as client:
                 fleet = Fleet(
                     store,
                     client,

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_layers import import_target
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "flashfsm"
 PURE_PACKAGES = ("fsm", "postmortem", "events")
@@ -91,15 +93,6 @@ def _module_of(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _resolve(node: ast.ImportFrom, module: str, is_package: bool) -> str:
-    """The absolute module an ImportFrom names (relative imports resolved against `module`)."""
-    if not node.level:
-        return node.module or ""
-    base = module.split(".") if is_package else module.split(".")[:-1]
-    base = base[: len(base) - (node.level - 1)]
-    return ".".join([*base, node.module] if node.module else base)
-
-
 def _forbidden_module(name: str) -> bool:
     if any(name == pure or name.startswith(pure + ".") for pure in PURE_SUBMODULES):
         return False
@@ -121,7 +114,7 @@ def impurities(source: str, module: str = "flashfsm.fsm.example", is_package: bo
                 if _forbidden_module(alias.name)
             ]
         elif isinstance(node, ast.ImportFrom):
-            target = _resolve(node, module, is_package)
+            target = import_target(node, module, is_package)
             for alias in node.names:
                 # `from flashfsm import fsm` names a pure subpackage; any other name from the
                 # top-level package (`adapters`, `MemoryStore`, …) comes through its __init__

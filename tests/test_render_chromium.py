@@ -45,6 +45,16 @@ SVG_BOX_JS = """
   };
 """
 
+#: The end of a measuring script: its `out`, as JSON, into <pre id="measured">.
+REPORT_JS = """
+  const pre = document.createElement("pre");
+  pre.id = "measured";
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();
+</script>
+"""
+
 #: Reports what the browser laid out, in the SVG's own units, into <pre id="measured">.
 MEASURE = (
     SVG_BOX_JS
@@ -71,13 +81,8 @@ MEASURE = (
     headings: all("text.title, text.lane-title").map((t) => t.textContent),
     details: all("td.detail", document).map((td) => td.innerText),
   };
-  const pre = document.createElement("pre");
-  pre.id = "measured";
-  pre.textContent = JSON.stringify(out);
-  document.body.appendChild(pre);
-})();
-</script>
 """
+    + REPORT_JS
 )
 #: Where a shortened label may end: before one of these, or after one of the last three.
 BOUNDARY = " ·-_/"

@@ -26,6 +26,7 @@ from flashfsm.events.models import (
 )
 from flashfsm.fsm.run import replay_run
 from flashfsm.runs import Deployed, supervise_run
+from tests.conftest import VirtualClock
 
 FORK = multiprocessing.get_context("fork")
 T0 = 5_000_000.0
@@ -48,19 +49,8 @@ SCRIPTS = {
 }
 
 
-class Clock:
-    def __init__(self, start: float):
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
 class Adapters:
-    def __init__(self, clock: Clock):
+    def __init__(self, clock: VirtualClock):
         self.clock = clock
 
     def deploy(self, run, attempt, record) -> Deployed:
@@ -123,7 +113,7 @@ class KillInAttempt2:
 def control_plane(url: str, kill_at: int | None) -> None:
     store = open_store(url)
     last = max((e.at for s in store.streams() for e in store.read(s)), default=T0)
-    clock = Clock(last)
+    clock = VirtualClock(last)
     try:
         supervise_run(
             "r",

@@ -39,7 +39,7 @@ from flashfsm.fsm.run import (
 )
 from flashfsm.runs import RunpodRunAdapters, UnsupportedProvider, request_cancel, supervise_run
 from flashfsm.submit import RunSpec, WorkerDependencies, deploy_request
-from tests.test_run import Clock, Script, cand, run
+from tests.test_run import OUTCOMES, Clock, Script, cand, run
 
 # --- the reference's walks ----------------------------------------------------------------
 
@@ -122,19 +122,6 @@ def test_a_spent_budget_is_the_last_gpu_unless_a_cache_bonus_is_pending(provider
 
 # --- properties ---------------------------------------------------------------------------
 
-OUTCOMES = st.sampled_from(
-    [
-        "ok",
-        "no_capacity",
-        "stalled",
-        "poll_error",
-        "job_preempted",
-        "lost",
-        "job_failed",
-        "deploy_error",
-        "submit_error",
-    ]
-)
 CANDIDATES = st.lists(
     st.builds(
         cand,

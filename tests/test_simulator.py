@@ -30,6 +30,7 @@ from flashfsm.adapters.simulator import (
 from flashfsm.adapters.simulator import graphql as gql
 from flashfsm.adapters.simulator.scenarios import METRICS
 from flashfsm.events.models import END_STAGE
+from tests.test_simulator_cli import python_ok
 
 KEY = "sim-test-key-5678"
 
@@ -39,14 +40,6 @@ def sim():
     with Simulator(speed=0, api_keys=(KEY, "sim-second-account")) as s:
         yield s
         assert s.errors == [], s.errors[0]
-
-
-@pytest.fixture
-def http(sim):
-    with httpx.Client(
-        base_url=sim.url, headers={"Authorization": f"Bearer {KEY}"}, timeout=5
-    ) as client:
-        yield client
 
 
 def status_at(sim: Simulator, http: httpx.Client, endpoint: str, job: str) -> str | int:
@@ -320,15 +313,7 @@ def _hf_download(sim: Simulator, tmp_path: Path, repo: str, *paths: str) -> dict
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
     env.update(sim.env())
     env.update(HOME=str(tmp_path), HF_HOME=str(tmp_path / "hf"), HF_HUB_DISABLE_TELEMETRY="1")
-    done = subprocess.run(
-        [sys.executable, "-c", HF_SCRIPT, repo, *paths],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
+    done = python_ok(["-c", HF_SCRIPT, repo, *paths], env, tmp_path, 60)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -633,15 +618,7 @@ def test_runpod_flash_deploys_and_deletes_through_the_simulator(tmp_path):
             RUNPOD_FLASH_SILENCE_DEPRECATION="1",
             FLASH_IS_LIVE_PROVISIONING="true",
         )
-        done = subprocess.run(
-            [sys.executable, "-c", FLASH_SCRIPT],
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=90,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
+        done = python_ok(["-c", FLASH_SCRIPT], env, tmp_path, 90)
         out = json.loads(done.stdout.strip().splitlines()[-1])
         assert "max workers across all endpoints" in out["quota"].lower()
         assert "500" in out["mo1"] and "US-MO-1" in out["mo1"]

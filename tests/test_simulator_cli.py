@@ -34,6 +34,17 @@ KEY = "sk-test-123"
 FLASHFSM = [sys.executable, "-c", "from flashfsm.cli import main; main()"]
 
 
+def python_ok(
+    args: list[str], env: dict[str, str], cwd: Path, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """`python *args` in a child process, which must exit 0 (else its stderr's tail says why)."""
+    done = subprocess.run(
+        [sys.executable, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
 class Served:
     """A simulator command line in a subprocess: its printed exports and comment lines."""
 
@@ -105,15 +116,7 @@ def test_a_second_process_runs_submit_run_to_a_verdict_against_the_printed_expor
             "RUNPOD_FLASH_SILENCE_DEPRECATION": "1",
         }
         started = time.monotonic()
-        child = subprocess.run(
-            [sys.executable, "-c", CHILD, store, str(tmp_path / "hf")],
-            env=child_env,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert child.returncode == 0, child.stderr[-3000:]
+        child = python_ok(["-c", CHILD, store, str(tmp_path / "hf")], child_env, tmp_path, 120)
         assert time.monotonic() - started < 45
         verdict = json.loads(child.stdout.strip().splitlines()[-1])
         beat = verdict.pop("heartbeat")

@@ -24,14 +24,6 @@ def sim():
         assert s.errors == [], s.errors[0]
 
 
-@pytest.fixture
-def http(sim):
-    with httpx.Client(
-        base_url=sim.url, headers={"Authorization": f"Bearer {KEY}"}, timeout=10
-    ) as client:
-        yield client
-
-
 def run(http: httpx.Client, endpoint: str, scenario: str, **policy: Any) -> str:
     body: dict[str, Any] = {"input": {"scenario": scenario}}
     if policy:

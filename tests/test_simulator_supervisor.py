@@ -17,7 +17,6 @@ def test_the_readme_recipe_watches_three_jobs_to_their_verdicts_in_seconds():
     # --- the recipe, as the README has it -----------------------------------------------
     store = MemoryStore()
     with Simulator(speed=0) as sim:  # speed=0: the clock moves only when someone sleeps
-        env = sim.env()
         jobs = []
         for scenario in ("success", "crash_loop", "no_capacity"):
             endpoint = sim.add_endpoint(f"flash-{scenario}", scenario=scenario)
@@ -25,11 +24,7 @@ def test_the_readme_recipe_watches_three_jobs_to_their_verdicts_in_seconds():
             jobs.append(JobSpec(handle, stream=f"job-{scenario}"))
 
         async def main():
-            async with AsyncRunpodClient(
-                sim.accounts[0].key,
-                endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
-                api_base_url=env["RUNPOD_API_BASE_URL"],
-            ) as client:
+            async with sim.async_client() as client:
                 supervisor = Supervisor(
                     store, client, clock=sim.clock.now, sleep=sim.clock.async_sleep
                 )
@@ -119,7 +114,7 @@ def _watch_three(delay_s: float) -> tuple[dict[str, tuple[str | None, float]], f
     time: each job's (rule, verdict time after the start) and the simulated time spent."""
     store = MemoryStore()
     with Simulator(speed=0) as sim:
-        env, origin = sim.env(), sim.clock.start
+        origin = sim.clock.start
         jobs = []
         for scenario in ("success", "crash_loop", "no_capacity"):
             endpoint = sim.add_endpoint(f"flash-{scenario}", scenario=scenario)
@@ -127,11 +122,7 @@ def _watch_three(delay_s: float) -> tuple[dict[str, tuple[str | None, float]], f
             jobs.append(JobSpec(handle, stream=f"job-{scenario}"))
 
         async def main() -> dict[str, object]:
-            async with AsyncRunpodClient(
-                sim.accounts[0].key,
-                endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
-                api_base_url=env["RUNPOD_API_BASE_URL"],
-            ) as client:
+            async with sim.async_client() as client:
                 supervisor = Supervisor(
                     store,
                     _SlowClient(client, delay_s),

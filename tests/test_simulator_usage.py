@@ -30,14 +30,6 @@ def sim():
         assert s.errors == [], s.errors[0]
 
 
-@pytest.fixture
-def http(sim):
-    with httpx.Client(
-        base_url=sim.url, headers={"Authorization": f"Bearer {KEY}"}, timeout=10
-    ) as client:
-        yield client
-
-
 def at(sim: Simulator, seconds: float) -> None:
     """Move the manual clock to `seconds` after T0."""
     sim.clock.advance(T0 + seconds - sim.clock())

@@ -31,14 +31,6 @@ def sim():
         assert s.errors == [], s.errors[0]
 
 
-@pytest.fixture
-def http(sim):
-    with httpx.Client(
-        base_url=sim.url, headers={"Authorization": f"Bearer {KEY}"}, timeout=10
-    ) as client:
-        yield client
-
-
 def run(http: httpx.Client, endpoint: str, job_input: dict[str, Any] | None = None) -> str:
     answer = http.post(f"/v2/{endpoint}/run", json={"input": job_input or {}})
     assert answer.status_code == 200, answer.text

@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import itertools
 import os
-import queue
 import shutil
 import sqlite3
 import stat
-import threading
 import time
 import warnings
 from pathlib import Path
@@ -57,6 +55,7 @@ from flashfsm.events.store import (
     check_store,
 )
 from flashfsm.testing import StoreContract
+from flashfsm.testing.contract import _awkwardly_named_logs, _follow_into
 from tests.store_support import (
     KINDS,
     PG_ENV,
@@ -105,24 +104,6 @@ def backend(request, tmp_path, cleanups) -> Backend:
 
 def _seqs(events: list[Event]) -> list[int]:
     return [e.seq for e in events]
-
-
-def _follow_into(store: EventStore, stream: str, after: int | None, until_seq: int):
-    """Consume `store.follow` in a daemon thread; (receive time, event) pairs land in a queue."""
-    received: queue.Queue = queue.Queue()
-
-    def run() -> None:
-        try:
-            for event in store.follow(stream, after):
-                received.put((time.time(), event))
-                if event.seq >= until_seq:
-                    return
-        except Exception as exc:  # surfaced by the test through the queue
-            received.put((time.time(), exc))
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return received, thread
 
 
 def _next(received: Any, timeout: float = 10.0) -> tuple[float, Event]:
@@ -259,13 +240,7 @@ def test_copy_streams_between_every_pair_of_backends_keeps_streams_seqs_and_ids(
     kind, tmp_path, cleanups
 ):
     src = make_backend(kind, tmp_path, cleanups).open()
-    logs = {
-        "job-a": make_events("job-a", 0, 5),
-        "job/b": make_events("job/b", 0, 1),
-        "ünï c": make_events("ünï c", 0, 3),
-    }
-    for name, events in logs.items():
-        src.append(name, events, 0)
+    logs = _awkwardly_named_logs(src)
     for other in _available_kinds():
         dst = make_backend(other, tmp_path, cleanups).open()
         copied = copy_streams(src, dst, batch_size=2)
@@ -546,7 +521,8 @@ def test_postgres_follow_is_woken_by_notify_not_by_polling(tmp_path, cleanups):
     writer = PostgresStore(dsn, table=table)
     follower = PostgresStore(dsn, table=table, fallback_s=60.0)
     backend.opened += [writer, follower]
-    received, thread = _follow_into(follower, "job-1", None, until_seq=0)
+    # no quick polls either: only a NOTIFY can wake the follower within the minute
+    received, thread = _follow_into(follower, "job-1", None, until_seq=0, poll_s=60.0)
     time.sleep(0.3)  # the follower is listening, with a minute between fallback polls
     writer.append("job-2", make_events("job-2", 0, 1), 0)  # another stream: not woken for it
     event = make_event("job-1", 0)

@@ -13,7 +13,6 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -86,23 +85,6 @@ def mixed_store(tmp_path: Path) -> str:
     watch_scripted_job(url, EVIL_STREAM, Answers())
     open_run(url, "run-open")
     return url
-
-
-@pytest.fixture
-def client_for() -> Iterator:
-    clients: list[TestClient] = []
-
-    def make(url: str, **options) -> TestClient:
-        client = TestClient(
-            create_app(UiConfig(url, poll_s=0.05, **options)), base_url="http://127.0.0.1"
-        )
-        client.__enter__()
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        client.__exit__(None, None, None)
 
 
 def store_digest(url: str) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
@@ -43,24 +42,6 @@ def runs_store(tmp_path: Path) -> str:
     open_run(url, "run-a")
     open_run(url, "run-b")
     return url
-
-
-@pytest.fixture
-def client_for() -> Iterator:
-    """Make a test client of a view (`client` is the address the requests come from)."""
-    clients: list[TestClient] = []
-
-    def make(url: str, client: tuple[str, int] = ("127.0.0.1", 50000), **options) -> TestClient:
-        made = TestClient(
-            create_app(UiConfig(url, poll_s=0.05, **options)), base_url=SITE, client=client
-        )
-        made.__enter__()
-        clients.append(made)
-        return made
-
-    yield make
-    for made in clients:
-        made.__exit__(None, None, None)
 
 
 def form_nonce(client: TestClient, run: str) -> str:

@@ -29,7 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 import flashfsm.ui.app as app_module
-from flashfsm import JobHandle, open_store
+from flashfsm import open_store
 from flashfsm.cli.store import stream_row
 from flashfsm.demo import run_demo
 from flashfsm.events.models import (
@@ -38,7 +38,6 @@ from flashfsm.events.models import (
     StatusFetchFailed,
     WatchStarted,
 )
-from flashfsm.fleet import hand_off_job
 from flashfsm.metrics import (
     StoreCollector,
     StoreFacts,
@@ -53,6 +52,7 @@ from flashfsm.ui.index import PRICE_EVERY_S, StoreIndex
 from flashfsm.writer import JOB, NEWER_WATCH_WINS, StreamWriter
 from tests.test_metrics import (
     errors_url,  # noqa: F401 (a fixture: failed calls, takeovers)
+    hand_off_and_lease,
     write_snapshot_streams,
 )
 
@@ -119,14 +119,7 @@ def fleet_url(tmp_path: Path) -> str:
     url = f"sqlite:///{tmp_path}/fleet.db"
     store = open_store(url)
     try:
-        for n, name in enumerate(("a", "b", "c", "d")):
-            handle = JobHandle("ep", "flash-ep", name, submitted_at=T0 + n)
-            hand_off_job(handle, store, clock=lambda n=n: T0 + n)
-        assert store.join("r1", 60.0) is not None and store.join("r2", 60.0) is not None
-        store.claim("r1", 60.0, 1)
-        store.claim("r2", 0.2, 1)
-        [failing] = store.claim("r1", 60.0, 1)
-        assert store.mark_failed("r1", failing, "ValueError: a damaged log")
+        hand_off_and_lease(store)
         write_snapshot_streams(store)
         time.sleep(0.4)  # job-b's lease lapses
     finally:

@@ -15,12 +15,10 @@ from typing import Any
 import pytest
 
 from flashfsm import (
-    AsyncRunpodClient,
     Candidate,
     JobHandle,
     MemoryStore,
     RunpodApiError,
-    RunpodClient,
     poll_job,
     verify,
 )
@@ -155,7 +153,6 @@ def test_supervise_run_ends_at_the_first_unauthorized_attempt_with_retries_left(
 def _run_against(sim: Simulator, revoke: str) -> tuple[Any, MemoryStore, list[float]]:
     """A `supervise_run` whose key is revoked by the scenario, by hand at t+180 s, or right
     after the deploy ("at submit"): (its result, its store, the waits it slept)."""
-    env = sim.env()
     sim.register_scenario(key_revoked(revoke_at=180.0))
     store = MemoryStore()
     sleeps: list[float] = []
@@ -168,11 +165,7 @@ def _run_against(sim: Simulator, revoke: str) -> tuple[Any, MemoryStore, list[fl
             sim.revoke_key(0)
         return deployed
 
-    with RunpodClient(
-        env["RUNPOD_API_KEY"],
-        endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
-        api_base_url=env["RUNPOD_API_BASE_URL"],
-    ) as client:
+    with sim.client() as client:
 
         def sleep(seconds: float) -> None:
             sleeps.append(seconds)
@@ -231,15 +224,10 @@ def test_the_supervisor_concludes_a_revoked_key_unauthorized_and_never_resubmits
         sim.register_scenario(key_revoked(revoke_at=60.0))
         endpoint = sim.add_endpoint("flash-revoked", scenario="key_revoked")
         job_id = sim.submit(endpoint, {"prompt": "..."})
-        env = sim.env()
         store = MemoryStore()
 
         async def main() -> Any:
-            client = AsyncRunpodClient(
-                sim.accounts[0].key,
-                endpoint_base_url=env["RUNPOD_ENDPOINT_BASE_URL"],
-                api_base_url=env["RUNPOD_API_BASE_URL"],
-            )
+            client = sim.async_client()
             try:
                 supervisor = Supervisor(
                     store, client, clock=sim.clock.now, sleep=sim.clock.async_sleep, jitter=0

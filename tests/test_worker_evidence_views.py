@@ -50,6 +50,8 @@ from flashfsm.events.models import (
 from flashfsm.fsm.findings import EXPLAIN_LOG_LINES, summarize, worker_evidence
 from flashfsm.postmortem.explain import explain
 from flashfsm.runs import Deployed, RunpodRunAdapters
+from tests.store_support import jsonl_copied_to
+from tests.test_render_chromium import REPORT_JS, SVG_BOX_JS
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = example_logs() / "worker"  # what the tests read: the installed package's
@@ -190,8 +192,7 @@ class ScriptedRunPod:
 
 def make_worker_example(directory: Path) -> None:
     """Record the example run into a JSONL store in `directory` (which must not exist)."""
-    with tempfile.TemporaryDirectory() as scratch:
-        store = open_store(f"jsonl://{scratch}/store")
+    with jsonl_copied_to(directory) as (store, _):
         clock = Clock(START)
         platform = ScriptedRunPod(clock)
         adapters = RunpodRunAdapters(
@@ -203,23 +204,17 @@ def make_worker_example(directory: Path) -> None:
             sleep=clock.sleep,
             watcher="docs-example",
         )
-        try:
-            supervise_run(
-                "oom",
-                [GPUS["L40S"], GPUS["A100-80GB"]],
-                adapters,
-                max_retries=2,
-                phase="sft",
-                seed=0,
-                store=store,
-                clock=clock,
-                sleep=clock.sleep,
-            )
-        finally:
-            store.close()
-        directory.mkdir(parents=True)
-        for path in sorted(Path(scratch, "store").glob("*.jsonl")):
-            shutil.copyfile(path, directory / path.name)
+        supervise_run(
+            "oom",
+            [GPUS["L40S"], GPUS["A100-80GB"]],
+            adapters,
+            max_retries=2,
+            phase="sft",
+            seed=0,
+            store=store,
+            clock=clock,
+            sleep=clock.sleep,
+        )
 
 
 def canonical_events(directory: Path) -> dict[str, list[dict[str, Any]]]:
@@ -501,13 +496,9 @@ def test_timeline_writes_the_worker_into_its_json(tmp_path):
 
 
 CHROMIUM = Path("/usr/bin/chromium")
-MEASURE_LOG = """
-<script>
-(() => {
-  const svg = document.querySelector("svg");
-  const vb = svg.viewBox.baseVal, sr = svg.getBoundingClientRect(), k = vb.width / sr.width;
-  const box = (el) => { const r = el.getBoundingClientRect();
-    return [(r.left - sr.left) * k, (r.top - sr.top) * k, r.width * k, r.height * k]; };
+MEASURE_LOG = (
+    SVG_BOX_JS
+    + """
   const out = {
     width: vb.width,
     logs: [...document.querySelectorAll(".log-lines")].map((d) => d.textContent),
@@ -516,13 +507,9 @@ MEASURE_LOG = """
     worker: [...document.querySelectorAll("g.mark.worker g.label")].map((g) => ({
       width: Number(g.dataset.width), lines: [...g.querySelectorAll("text")].map(box)})),
   };
-  const pre = document.createElement("pre");
-  pre.id = "measured";
-  pre.textContent = JSON.stringify(out);
-  document.body.appendChild(pre);
-})();
-</script>
 """
+    + REPORT_JS
+)
 
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} is missing")

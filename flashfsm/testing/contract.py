@@ -127,15 +127,28 @@ def _delayed_writer_process(url: str, stream: str, seq: int, ready: Any, delay_s
         store.close()
 
 
+def _awkwardly_named_logs(store: EventStore) -> dict[str, list[Event]]:
+    """Three logs appended to `store`, under names with a slash, a space and non-ASCII
+    letters: each stream's events by its name."""
+    logs = {
+        "job-a": contract_events("job-a", 0, 5),
+        "job/b": contract_events("job/b", 0, 1),
+        "ünï c": contract_events("ünï c", 0, 3),
+    }
+    for name, events in logs.items():
+        store.append(name, events, 0)
+    return logs
+
+
 def _follow_into(
-    store: EventStore, stream: str, after: int | None, until_seq: int
+    store: EventStore, stream: str, after: int | None, until_seq: int, *, poll_s: float = 0.05
 ) -> tuple[queue.Queue[tuple[float, Any]], threading.Thread]:
     """Consume `store.follow` in a daemon thread: (receive time, event) pairs in a queue."""
     received: queue.Queue[tuple[float, Any]] = queue.Queue()
 
     def run() -> None:
         try:
-            for event in store.follow(stream, after, poll_s=0.05):
+            for event in store.follow(stream, after, poll_s=poll_s):
                 received.put((time.time(), event))
                 if event.seq >= until_seq:
                     return
@@ -478,13 +491,7 @@ class StoreContract(LeaseContract):
 
     def test_copy_streams_both_ways_keeps_streams_seqs_and_ids(self) -> None:
         store = self.store()
-        logs = {
-            "job-a": contract_events("job-a", 0, 5),
-            "job/b": contract_events("job/b", 0, 1),
-            "ünï c": contract_events("ünï c", 0, 3),
-        }
-        for name, events in logs.items():
-            store.append(name, events, 0)
+        logs = _awkwardly_named_logs(store)
         out = MemoryStore()
         assert copy_streams(store, out, batch_size=2) == {n: len(e) for n, e in logs.items()}
         assert copy_streams(store, out) == dict.fromkeys(logs, 0)  # resumable

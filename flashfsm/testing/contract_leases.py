@@ -245,22 +245,7 @@ class LeaseContract:
         leases = self.leases()
         for n in range(30):
             self._hand_off(f"job-{n:02d}")
-        won: dict[str, list[str]] = {}
-        barrier = threading.Barrier(3)
-
-        def claim(owner: str) -> None:
-            barrier.wait()
-            got: list[str] = []
-            for _ in range(10):
-                got += [lease.stream for lease in leases.claim(owner, 30, 2)]
-            won[owner] = got
-
-        threads = [threading.Thread(target=claim, args=(f"r{n}",)) for n in range(3)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(60)
-        every = [stream for got in won.values() for stream in got]
+        every = _claimed_at_once(leases, limit=2)
         assert len(every) == len(set(every)) == 30
 
     def test_a_live_incarnation_s_name_is_refused_to_another_until_it_left_or_expired(
@@ -378,3 +363,24 @@ class LeaseContract:
         leases.append("job-a", [concluded("job-a", 1)], 1)
         assert leases.drop_closed("job-a") is False  # the append closed it already
         assert leases.open_streams() == []
+
+
+def _claimed_at_once(leases: Any, limit: int, replicas: int = 3) -> list[str]:
+    """Every stream `replicas` threads won, each released at once by a barrier and then
+    claiming `limit` streams at a time ten times over (a stream twice: handed out twice)."""
+    won: dict[str, list[str]] = {}
+    barrier = threading.Barrier(replicas)
+
+    def claim(owner: str) -> None:
+        barrier.wait()
+        got: list[str] = []
+        for _ in range(10):
+            got += [lease.stream for lease in leases.claim(owner, 30, limit)]
+        won[owner] = got
+
+    threads = [threading.Thread(target=claim, args=(f"r{n}",)) for n in range(replicas)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    return [stream for got in won.values() for stream in got]

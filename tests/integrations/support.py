@@ -31,6 +31,7 @@ from flashfsm.events.models import (
     StatusObserved,
     WatchStarted,
 )
+from tests.store_support import read_stream
 from tests.test_simulator_cli import FLASHFSM, Served
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,15 +100,6 @@ def child_env(served: Served, home: Path, **extra: str) -> dict[str, str]:
     }
 
 
-def read(store: str, stream: str) -> list[Any]:
-    """The events of `stream` in the store at `store` (read while another process writes)."""
-    opened = open_store(store)
-    try:
-        return opened.read(stream)
-    finally:
-        opened.close()
-
-
 def run_streams(store: str) -> list[str]:
     """The run streams (`run-…`) of the store at `store`."""
     opened = open_store(store)
@@ -139,11 +131,11 @@ def mid_training(store: str, served: Served) -> str:
 
     def training() -> str | None:
         for stream in run_streams(store):
-            run = read(store, stream)
+            run = read_stream(store, stream)
             queued = [e for e in run if isinstance(e, JobQueued)]
             if not queued:
                 continue
-            job = read(store, queued[-1].job_stream)
+            job = read_stream(store, queued[-1].job_stream)
             started = any(isinstance(e, StatusObserved) and e.status == "IN_PROGRESS" for e in job)
             if started and sim_now(served) - queued[-1].submitted_at >= MID_TRAINING_S:
                 return stream
@@ -155,9 +147,9 @@ def mid_training(store: str, served: Served) -> str:
 def outcome(store: str, stream: str) -> dict[str, Any]:
     """What a run concluded, without what names it: the run's result and its job's verdict
     (state, rule, failure, metrics), how many of each were recorded, and the watches."""
-    run = read(store, stream)
+    run = read_stream(store, stream)
     [queued] = [e for e in run if isinstance(e, JobQueued)]
-    job = read(store, queued.job_stream)
+    job = read_stream(store, queued.job_stream)
     concluded = [e for e in run if isinstance(e, RunConcluded)]
     verdicts = [e for e in job if isinstance(e, Concluded)]
     return {

@@ -38,7 +38,7 @@ from tests.integrations.support import (
     outcome,
     serve_simulator,
 )
-from tests.test_simulator_cli import Served
+from tests.test_simulator_cli import Served, python_ok
 
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 LOGICAL = "2026-12-06T00:00:00+00:00"
@@ -177,15 +177,8 @@ def test_a_user_kill_of_the_deferred_task_cancels_the_run(
     stream = mid_training(store, served)
     kill(first.pid)  # Airflow cancels the trigger's task before its on_kill
     first.communicate(timeout=60)
-    killed = subprocess.run(
-        [sys.executable, str(script(tmp_path, "kill", ON_KILL, ".")), store, str(INTERVAL_S)],
-        env=airflow_home,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert killed.returncode == 0, killed.stderr[-4000:]
+    on_kill = script(tmp_path, "kill", ON_KILL, ".")
+    python_ok([str(on_kill), store, str(INTERVAL_S)], airflow_home, tmp_path, 300)
     got = outcome(store, stream)
     assert got["cancels"] == [("airflow", "the task was killed in Airflow")]
     assert got["run"][0][:2] == (False, "cancelled") and got["deploys"] == 1
