@@ -275,14 +275,15 @@ def _queue_limit(s: JobState) -> tuple[str, float] | None:
 def _worker_listed(s: JobState) -> tuple[str, Timer] | None:
     """The queue timer a worker record armed in this queue spell (crash-looping first, then
     starting), when the policy tells queue verdicts apart by the records (D10)."""
-    if not s.policy.queue_by_workers:
-        return None
     timers = s.timers
-    for name in (_CRASHING, _STARTING):
-        timer = timers.get(name)
-        if timer is not None:
-            return name, timer
-    return None
+    # (asked after every queued observation: two look-ups, no loop, the policy read last)
+    if _CRASHING in timers:
+        name = _CRASHING
+    elif _STARTING in timers:
+        name = _STARTING
+    else:
+        return None
+    return (name, timers[name]) if s.policy.queue_by_workers else None
 
 
 def _throttled_limit(s: JobState) -> tuple[str, float]:
