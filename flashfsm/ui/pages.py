@@ -117,8 +117,8 @@ def _rate(value: float | None) -> str:
 def _shown(value: Any) -> str:
     """Text on a page as the CLI says it (`flashfsm.display.text.styled`): every
     unprintable character escaped and the password of any URL in it masked. The one filter
-    (`t`) for all text a page shows, outside text or not: a value never has to be sorted
-    into trusted and untrusted first."""
+    (`t`) for every text a page shows from a log, a store or the platform (what the
+    templates print bare is their own: labels, counts, `attempt 0`)."""
     return "" if value is None else shown(scrub_urls(str(value)))
 
 
