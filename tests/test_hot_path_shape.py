@@ -3,9 +3,10 @@
 A comprehension or a lambda inside a function that reads one of its locals turns that local
 into a closure cell, and every other read of it in the function pays for the indirection.
 In `_on_status`, a generator over the declared reads once made `s` and `e` cells: the fold
-of a training log cost 6 % more (bench/store_ab.py against 5662aee), with nothing in the
-fold's behaviour to show it. This holds the fold's handlers, `evolve`, `decide` and every
-rule's measure to it; a comprehension they need goes into a function of its own.
+of a training log cost 6 % more (an interleaved fold-only A/B against 5662aee), with
+nothing in the fold's behaviour to show it. This holds the fold's handlers, `evolve`,
+`decide` and every rule's measure to it; a comprehension they need goes into a function of
+its own.
 """
 
 from __future__ import annotations

@@ -372,7 +372,7 @@ def _declared_due(s: JobState, e: StatusObserved) -> tuple[str, ...]:
     """The declared reads (`flashfsm.fsm.reads`) a status answer makes due, in their order.
 
     (Its own function: a comprehension over `s` and `e` inside `_on_status` would make them
-    closure cells there, and every status folded would pay for it, about 5 % of the fold.)
+    closure cells there, and every status folded would pay for it, about 6 % of the fold.)
     """
     return tuple(read.name for read in _DUE_ON_STATUS if read.due(s, e))  # type: ignore[misc]
 
