@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,15 +60,31 @@ def compare(commit: str, rounds: int, script: str, argv: list[str]) -> dict[str,
         )
 
 
-def run_child(script: str, tree: Path, argv: list[str], *, no_proxy: bool = False) -> Any:
+def run_child(
+    script: str,
+    tree: Path,
+    argv: list[str],
+    *,
+    no_proxy: bool = False,
+    prefix: Sequence[str] = (),
+    env_extra: dict[str, str] | None = None,
+) -> Any:
     """Run `script` with `argv` on `tree`'s code (its package and bench/ first, then this
-    bench/ for what the baseline lacks); return the JSON of its last output line."""
+    bench/ for what the baseline lacks); return the JSON of its last output line.
+
+    `prefix` goes before the interpreter (a tool that runs it, e.g. valgrind's); `env_extra`
+    is added to the child's environment."""
     env = dict(os.environ)
     if no_proxy:  # (loopback servers only: a proxy variable must not reroute them)
         env = {k: v for k, v in env.items() if not k.lower().endswith("_proxy")}
     env["PYTHONPATH"] = os.pathsep.join([str(tree), str(tree / "bench"), str(HERE)])
+    env.update(env_extra or {})
     out = subprocess.run(
-        [sys.executable, script, *argv], env=env, capture_output=True, text=True, check=True
+        [*prefix, sys.executable, script, *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
