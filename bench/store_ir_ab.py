@@ -1,10 +1,12 @@
-"""The replay A/B of `bench/store_ab.py`, counted instead of timed: each tree's replays run
-under valgrind's cachegrind, which executes them on a simulated CPU and counts what they do.
+"""The replay A/B of `bench/store_ab.py`, counted under valgrind's cachegrind, not timed.
+
+Each tree's replays run on cachegrind's simulated CPU, which counts what they do.
 
 Why a count beside the clock: on this shared machine a timed replay moves by ±4 % between
 runs of the same code, and by much more when a neighbour is busy (the same two trees gave a
 SQLite fast path of 1.01× in one `store_ab` run and 1.26× in another), so a 3 % goal cannot
-be read off the clock alone. A count repeats to the instruction for the same hash seed.
+be read off the clock alone. With the hash seed fixed a count repeats to about 0.1 % (the
+log's event ids are random), and the ratio of two trees' counts too.
 
 For each path (fast and validating, SQLite and JSONL) and each tree, one child fills a store
 with an `--events` training log and replays it once, another fills one and replays it three
@@ -18,7 +20,8 @@ the replays still allocate in the heap the fill left, as in `store_ab`). Printed
 
     PYTHONPATH=.:bench python bench/store_ir_ab.py --base 5662aee [--events 20000] [--quick]
 
-Needs `valgrind` on the PATH; not part of `bench/run.py` (it needs the git history). About
+Needs `valgrind` on the PATH; not part of `bench/run.py` (it needs the git history).
+`--rounds` is not used: a count repeats, so one run of each side is the measurement. About
 15 minutes at 20,000 events on two cores (each child runs ~50× slower than natively).
 """
 
