@@ -164,6 +164,7 @@ SLOW_VIEW = textwrap.dedent(
     from flashfsm.cli.ui import serve
 
     async def slow(request):
+        print("in", flush=True)  # (the test stops the view only once the request is here)
         await asyncio.sleep(60)
         return PlainTextResponse("late")
 
@@ -189,7 +190,7 @@ def test_a_request_still_running_is_cancelled_after_the_grace_quietly():
         port = int(first_line(proc))
         with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
             conn.sendall(b"GET /slow HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-            time.sleep(0.3)  # the request is in the app, asleep
+            assert first_line(proc).strip() == "in"  # the request is in the app, asleep
             sent_at = time.monotonic()
             proc.send_signal(signal.SIGINT)
             took = assert_quiet_stop(proc, sent_at)
