@@ -11,6 +11,11 @@ and the attempt is recorded. At the end of the session the recorded attempts are
 with the tests that made them, and the run fails. Child processes are not covered: give
 them the simulator's `sim.env()` (its `RUNPOD_*_URL`s).
 
+A run started in the background by a shell without job control inherits Ctrl-C (SIGINT)
+ignored, and every child process would keep it so, while many tests stop their children
+with Ctrl-C: this process takes SIGINT back at import, so its children start with the
+default (Python's `KeyboardInterrupt`).
+
 A test that deliberately names an unreachable host and asserts the refusal itself may carry
 `@pytest.mark.network_refused_ok`: its attempts are still refused, but not held against the
 run. Use it sparingly.
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import signal
 import socket
 import threading
 from collections.abc import Callable
@@ -38,6 +44,10 @@ settings.register_profile(
     "ci", max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+# A handled signal is default again in a child after exec; an ignored one stays ignored.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # huggingface_hub (2.x) fetches a registry from huggingface.co for its User-Agent on its first
 # download of a process, whatever endpoint the download names, unless telemetry is off. It
