@@ -492,9 +492,13 @@ def test_a_trickle_goes_on_with_live_lines_and_ends_when_the_simulator_stops(htt
         with contextlib.suppress(httpx.HTTPError):  # the stream ends cut short: expected
             httpx.get(f"{sim.url}{url}", timeout=60, headers={"Authorization": f"Bearer {KEY}"})
 
+    asked = len(sim.requests_for("worker_logs"))
     holder = threading.Thread(target=hold)
     holder.start()
-    time.sleep(0.2)
+    deadline = time.monotonic() + 10
+    while len(sim.requests_for("worker_logs")) == asked:  # the held request is being served
+        assert time.monotonic() < deadline, "the held request never reached the simulator"
+        time.sleep(0.01)
     sim.stop()  # the hour-long wait ends with the simulator: the stream closes
     holder.join(timeout=10)
     assert not holder.is_alive()
