@@ -17,6 +17,7 @@ import pytest
 from flashfsm.adapters.simulator import Scenario, SimClock, Simulator, Step, builtin_scenarios
 from flashfsm.adapters.simulator.serve import parse_fault
 from flashfsm.adapters.simulator.workers import DEFAULT_STARTUP_S
+from tests.integrations.support import wait_for
 
 KEY = "sim-workers-key-1"
 OTHER = "sim-workers-key-2"
@@ -495,10 +496,11 @@ def test_a_trickle_goes_on_with_live_lines_and_ends_when_the_simulator_stops(htt
     asked = len(sim.requests_for("worker_logs"))
     holder = threading.Thread(target=hold)
     holder.start()
-    deadline = time.monotonic() + 10
-    while len(sim.requests_for("worker_logs")) == asked:  # the held request is being served
-        assert time.monotonic() < deadline, "the held request never reached the simulator"
-        time.sleep(0.01)
+    wait_for(  # the held request is being served
+        "the held log request at the simulator",
+        lambda: len(sim.requests_for("worker_logs")) > asked,
+        timeout=10,
+    )
     sim.stop()  # the hour-long wait ends with the simulator: the stream closes
     holder.join(timeout=10)
     assert not holder.is_alive()
